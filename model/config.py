@@ -1,0 +1,73 @@
+"""The one configuration of the Temporal Fusion Transformer (saved in every checkpoint)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A model configuration that cannot build a working TFT."""
+
+
+@dataclass(frozen=True)
+class TFTConfig:
+    lookback: int = 60  # past bars the encoder sees
+    horizon: int = 10  # future bars forecast (cumulative log return of the close, 1..horizon)
+    hidden: int = 128
+    heads: int = 8
+    dropout: float = 0.1
+    lstm_layers: int = 2
+    n_hist: int = 225  # feature-engine columns per past bar
+    n_static: int = 10  # static variables per symbol: the learned symbol embedding + 9 reals
+    n_future: int = 10  # known-future calendar variables per future bar
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
+    n_symbols: int = 1  # rows of the symbol embedding; row 0 is "unknown symbol"
+    var_dim: int = 16  # width of each variable's own embedding/GRN inside variable selection
+
+    def __post_init__(self) -> None:
+        # JSON round trips turn the tuple into a list; the config must stay hashable.
+        object.__setattr__(self, "quantiles", tuple(float(q) for q in self.quantiles))
+        self.validate()
+
+    @property
+    def n_static_reals(self) -> int:
+        return self.n_static - 1
+
+    @property
+    def median_index(self) -> int:
+        return self.quantiles.index(0.5)
+
+    def validate(self) -> None:
+        positive = ("lookback", "horizon", "hidden", "heads", "lstm_layers", "n_hist", "n_future",
+                    "n_symbols", "var_dim")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"TFTConfig.{name}={getattr(self, name)} must be >= 1")
+        if self.n_static < 2:
+            raise ConfigError("TFTConfig.n_static must be >= 2 (the symbol embedding + reals)")
+        if self.hidden % self.heads:
+            raise ConfigError(
+                f"TFTConfig.hidden={self.hidden} must be divisible by heads={self.heads}; "
+                f"pick e.g. hidden={self.heads * max(1, self.hidden // self.heads)}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"TFTConfig.dropout={self.dropout} must be in [0, 1)")
+        qs = self.quantiles
+        if list(qs) != sorted(set(qs)) or not all(0.0 < q < 1.0 for q in qs) or 0.5 not in qs:
+            raise ConfigError(
+                f"TFTConfig.quantiles={qs} must be strictly increasing in (0, 1) and contain 0.5 "
+                "(the non-crossing head grows the other quantiles outward from the median)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TFTConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown TFTConfig fields {unknown}; this checkpoint is from a "
+                              "newer barcast, upgrade barcast to load it")
+        return cls(**values)

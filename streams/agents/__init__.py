@@ -1,0 +1,31 @@
+"""Agents attached to the app according to `BARCAST_ROLE`.
+
+`all` runs the whole pipeline in one worker; `stream` (corrections + features) and `forecast`
+split it into two worker groups; `passthrough` copies raw bars to the clean topic untouched,
+the anchor the corrections benchmark compares against.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streams.faust_app import BarcastApp
+
+
+def register_agents(app: BarcastApp) -> None:
+    role = app.barcast.role
+    if role == "passthrough":
+        from streams.agents import passthrough
+
+        passthrough.register(app)
+        return
+    if role in ("all", "stream"):
+        from streams.agents import corrections, features
+
+        corrections.register(app)
+        features.register(app)
+    if role in ("all", "forecast"):
+        from streams.agents import forecast
+
+        forecast.register(app)

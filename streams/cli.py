@@ -1,0 +1,52 @@
+"""`barcast`: one command, subcommands contributed by the modules that own them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from streams.settings import SettingError
+
+COMMAND_MODULES = (
+    "streams.broker_cli",
+    "streams.tail",
+    "streams.ingest.replay_cli",
+    "streams.ingest.live_cli",
+    "features.cli",
+    "model.cli",
+    "streams.demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="barcast",
+        description="Streaming features and TFT forecasts for Databento futures bars on Kafka.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except SettingError as exc:
+        print(f"barcast: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The Faust app: one per process, configured from Settings; agents are attached by role."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import faust
+
+from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadata
+from streams.settings import Settings
+
+log = logging.getLogger("barcast")
+
+MAX_BACKOFF_S = 30.0
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class BarcastApp(faust.App):
+    """faust.App that owns barcast's settings, metrics and, in dev, the embedded broker."""
+
+    def __init__(self, settings: Settings, **options: Any) -> None:
+        super().__init__(settings.app_id, **options)
+        self.barcast = settings
+        self._embedded: Any = None
+        from streams.metrics import Metrics
+
+        self.metrics = Metrics()
+
+    async def on_first_start(self) -> None:
+        self.conf.datadir.mkdir(parents=True, exist_ok=True)
+        await super().on_first_start()
+        if self.barcast.embedded:
+            await asyncio.to_thread(self._start_embedded_broker)
+        await self._wait_for_broker()
+
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        if self._embedded is not None:
+            self._embedded.stop()
+
+    def _start_embedded_broker(self) -> None:
+        from streams.broker import EmbeddedBroker
+
+        bootstrap = bootstrap_servers(self.barcast)
+        try:
+            wait_for_metadata(bootstrap, timeout_s=0.5)
+            log.info("using the embedded broker already running at %s", bootstrap)
+        except BrokerUnavailable:
+            self._embedded = EmbeddedBroker(
+                self.barcast.work_dir / "broker", port=self.barcast.embedded_port
+            ).start()
+            log.info(
+                "started the embedded broker at %s (log: %s)", bootstrap, self._embedded.log_path
+            )
+
+    async def _wait_for_broker(self) -> None:
+        """Log one line per failed attempt and retry with backoff, instead of Faust's stack
+        traces or a silent hang when the cluster is down or misconfigured."""
+        bootstrap = bootstrap_servers(self.barcast)
+        timeout_s = self.barcast.connect_timeout_s
+        backoff = 1.0
+        while True:
+            try:
+                await asyncio.to_thread(wait_for_metadata, bootstrap, timeout_s, self.barcast)
+                return
+            except BrokerUnavailable as exc:
+                log.error("%s; retrying in %.0fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+def _credentials(settings: Settings) -> Any:
+    if settings.security_protocol == "PLAINTEXT":
+        return None
+    from aiokafka.helpers import create_ssl_context
+
+    ssl_context = (
+        create_ssl_context(cafile=settings.ssl_cafile or None)
+        if settings.security_protocol in ("SSL", "SASL_SSL")
+        else None
+    )
+    if settings.security_protocol == "SSL":
+        return faust.SSLCredentials(ssl_context)
+    if settings.sasl_mechanism.startswith("SCRAM"):
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=settings.sasl_password,
+            ssl_context=ssl_context,
+            mechanism=settings.sasl_mechanism,
+        )
+    return faust.SASLCredentials(
+        username=settings.sasl_username, password=settings.sasl_password, ssl_context=ssl_context
+    )
+
+
+def create_app(settings: Settings) -> BarcastApp:
+    servers = bootstrap_servers(settings).split(",")
+    app = BarcastApp(
+        settings,
+        broker=[f"kafka://{server.strip()}" for server in servers],
+        broker_credentials=_credentials(settings),
+        store=settings.store,
+        processing_guarantee="at_least_once",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=max(0.5, settings.session_timeout_s / 5),
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_commit_interval=1.0,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        producer_linger_ms=1,
+        stream_wait_empty=False,
+        web_port=settings.web_port,
+        web_host="0.0.0.0",
+        datadir=str(settings.work_dir / "faust" / settings.app_id),
+        autodiscover=False,
+        topic_disable_leader=True,
+    )
+
+    @app.page("/metrics")
+    async def metrics(view: Any, request: Any) -> Any:
+        return view.bytes(app.metrics.render(), content_type=PROMETHEUS_CONTENT_TYPE)
+
+    from streams.agents import register_agents
+
+    register_agents(app)
+    return app
+
+
+app = create_app(Settings.from_env())

@@ -1,0 +1,129 @@
+"""Kafka client configuration derived from Settings, for aiokafka/Faust and librdkafka alike.
+
+Every client in barcast gets its connection and security options here, so a production cluster
+with SASL_SSL works for the worker, `barcast replay` and `barcast tail` from the same settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from streams.settings import Settings
+
+_QUIET = logging.getLogger("barcast.librdkafka")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+class BrokerUnavailable(ConnectionError):
+    """No Kafka metadata from the configured bootstrap servers within the timeout."""
+
+
+def bootstrap_servers(settings: Settings) -> str:
+    if settings.embedded:
+        return f"127.0.0.1:{settings.embedded_port}"
+    return settings.broker
+
+
+def unavailable_message(bootstrap: str, timeout_s: float) -> str:
+    return (
+        f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: check BARCAST_BROKER, "
+        f"that the broker is running (`barcast broker` starts the embedded one) and reachable, "
+        f"and the BARCAST_SECURITY_* settings"
+    )
+
+
+def confluent_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """librdkafka properties (confluent-kafka), with its own log lines silenced: barcast
+    reports connection failures itself, once, instead of a line per retry."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers(settings),
+        "security.protocol": settings.security_protocol.lower(),
+        "logger": _QUIET,
+    }
+    if settings.sasl_mechanism:
+        config["sasl.mechanism"] = settings.sasl_mechanism
+        config["sasl.username"] = settings.sasl_username
+        config["sasl.password"] = settings.sasl_password
+    if settings.ssl_cafile:
+        config["ssl.ca.location"] = settings.ssl_cafile
+    config.update(extra)
+    return config
+
+
+def aiokafka_config(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for aiokafka producers and consumers."""
+    config: dict[str, Any] = {
+        "bootstrap_servers": bootstrap_servers(settings),
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.sasl_mechanism:
+        config["sasl_mechanism"] = settings.sasl_mechanism
+        config["sasl_plain_username"] = settings.sasl_username
+        config["sasl_plain_password"] = settings.sasl_password
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        from aiokafka.helpers import create_ssl_context
+
+        config["ssl_context"] = create_ssl_context(cafile=settings.ssl_cafile or None)
+    return config
+
+
+def wait_for_metadata(
+    bootstrap: str, timeout_s: float, settings: Settings | None = None
+) -> dict[str, int]:
+    """Block until the cluster answers a metadata request; return {topic: partitions}."""
+    from confluent_kafka.admin import AdminClient
+
+    base = Settings(broker=bootstrap) if settings is None else settings
+    config = confluent_config(base)
+    config["bootstrap.servers"] = bootstrap
+    admin = AdminClient(config)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            metadata = admin.list_topics(timeout=max(0.2, min(remaining, 2.0)))
+            return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+        except Exception:
+            if time.monotonic() >= deadline:
+                raise BrokerUnavailable(unavailable_message(bootstrap, timeout_s)) from None
+            time.sleep(0.1)
+
+
+def ensure_topics(settings: Settings, topics: list[str], partitions: int | None = None) -> None:
+    """Create missing topics with the configured partitions and replication."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = bootstrap_servers(settings)
+    existing = wait_for_metadata(bootstrap, settings.connect_timeout_s, settings)
+    missing = [t for t in topics if t not in existing]
+    if not missing:
+        return
+    admin = AdminClient(confluent_config(settings))
+    count = partitions or settings.partitions
+    futures = admin.create_topics(
+        [
+            NewTopic(t, num_partitions=count, replication_factor=settings.replication)
+            for t in missing
+        ]
+    )
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=settings.connect_timeout_s)
+        except Exception as exc:
+            if "already exists" not in str(exc).lower():
+                raise RuntimeError(
+                    f"could not create topic {topic!r} on {bootstrap}: {exc}"
+                ) from exc
+
+
+def pipeline_topics(settings: Settings) -> list[str]:
+    return [
+        settings.topic_raw,
+        settings.topic_clean,
+        settings.topic_dlq,
+        settings.topic_features,
+        settings.topic_forecasts,
+    ]

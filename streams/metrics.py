@@ -1,0 +1,201 @@
+"""The worker's Prometheus metrics, served as text exposition on the Faust web port (`/metrics`).
+
+One `Metrics` per Faust app owns its own `CollectorRegistry`: nothing is registered in
+prometheus-client's process-global registry, so two apps (or two tests) in one process never
+share or clash on series. The metric names are a contract with `deploy/grafana` and
+`deploy/prometheus` (a test checks the dashboard against `render()`), so rename nothing here
+without changing them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from enum import StrEnum
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import Metric
+
+
+class Stage(StrEnum):
+    CORRECTIONS = "corrections"
+    FEATURES = "features"
+    FORECAST = "forecast"
+
+
+class Outcome(StrEnum):
+    IN = "in"
+    OUT = "out"
+    CLEAN = "clean"
+    CORRECTED = "corrected"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+    SYNTHETIC = "synthetic"
+
+
+# The (stage, outcome) pairs a worker can report. They are created at zero up front so that
+# `rate()` and `increase()` see a series from the first scrape instead of a gap, and a typo in
+# a caller fails loudly instead of inventing a new series the dashboard never shows.
+BAR_OUTCOMES: dict[Stage, tuple[Outcome, ...]] = {
+    Stage.CORRECTIONS: (
+        Outcome.IN,
+        Outcome.CLEAN,
+        Outcome.CORRECTED,
+        Outcome.DUPLICATE,
+        Outcome.REJECTED,
+        Outcome.SYNTHETIC,
+    ),
+    Stage.FEATURES: (Outcome.IN, Outcome.OUT),
+    Stage.FORECAST: (Outcome.IN, Outcome.OUT),
+}
+
+BATCH_SIZE_BUCKETS = tuple(float(2**i) for i in range(11))  # 1, 2, 4, ..., 1024
+INFERENCE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+BAR_TO_FORECAST_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+
+class LagSource(Protocol):
+    """The part of a Faust consumer (`app.consumer`) that consumer lag is computed from."""
+
+    _committed_offset: dict  # Faust keeps committed offsets (last processed + 1) only here
+
+    def assignment(self) -> Iterable: ...
+
+    def highwater(self, tp: object) -> int | None: ...
+
+
+class Metrics:
+    """Every barcast metric, typed, in a registry of its own; `render()` is the `/metrics` body."""
+
+    content_type = CONTENT_TYPE_PLAIN_0_0_4
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.consumer_lag = Gauge(
+            "barcast_consumer_lag",
+            "Messages not yet committed by this worker: highwater - committed offset.",
+            ["topic", "partition"],
+            registry=reg,
+        )
+        self.bars = Counter(
+            "barcast_bars_total",
+            "Bars seen per pipeline stage and outcome.",
+            ["stage", "outcome"],
+            registry=reg,
+        )
+        self.corrections = Counter(
+            "barcast_corrections_total",
+            "Field corrections applied, per correction rule.",
+            ["rule"],
+            registry=reg,
+        )
+        self.rejections = Counter(
+            "barcast_rejections_total",
+            "Bars rejected to the dead-letter topic, per reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self.dlq = Counter(
+            "barcast_dlq_total", "Records written to the dead-letter topic.", registry=reg
+        )
+        self.gaps = Counter(
+            "barcast_gaps_total", "Gaps (missing minutes) detected in bar streams.", registry=reg
+        )
+        self.gap_minutes = Counter(
+            "barcast_gap_minutes_total", "Minutes missing across all detected gaps.", registry=reg
+        )
+        self.batch_size = Histogram(
+            "barcast_batch_size",
+            "Windows per inference micro-batch.",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=reg,
+        )
+        self.inference_seconds = Histogram(
+            "barcast_inference_seconds",
+            "Model forward time per micro-batch.",
+            buckets=INFERENCE_BUCKETS,
+            registry=reg,
+        )
+        self.bar_to_forecast_seconds = Histogram(
+            "barcast_bar_to_forecast_seconds",
+            "Time from a bar's arrival to its forecast being published.",
+            buckets=BAR_TO_FORECAST_BUCKETS,
+            registry=reg,
+        )
+        self.forecasts = Counter("barcast_forecasts_total", "Forecasts published.", registry=reg)
+        self.model_info = Gauge(
+            "barcast_model_info",
+            "The checkpoint serving forecasts (value is always 1).",
+            ["model_id", "fingerprint"],
+            registry=reg,
+        )
+        self.model_reloads = Counter(
+            "barcast_model_reloads_total", "Checkpoints hot-reloaded since start.", registry=reg
+        )
+        for stage, outcomes in BAR_OUTCOMES.items():
+            for outcome in outcomes:
+                self.bars.labels(stage=stage.value, outcome=outcome.value)
+
+    def bar(self, stage: Stage, outcome: Outcome, count: int = 1) -> None:
+        if outcome not in BAR_OUTCOMES[stage]:
+            allowed = ", ".join(o.value for o in BAR_OUTCOMES[stage])
+            raise ValueError(
+                f"outcome {outcome.value!r} is not reported by stage {stage.value!r}; "
+                f"use one of: {allowed}"
+            )
+        self.bars.labels(stage=stage.value, outcome=outcome.value).inc(count)
+
+    def set_lag(self, topic: str, partition: int, lag: int) -> None:
+        self.consumer_lag.labels(topic=topic, partition=str(partition)).set(max(lag, 0))
+
+    def record_lag(self, consumer: LagSource) -> None:
+        """Set the lag of every assigned partition and drop partitions no longer assigned
+        (after a rebalance another worker reports them; a stale value here would double them).
+
+        A partition with nothing committed yet counts from the highwater: all of it is lag.
+        Partitions whose highwater is unknown (no fetch yet) are skipped until it is.
+        """
+        current: set[tuple[str, str]] = set()
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            if highwater is None:
+                continue
+            committed = consumer._committed_offset.get(tp) or 0
+            self.set_lag(tp.topic, tp.partition, highwater - committed)
+            current.add((tp.topic, str(tp.partition)))
+        for labels in self._lag_labels() - current:
+            self.consumer_lag.remove(*labels)
+
+    def set_model(self, model_id: str, fingerprint: str) -> None:
+        """Point `barcast_model_info` at the serving checkpoint (and only at it)."""
+        self.model_info.clear()
+        self.model_info.labels(model_id=model_id, fingerprint=fingerprint).set(1)
+
+    def render(self) -> bytes:
+        return generate_latest(_WithoutCreated(self.registry))
+
+    def _lag_labels(self) -> set[tuple[str, str]]:
+        return {
+            (sample.labels["topic"], sample.labels["partition"])
+            for metric in self.consumer_lag.collect()
+            for sample in metric.samples
+        }
+
+
+class _WithoutCreated:
+    """A registry view without the `*_created` samples. In the classic text format they turn
+    into a separate gauge per counter and histogram series that nothing here reads; dropping
+    them per render avoids prometheus-client's process-global `disable_created_metrics()`."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            created = family.name + "_created"
+            family.samples = [s for s in family.samples if s.name != created]
+            yield family

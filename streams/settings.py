@@ -1,0 +1,176 @@
+"""Every barcast setting, read from `BARCAST_*` environment variables in one place.
+
+`FIELDS` is the single source of truth: the README table, the deploy cross-check test and
+`Settings.from_env` are all derived from it, so a setting cannot exist in one and not the other.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PREFIX = "BARCAST_"
+EMBEDDED = "embedded"
+
+
+class SettingError(ValueError):
+    """A `BARCAST_*` variable holds a value barcast cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    broker: str = field(
+        default=EMBEDDED,
+        metadata={"doc": "Kafka bootstrap servers (host:port,...), or `embedded` for Tansu."},
+    )
+    embedded_port: int = field(
+        default=19092, metadata={"doc": "Loopback port of the embedded broker."}
+    )
+    app_id: str = field(default="barcast", metadata={"doc": "Faust app id = consumer group."})
+    role: str = field(
+        default="all",
+        metadata={
+            "doc": "Agents this worker runs: `all`, `stream` (corrections+features), "
+            "`forecast`, or `passthrough` (benchmark anchor)."
+        },
+    )
+    topic_raw: str = field(default="bars.raw", metadata={"doc": "Raw bars from ingest."})
+    topic_clean: str = field(default="bars.clean", metadata={"doc": "Corrected bars."})
+    topic_dlq: str = field(default="bars.dlq", metadata={"doc": "Rejected bars (dead letters)."})
+    topic_features: str = field(default="features", metadata={"doc": "Feature rows."})
+    topic_forecasts: str = field(default="forecasts", metadata={"doc": "Quantile forecasts."})
+    partitions: int = field(default=4, metadata={"doc": "Partitions of every barcast topic."})
+    replication: int = field(default=1, metadata={"doc": "Replication factor of new topics."})
+    data_dir: Path = field(
+        default=REPO_ROOT.parent / "shared" / "data",
+        metadata={"doc": "Directory of input data (6EH4 CSV, `dbn/`)."},
+    )
+    model_dir: Path = field(
+        default=REPO_ROOT / "var" / "models",
+        metadata={"doc": "Checkpoint directory the forecast worker loads and watches."},
+    )
+    work_dir: Path = field(
+        default=REPO_ROOT / "var",
+        metadata={"doc": "Scratch space: broker logs, converted DBN files, table data."},
+    )
+    device: str = field(default="auto", metadata={"doc": "`auto`, `cpu` or `cuda`."})
+    cpu_precision: str = field(default="fp32", metadata={"doc": "CPU inference: `fp32`/`int8`."})
+    max_batch: int = field(default=256, metadata={"doc": "Micro-batch size cap."})
+    max_delay_ms: float = field(default=5.0, metadata={"doc": "Micro-batch max wait (ms)."})
+    fill_gaps: bool = field(
+        default=True, metadata={"doc": "Fill missing minutes with flagged synthetic bars."}
+    )
+    store: str = field(
+        default="memory://", metadata={"doc": "Faust table store (`memory://`, `rocksdb://`)."}
+    )
+    web_port: int = field(default=6066, metadata={"doc": "Faust web port (`/metrics`)."})
+    session_timeout_s: float = field(default=10.0, metadata={"doc": "Consumer session timeout."})
+    rebalance_timeout_s: float = field(
+        default=10.0, metadata={"doc": "Consumer group rebalance timeout."}
+    )
+    connect_timeout_s: float = field(
+        default=10.0, metadata={"doc": "How long CLI commands wait for the broker."}
+    )
+    security_protocol: str = field(
+        default="PLAINTEXT",
+        metadata={"doc": "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`."},
+    )
+    sasl_mechanism: str = field(
+        default="", metadata={"doc": "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`."}
+    )
+    sasl_username: str = field(default="", metadata={"doc": "SASL user name."})
+    sasl_password: str = field(
+        default="",
+        repr=False,
+        metadata={"doc": "SASL password (never logged).", "secret": True},
+    )
+    ssl_cafile: str = field(default="", metadata={"doc": "CA bundle for SSL/SASL_SSL."})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(PREFIX + f.name.upper())
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _parse(f.name, f.type, raw)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        choices = {
+            "role": ("all", "stream", "forecast", "passthrough"),
+            "device": ("auto", "cpu", "cuda"),
+            "cpu_precision": ("fp32", "int8"),
+            "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+            "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise SettingError(
+                    f"{PREFIX}{name.upper()}={value!r} is not valid; use one of {allowed}"
+                )
+        if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
+            raise SettingError(
+                f"{PREFIX}SECURITY_PROTOCOL={self.security_protocol} needs "
+                f"{PREFIX}SASL_MECHANISM (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+            )
+
+    @property
+    def embedded(self) -> bool:
+        return self.broker == EMBEDDED
+
+    def to_env(self) -> dict[str, str]:
+        """The `BARCAST_*` variables that reproduce these settings in a child process."""
+        return {PREFIX + f.name.upper(): _format(getattr(self, f.name)) for f in fields(self)}
+
+    def redacted(self) -> dict[str, str]:
+        """Settings as strings, safe to log: secrets are masked."""
+        return {
+            f.name: (
+                "***"
+                if f.metadata.get("secret") and getattr(self, f.name)
+                else str(getattr(self, f.name))
+            )
+            for f in fields(self)
+        }
+
+
+def env_names() -> list[str]:
+    """Every environment variable barcast reads, in declaration order."""
+    return [PREFIX + f.name.upper() for f in fields(Settings)]
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _parse(name: str, type_name: Any, raw: str) -> Any:
+    var = PREFIX + name.upper()
+    kind = type_name if isinstance(type_name, str) else type_name.__name__
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise SettingError(f"{var}={raw!r} is not a number; set it to e.g. 10") from None
+    if kind == "bool":
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise SettingError(f"{var}={raw!r} is not a boolean; use true or false")
+    if kind == "Path":
+        return Path(raw).expanduser().resolve()
+    return raw

@@ -1,0 +1,98 @@
+"""Shared fixtures: the data directory (one setting), the real 6EH4 month, the embedded broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from streams.broker import EmbeddedBroker
+from streams.settings import Settings
+
+SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def data_dir(settings: Settings) -> Path:
+    if not (settings.data_dir / SIXE_CSV).exists():
+        pytest.fail(
+            f"shared data not found in {settings.data_dir}; set BARCAST_DATA_DIR to the folder "
+            f"holding {SIXE_CSV} and dbn/"
+        )
+    return settings.data_dir
+
+
+@pytest.fixture(scope="session")
+def sixe_csv(data_dir: Path) -> Path:
+    return data_dir / SIXE_CSV
+
+
+@pytest.fixture(scope="session")
+def sixe_bars(sixe_csv: Path) -> pd.DataFrame:
+    """The real 6EH4 month: ts_event (int64 ns UTC, bar open), OHLC (float64), volume.
+
+    The CSV stamps each bar at its close (NautilusTrader's convention); Databento's ts_event is
+    the bar's open, so one minute is subtracted.
+    """
+    frame = pd.read_csv(sixe_csv)
+    ts = pd.to_datetime(frame["timestamp_utc"], utc=True).dt.as_unit("ns") - pd.Timedelta("1min")
+    return pd.DataFrame(
+        {
+            "ts_event": ts.astype("int64").to_numpy(),
+            "open": frame["open"].astype("float64").to_numpy(),
+            "high": frame["high"].astype("float64").to_numpy(),
+            "low": frame["low"].astype("float64").to_numpy(),
+            "close": frame["close"].astype("float64").to_numpy(),
+            "volume": frame["volume"].astype("float64").to_numpy(),
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def dbn_files(data_dir: Path) -> list[Path]:
+    return sorted((data_dir / "dbn").glob("*.dbn.zst"))
+
+
+@pytest.fixture(scope="session")
+def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """A live embedded Tansu broker for the whole session, stopped at the end even when the
+    session is interrupted (the fixture's teardown and an atexit hook both stop it)."""
+    with EmbeddedBroker(tmp_path_factory.mktemp("broker")) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="session")
+def broker(embedded_broker: EmbeddedBroker) -> str:
+    """The session broker's bootstrap, "127.0.0.1:PORT"."""
+    return embedded_broker.bootstrap
+
+
+@pytest.fixture
+def broker_settings(broker: str, tmp_path: Path) -> Settings:
+    """Settings pointing at the session broker, with topic names unique to this test so tests
+    sharing one broker never read each other's messages."""
+    suffix = tmp_path.name.replace("_", "-")[-24:]
+    base = Settings.from_env()
+    return replace(
+        base,
+        broker=broker,
+        app_id=f"barcast-{suffix}",
+        topic_raw=f"bars.raw.{suffix}",
+        topic_clean=f"bars.clean.{suffix}",
+        topic_dlq=f"bars.dlq.{suffix}",
+        topic_features=f"features.{suffix}",
+        topic_forecasts=f"forecasts.{suffix}",
+        work_dir=tmp_path,
+        model_dir=tmp_path / "models",
+        session_timeout_s=6.0,
+        rebalance_timeout_s=3.0,
+        connect_timeout_s=5.0,
+    )

@@ -1,0 +1,15 @@
+"""Run by test_foundation_broker in a child pytest: records the broker's pid, then idles."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from streams.broker import EmbeddedBroker
+
+
+def test_record_broker_pid(embedded_broker: EmbeddedBroker) -> None:
+    assert embedded_broker.pid is not None
+    Path(os.environ["BARCAST_TEST_PID_FILE"]).write_text(str(embedded_broker.pid))
+    time.sleep(float(os.environ.get("BARCAST_TEST_IDLE_S", "0")))

@@ -1,0 +1,85 @@
+"""Plain librdkafka producers and consumers for tests: no barcast code on the test's side."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from streams.kafka import wait_for_metadata
+
+
+@dataclass(frozen=True)
+class Message:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes]
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    headers: list[tuple[str, bytes]] | None = None,
+) -> int:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    count = 0
+    for key, value in records:
+        producer.produce(topic, value=value, key=key, headers=headers)
+        count += 1
+        if count % 10000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} messages not delivered to {topic}"
+    return count
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    expected: int | None = None,
+    timeout_s: float = 60.0,
+    idle_s: float = 3.0,
+) -> list[Message]:
+    """Every message of `topic` from the beginning: until `expected` arrived (or the timeout),
+    or, with no expectation, until the topic has been idle for `idle_s`."""
+    partitions = wait_for_metadata(bootstrap, 10).get(topic)
+    if partitions is None:
+        return []
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "tests-reader", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    last = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            if expected is not None and len(out) >= expected:
+                break
+            if expected is None and time.monotonic() - last > idle_s:
+                break
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            last = time.monotonic()
+            out.append(
+                Message(
+                    msg.topic(),
+                    msg.partition(),
+                    msg.offset(),
+                    msg.timestamp()[1],
+                    msg.key(),
+                    msg.value(),
+                    dict(msg.headers() or []),
+                )
+            )
+    finally:
+        consumer.close()
+    return out

@@ -1,0 +1,86 @@
+"""The foundation through the real broker: a real worker process, plain aiokafka clients."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from dataclasses import replace
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from streams.broker import free_port
+from streams.kafka import ensure_topics
+from streams.settings import REPO_ROOT, Settings
+from tests.worker import FAUST, Worker
+
+BAR = {
+    "instrument_id": 42005804,
+    "symbol": "6EH4",
+    "ts_event": 1_704_150_000_000_000_000,
+    "rtype": 33,
+    "publisher_id": 1,
+    "open": 1_107_600_000,
+    "high": 1_107_850_000,
+    "low": 1_107_600_000,
+    "close": 1_107_800_000,
+    "volume": 205,
+    "source": "test",
+}
+
+
+async def _roundtrip(settings: Settings) -> list[tuple[bytes, bytes]]:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.broker)
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.topic_raw, orjson.dumps(BAR), key=b"6EH4")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        settings.topic_clean, bootstrap_servers=settings.broker, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        batch = await consumer.getmany(timeout_ms=30_000, max_records=1)
+        records = [r for rs in batch.values() for r in rs]
+        return [(r.key, r.value) for r in records]
+    finally:
+        await consumer.stop()
+
+
+def test_worker_moves_a_message_between_topics(broker_settings: Settings) -> None:
+    settings = replace(broker_settings, role="passthrough")
+    ensure_topics(settings, [settings.topic_raw, settings.topic_clean])
+    with Worker(settings):
+        out = asyncio.run(_roundtrip(settings))
+    assert out == [(b"6EH4", orjson.dumps(BAR))]
+
+
+def test_worker_without_broker_logs_one_line_and_retries(broker_settings: Settings) -> None:
+    settings = replace(
+        broker_settings,
+        role="passthrough",
+        broker=f"127.0.0.1:{free_port()}",
+        connect_timeout_s=1.0,
+    )
+    env = {**os.environ, **settings.to_env(), "BARCAST_WEB_PORT": str(free_port())}
+    proc = subprocess.Popen(
+        [str(FAUST), "-A", "streams", "worker", "-l", "info"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    text = out.decode(errors="replace")
+    failures = [line for line in text.splitlines() if "no Kafka broker answered" in line]
+    assert len(failures) >= 2, text[-3000:]
+    assert settings.broker in failures[0] and "retrying in" in failures[0]
+    assert "Traceback" not in text, text[-3000:]

@@ -1,0 +1,76 @@
+"""Settings: one place, typed, validated, secrets never shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.kafka import aiokafka_config, confluent_config
+from streams.settings import SettingError, Settings, env_names
+
+
+def test_defaults_match_the_documented_topics() -> None:
+    settings = Settings.from_env({})
+    assert settings.embedded
+    assert (settings.topic_raw, settings.topic_clean, settings.topic_dlq) == (
+        "bars.raw",
+        "bars.clean",
+        "bars.dlq",
+    )
+    assert (settings.topic_features, settings.topic_forecasts) == ("features", "forecasts")
+
+
+def test_environment_overrides_are_typed() -> None:
+    settings = Settings.from_env(
+        {
+            "BARCAST_BROKER": "k1:9092,k2:9092",
+            "BARCAST_PARTITIONS": "12",
+            "BARCAST_FILL_GAPS": "false",
+            "BARCAST_MAX_DELAY_MS": "2.5",
+            "BARCAST_MODEL_DIR": "/srv/models",
+        }
+    )
+    assert settings.broker == "k1:9092,k2:9092" and not settings.embedded
+    assert settings.partitions == 12 and settings.fill_gaps is False
+    assert settings.max_delay_ms == 2.5 and settings.model_dir == Path("/srv/models")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"BARCAST_PARTITIONS": "four"}, "BARCAST_PARTITIONS='four' is not a number"),
+        ({"BARCAST_FILL_GAPS": "maybe"}, "BARCAST_FILL_GAPS='maybe' is not a boolean"),
+        ({"BARCAST_ROLE": "everything"}, "BARCAST_ROLE='everything' is not valid"),
+        ({"BARCAST_SECURITY_PROTOCOL": "SASL_SSL"}, "needs BARCAST_SASL_MECHANISM"),
+    ],
+)
+def test_bad_values_name_the_variable_and_the_fix(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingError, match=message.replace("(", r"\(")):
+        Settings.from_env(env)
+
+
+def test_round_trip_through_environment() -> None:
+    settings = Settings.from_env({"BARCAST_ROLE": "forecast", "BARCAST_SASL_PASSWORD": "pw"})
+    assert Settings.from_env(settings.to_env()) == settings
+    assert sorted(settings.to_env()) == sorted(env_names())
+
+
+def test_security_settings_reach_both_clients_and_secrets_are_redacted() -> None:
+    settings = Settings.from_env(
+        {
+            "BARCAST_BROKER": "kafka.prod:9093",
+            "BARCAST_SECURITY_PROTOCOL": "SASL_SSL",
+            "BARCAST_SASL_MECHANISM": "SCRAM-SHA-512",
+            "BARCAST_SASL_USERNAME": "svc",
+            "BARCAST_SASL_PASSWORD": "hunter2",
+        }
+    )
+    rdkafka = confluent_config(settings)
+    assert rdkafka["security.protocol"] == "sasl_ssl"
+    assert rdkafka["sasl.mechanism"] == "SCRAM-SHA-512" and rdkafka["sasl.password"] == "hunter2"
+    aio = aiokafka_config(settings)
+    assert aio["sasl_mechanism"] == "SCRAM-SHA-512" and aio["ssl_context"] is not None
+    redacted = settings.redacted()
+    assert redacted["sasl_password"] == "***" and "hunter2" not in str(redacted)
+    assert "hunter2" not in repr(settings)
