@@ -39,6 +39,7 @@ class TFTOutput(NamedTuple):
     attention: Tensor  # (B, heads, horizon, lookback + horizon)
     future_weights: Tensor  # (B, horizon, n_future)
     static_weights: Tensor  # (B, n_static)
+    hist_weights: Tensor | None = None  # (B, lookback, n_hist); None from forward_encoded
 
 
 class TemporalFusionTransformer(nn.Module):
@@ -132,8 +133,8 @@ class TemporalFusionTransformer(nn.Module):
         self, symbol: Tensor, static_reals: Tensor, x_hist: Tensor, x_future: Tensor
     ) -> TFTOutput:
         static = self.static_context(symbol, static_reals)
-        encoded, _ = self.encode_history(x_hist, static.selection)
-        return self.forward_encoded(encoded, static, x_future)
+        encoded, hist_weights = self.encode_history(x_hist, static.selection)
+        return self.forward_encoded(encoded, static, x_future)._replace(hist_weights=hist_weights)
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

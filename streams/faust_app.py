@@ -14,6 +14,7 @@ from streams.settings import Settings
 log = logging.getLogger("barcast")
 
 MAX_BACKOFF_S = 30.0
+LAG_INTERVAL_S = 5.0
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -123,6 +124,10 @@ def create_app(settings: Settings) -> BarcastApp:
     @app.page("/metrics")
     async def metrics(view: Any, request: Any) -> Any:
         return view.bytes(app.metrics.render(), content_type=PROMETHEUS_CONTENT_TYPE)
+
+    @app.timer(LAG_INTERVAL_S)
+    async def record_lag() -> None:
+        app.metrics.record_lag(app.consumer)
 
     from streams.agents import register_agents
 

@@ -18,6 +18,9 @@ UNDEF_PRICE = 2**63 - 1
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
+# Wall-clock ns when the corrections agent consumed the raw bar; carried in a header, not the
+# value, so that values stay deterministic and restarts can be compared byte for byte.
+RECEIVED_HEADER = "barcast-received-ns"
 
 
 class Kind(StrEnum):

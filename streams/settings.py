@@ -148,6 +148,18 @@ def env_names() -> list[str]:
     return [PREFIX + f.name.upper() for f in fields(Settings)]
 
 
+def markdown_table() -> str:
+    """The README's settings table, generated so that it cannot drift from the code."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for f in fields(Settings):
+        default = f.default
+        if isinstance(default, Path):
+            default = os.path.relpath(default, REPO_ROOT) + " (from the checkout)"
+        shown = _format(default) or "(empty)"
+        rows.append(f"| `{PREFIX}{f.name.upper()}` | `{shown}` | {f.metadata['doc']} |")
+    return "\n".join(rows)
+
+
 def _format(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

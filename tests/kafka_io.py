@@ -28,7 +28,10 @@ def produce(
     records: Iterable[tuple[bytes | None, bytes]],
     headers: list[tuple[str, bytes]] | None = None,
 ) -> int:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # murmur2 is what Java clients, aiokafka and Faust use: same key, same partition.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "partitioner": "murmur2_random"}
+    )
     count = 0
     for key, value in records:
         producer.produce(topic, value=value, key=key, headers=headers)

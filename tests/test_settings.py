@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streams.kafka import aiokafka_config, confluent_config
-from streams.settings import SettingError, Settings, env_names
+from streams.settings import REPO_ROOT, SettingError, Settings, env_names, markdown_table
 
 
 def test_defaults_match_the_documented_topics() -> None:
@@ -74,3 +74,13 @@ def test_security_settings_reach_both_clients_and_secrets_are_redacted() -> None
     redacted = settings.redacted()
     assert redacted["sasl_password"] == "***" and "hunter2" not in str(redacted)
     assert "hunter2" not in repr(settings)
+
+
+def test_readme_settings_table_is_generated_from_the_code() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    start = readme.index("<!-- settings-table:start -->\n") + len("<!-- settings-table:start -->\n")
+    end = readme.index("<!-- settings-table:end -->")
+    assert readme[start:end].strip() == markdown_table(), (
+        "README settings table is stale: paste the output of "
+        "`python -c 'from streams.settings import markdown_table; print(markdown_table())'`"
+    )

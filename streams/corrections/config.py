@@ -1,0 +1,80 @@
+"""Thresholds and switches of the corrections rules (one frozen dataclass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionConfig:
+    """Every knob of the rules; the defaults are the ones the tests measure on real data.
+
+    fill_gaps: emit flagged synthetic bars for missing minutes (ohlcv-1m).
+    max_fill: longest gap (missing minutes) that is filled; longer ones are session breaks
+        (the daily CME maintenance hour, weekends): reported, never filled.
+    allow_negative: symbols whose prices may be zero or negative (rule nonpositive_price off;
+        the scale and spike rules, defined on log prices, are off for them too).
+    spreads_allow_negative: treat raw symbols with a '-' (CME calendar spreads) as listed.
+    scale_tolerance: how far (in decades) a price may sit from an exact power of ten of the
+        reference and still be taken for a fixed-point scale error.
+    spike_z: robust z-score (vs the rolling median/MAD of log returns) a move must reach.
+    spike_min_move: absolute log move a price must reach too, so quiet-market MADs of one tick
+        do not flag ordinary news bars.
+    spike_confirm: fraction of a suspicious move that later trades must retrace toward the
+        suspicious price for the market to confirm it.
+    spike_window: accepted close-to-close log returns kept for the robust statistics.
+    hold_timeout_s: a held spike candidate with no later bar is decided (unconfirmed) once the
+        stream is this far past it (`flush(until_ts=...)`).
+    recent_keys: accepted (ts_event, rtype) keys remembered per symbol for duplicate detection;
+        must cover the uncommitted window replayed after a restart.
+    max_future_s: with `now_ns` given, a ts_event further than this in the future is malformed.
+    """
+
+    fill_gaps: bool = True
+    max_fill: int = 30
+    allow_negative: frozenset[str] = frozenset()
+    spreads_allow_negative: bool = True
+    scale_tolerance: float = 0.15
+    spike_z: float = 10.0
+    spike_min_move: float = 0.005
+    spike_confirm: float = 0.25
+    spike_window: int = 60
+    hold_timeout_s: float = 120.0
+    recent_keys: int = 256
+    max_future_s: float = 86_400.0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "max_fill": self.max_fill >= 0,
+            "scale_tolerance": 0.0 < self.scale_tolerance < 0.5,
+            "spike_z": self.spike_z > 0.0,
+            "spike_min_move": self.spike_min_move >= 0.0,
+            "spike_confirm": 0.0 < self.spike_confirm <= 1.0,
+            "spike_window": self.spike_window >= 2,
+            "hold_timeout_s": self.hold_timeout_s >= 0.0,
+            "recent_keys": self.recent_keys >= 1,
+            "max_future_s": self.max_future_s >= 0.0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(
+                f"CorrectionConfig: invalid {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}"
+                "; see the CorrectionConfig docstring for the allowed ranges"
+            )
+        if isinstance(self.allow_negative, str):
+            raise ValueError(
+                f"CorrectionConfig.allow_negative must be a set of symbols, got the string "
+                f"{self.allow_negative!r}; write frozenset({{{self.allow_negative!r}}})"
+            )
+        object.__setattr__(self, "allow_negative", frozenset(self.allow_negative))
+
+    def allows_negative(self, symbol: str) -> bool:
+        return symbol in self.allow_negative or (self.spreads_allow_negative and "-" in symbol)
+
+    @property
+    def hold_timeout_ns(self) -> int:
+        return round(self.hold_timeout_s * 1e9)
+
+    @property
+    def max_future_ns(self) -> int:
+        return round(self.max_future_s * 1e9)
