@@ -19,7 +19,6 @@ from model.layers import (
     GateAddNorm,
     InterpretableAttention,
     QuantileHead,
-    ScalarEmbedding,
     VariableSelection,
 )
 
@@ -49,14 +48,11 @@ class TemporalFusionTransformer(nn.Module):
         h, d = c.hidden, c.var_dim
 
         self.symbol_embedding = nn.Embedding(c.n_symbols, d)
-        self.static_embedding = ScalarEmbedding(c.n_static_reals, d)
-        self.hist_embedding = ScalarEmbedding(c.n_hist, d)
-        self.future_embedding = ScalarEmbedding(c.n_future, d)
         self.static_selection = VariableSelection(
-            c.n_static, d, c.n_static_reals + d, h, c.dropout
+            c.n_static_reals, d, h, c.dropout, n_categorical=1
         )
-        self.hist_selection = VariableSelection(c.n_hist, d, c.n_hist, h, c.dropout, h)
-        self.future_selection = VariableSelection(c.n_future, d, c.n_future, h, c.dropout, h)
+        self.hist_selection = VariableSelection(c.n_hist, d, h, c.dropout, d_context=h)
+        self.future_selection = VariableSelection(c.n_future, d, h, c.dropout, d_context=h)
 
         self.context_selection = GRN(h, h, h, c.dropout)
         self.context_enrichment = GRN(h, h, h, c.dropout)
@@ -76,12 +72,8 @@ class TemporalFusionTransformer(nn.Module):
 
     def static_context(self, symbol: Tensor, static_reals: Tensor) -> StaticContext:
         """symbol `(B,)` int64 embedding rows, static_reals `(B, n_static - 1)`."""
-        symbol_vec = self.symbol_embedding(symbol)
-        embedded = torch.cat(
-            [symbol_vec.unsqueeze(0), self.static_embedding(static_reals)], dim=0
-        )
-        flat = torch.cat([static_reals, symbol_vec], dim=-1)
-        zeta, weights = self.static_selection(embedded, flat)
+        symbol_vec = self.symbol_embedding(symbol).unsqueeze(1)
+        zeta, weights = self.static_selection(static_reals, categorical=symbol_vec)
         return StaticContext(
             self.context_selection(zeta),
             self.context_enrichment(zeta),
@@ -93,20 +85,15 @@ class TemporalFusionTransformer(nn.Module):
     def encode_history(self, x_hist: Tensor, selection: Tensor) -> tuple[Tensor, Tensor]:
         """x_hist `(B, T, n_hist)`, selection context `(B, hidden)` -> encodings `(B, T, hidden)`
         and selection weights `(B, T, n_hist)`. Each step depends only on its own features."""
-        b, t, v = x_hist.shape
-        embedded = self.hist_embedding(x_hist.reshape(b * t, v))
-        return self.hist_selection(embedded, x_hist, selection.unsqueeze(1))
+        return self._select_over_time(self.hist_selection, x_hist, selection)
 
     def forward_encoded(
         self, encoded: Tensor, static: StaticContext, x_future: Tensor
     ) -> TFTOutput:
         """encoded `(B, lookback, hidden)` from `encode_history`, x_future `(B, horizon, n_future)`."""
         c = self.config
-        b, n_fut, v = x_future.shape
-        future, future_weights = self.future_selection(
-            self.future_embedding(x_future.reshape(b * n_fut, v)),
-            x_future,
-            static.selection.unsqueeze(1),
+        future, future_weights = self._select_over_time(
+            self.future_selection, x_future, static.selection
         )
 
         state = (
@@ -119,7 +106,7 @@ class TemporalFusionTransformer(nn.Module):
         temporal = self.lstm_gate(torch.cat([past_out, future_out], dim=1), selected)
 
         enriched = self.enrichment(temporal, static.enrichment.unsqueeze(1))
-        n_past = encoded.shape[1]
+        n_past, n_fut = encoded.shape[1], x_future.shape[1]
         # Decoder step i sits at position n_past + i and may see every position up to itself.
         mask = torch.ones(n_fut, n_past + n_fut, dtype=torch.bool, device=encoded.device)
         mask = mask.tril(diagonal=n_past)
@@ -135,6 +122,15 @@ class TemporalFusionTransformer(nn.Module):
         static = self.static_context(symbol, static_reals)
         encoded, hist_weights = self.encode_history(x_hist, static.selection)
         return self.forward_encoded(encoded, static, x_future)._replace(hist_weights=hist_weights)
+
+    @staticmethod
+    def _select_over_time(
+        selection: VariableSelection, x: Tensor, context: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        b, t, v = x.shape
+        rows_context = context.unsqueeze(1).expand(b, t, -1).reshape(b * t, -1)
+        out, weights = selection(x.reshape(b * t, v), rows_context)
+        return out.reshape(b, t, -1), weights.reshape(b, t, v)
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

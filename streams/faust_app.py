@@ -15,7 +15,6 @@ log = logging.getLogger("barcast")
 
 MAX_BACKOFF_S = 30.0
 LAG_INTERVAL_S = 5.0
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class BarcastApp(faust.App):
@@ -123,7 +122,8 @@ def create_app(settings: Settings) -> BarcastApp:
 
     @app.page("/metrics")
     async def metrics(view: Any, request: Any) -> Any:
-        return view.bytes(app.metrics.render(), content_type=PROMETHEUS_CONTENT_TYPE)
+        # aiohttp refuses a charset inside content_type=, so the full type goes in a header.
+        return view.bytes(app.metrics.render(), headers={"Content-Type": app.metrics.content_type})
 
     @app.timer(LAG_INTERVAL_S)
     async def record_lag() -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from streams.faust_app import BarcastApp
 
-_OFFSET = struct.Struct("<q")
+_HEAD = struct.Struct("<qi")  # source offset, source partition
 NO_OFFSET = -1
 
 
@@ -37,11 +37,19 @@ class StateTable:
         stored = self.table.get(key)
         if stored is None:
             return NO_OFFSET, None
-        return _OFFSET.unpack_from(stored)[0], stored[_OFFSET.size :]
+        return _HEAD.unpack_from(stored)[0], stored[_HEAD.size :]
+
+    def keys_in(self, partition: int) -> list[bytes]:
+        """Keys whose source partition is `partition` (state this worker owns there)."""
+        return [
+            key
+            for key, value in self.table.data.items()
+            if _HEAD.unpack_from(value)[1] == partition
+        ]
 
     def put(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
         """Store state for `key` in the changelog partition of its source partition, so the
         table stays co-partitioned with the topic whichever event happens to be current."""
-        value = _OFFSET.pack(offset) + payload
+        value = _HEAD.pack(offset, partition) + payload
         self.table.data[key] = value
         self.table.send_changelog(partition, key, value)

@@ -53,7 +53,7 @@ class Change(NamedTuple):
         return [self.rule.value, self.field, self.old, self.new]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """The fate of one input message.
 
@@ -71,7 +71,7 @@ class Outcome:
     ref: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Gap:
     """Missing 1-minute bars between two accepted bars of a symbol."""
 
@@ -96,12 +96,15 @@ class Step:
 class CorrectionStats:
     """Counters of one corrections process (metrics; not part of the per-symbol state).
 
-    `corrections` counts corrected bars per rule, `rejections` rejected bars per reason,
-    `held` bars held back for spike confirmation, `confirmed` spike candidates that the market
-    confirmed (accepted), `synthetic` gap-fill bars produced.
+    One counter per outcome status; `corrections` counts corrected bars per rule, `rejections`
+    rejected bars per reason; `held` counts bars held back for spike confirmation,
+    `confirmed` spike candidates the market confirmed (accepted), `synthetic` gap-fill bars.
     """
 
-    outcomes: Counter[Status] = field(default_factory=Counter)
+    clean: int = 0
+    corrected: int = 0
+    duplicate: int = 0
+    rejected: int = 0
     corrections: Counter[Rule] = field(default_factory=Counter)
     rejections: Counter[Reason] = field(default_factory=Counter)
     gaps: int = 0
@@ -112,14 +115,20 @@ class CorrectionStats:
 
     @property
     def total(self) -> int:
-        return sum(self.outcomes.values())
+        return self.clean + self.corrected + self.duplicate + self.rejected
 
     def record(self, outcome: Outcome) -> None:
-        self.outcomes[outcome.status] += 1
-        if outcome.reason is not None:
-            self.rejections[outcome.reason] += 1
-        for rule in {change.rule for change in outcome.changes}:
-            self.corrections[rule] += 1
+        status = outcome.status
+        if status is Status.CLEAN:
+            self.clean += 1
+        elif status is Status.CORRECTED:
+            self.corrected += 1
+            self.corrections.update({change.rule for change in outcome.changes})
+        elif status is Status.DUPLICATE:
+            self.duplicate += 1
+        else:
+            self.rejected += 1
+            self.rejections[outcome.reason] += 1  # type: ignore[index]  # set on rejections
 
     def record_gap(self, gap: Gap) -> None:
         self.gaps += 1
@@ -129,7 +138,7 @@ class CorrectionStats:
 
     def as_dict(self) -> dict[str, int]:
         """Flat metric names: `clean`, `corrected.envelope`, `rejected.spike`, `gaps`, ..."""
-        flat = {status.value: self.outcomes[status] for status in Status}
+        flat = {status.value: getattr(self, status.value) for status in Status}
         flat.update({f"corrected.{rule.value}": self.corrections[rule] for rule in Rule})
         flat.update({f"rejected.{reason.value}": self.rejections[reason] for reason in Reason})
         flat.update(
@@ -148,12 +157,10 @@ class CorrectionStats:
             parts = [f"{key.value}={n}" for key, n in sorted(counts.items()) if n]
             return f" ({' '.join(parts)})" if parts else ""
 
-        o = self.outcomes
         return (
-            f"bars={self.total} clean={o[Status.CLEAN]} "
-            f"corrected={o[Status.CORRECTED]}{detail(self.corrections)} "
-            f"duplicate={o[Status.DUPLICATE]} "
-            f"rejected={o[Status.REJECTED]}{detail(self.rejections)} "
+            f"bars={self.total} clean={self.clean} "
+            f"corrected={self.corrected}{detail(self.corrections)} "
+            f"duplicate={self.duplicate} rejected={self.rejected}{detail(self.rejections)} "
             f"gaps={self.gaps} ({self.gap_bars} bars, {self.synthetic} filled) "
             f"spike_held={self.held} spike_confirmed={self.confirmed}"
         )

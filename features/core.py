@@ -1,0 +1,245 @@
+"""Per-bar quantities every group shares: log prices, returns, true range, ATR, EWMA variance,
+exchange clock and session, plus the price rolling block (ring of per-bar records + window sums).
+
+`begin` runs first for every bar (synthetic or not) and fills `ctx`; the groups then read `ctx`
+and the block; `finish` runs last and turns "this bar" into "the previous bar".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from features import calendar
+from features.primitives import (
+    MASK,
+    RING,
+    WINDOWS,
+    W20,
+    W60,
+    Layout,
+    get_i64,
+    kernel,
+    put_i64,
+    resync_sums,
+    roll_sums,
+    slot,
+)
+
+ATR_PERIOD = 14
+EWMA_FAST = 0.94  # RiskMetrics decay for one-minute variance (CUSUM threshold, regime flatness)
+EWMA_SLOW = 0.99
+SQRT2 = math.sqrt(2.0)
+CS_DEN = 3.0 - 2.0 * SQRT2  # Corwin–Schultz constant
+GK_OC = 2.0 * math.log(2.0) - 1.0  # Garman–Klass weight of the open-close term
+
+# ctx: this bar's shared quantities (one float64 vector, rewritten for every bar)
+X_T, X_O, X_H, X_L, X_C, X_V, X_SYN = 0, 1, 2, 3, 4, 5, 6
+X_LO, X_LH, X_LL, X_LC, X_R = 7, 8, 9, 10, 11
+X_PC, X_PH, X_PL, X_PLC = 12, 13, 14, 15
+X_TR, X_ATR, X_EVF_PREV, X_EVF, X_EVS = 16, 17, 18, 19, 20
+X_TOD, X_DST, X_SESSION, X_SESSION_MIN, X_NEW_SESSION, X_GAP_MIN = 21, 22, 23, 24, 25, 26
+N_CTX = 27
+
+# Price record fields (F_*): each bar writes one record; every field gets window sums.
+FIELDS = (
+    "c h l lc x x2 r r2 r3 r4 ar rr1 rr2 rr5 up zero rev same up2 arr1 rng rng2 rrng1 gk rs "
+    "oc oc2 on on2 aon gap clv abody uw lw ch cl tr vip vim cs arp doji bop r5sq syn"
+).split()
+(F_C, F_H, F_L, F_LC, F_X, F_X2, F_R, F_R2, F_R3, F_R4, F_AR, F_RR1, F_RR2, F_RR5, F_UP, F_ZERO,
+ F_REV, F_SAME, F_UP2, F_ARR1, F_RNG, F_RNG2, F_RRNG1, F_GK, F_RS, F_OC, F_OC2, F_ON, F_ON2,
+ F_AON, F_GAP, F_CLV, F_ABODY, F_UW, F_LW, F_CH, F_CL, F_TR, F_VIP, F_VIM, F_CS, F_ARP, F_DOJI,
+ F_BOP, F_R5SQ, F_SYN) = range(len(FIELDS))  # fmt: skip
+KP = len(FIELDS)
+
+LAYOUT = Layout("core")
+N = LAYOUT.add("bars")
+TS = LAYOUT.add("ts", 2)
+PC, PH, PL, PLC, PLH, PLL = (LAYOUT.add(n) for n in ("pc", "ph", "pl", "plc", "plh", "pll"))
+ANCHOR = LAYOUT.add("anchor")
+TR_SUM, ATR = LAYOUT.add("tr_sum"), LAYOUT.add("atr")
+EVF, EVS = LAYOUT.add("ewma_var_fast", 2), LAYOUT.add("ewma_var_slow", 2)  # (sum, weight)
+SESSION = LAYOUT.add("session")
+YEAR_FROM, YEAR_TO, DST_FROM, DST_TO = (LAYOUT.add(n) for n in ("yf", "yt", "df", "dt"))
+LINREG = LAYOUT.add("linreg_weighted_sums", 2)  # Σ j·x over 20 and 60 bars (j = 1 oldest)
+RING_P, SUMS_P = LAYOUT.rolling("price", KP)
+SIZE = LAYOUT.size
+LINREG_WINDOWS = (W20, W60)
+
+
+@kernel
+def central_clock(cs: np.ndarray, utc_min: int) -> tuple[int, bool]:
+    """US/Central minute, with the year's DST bounds cached so most bars skip the calendar."""
+    if not (cs[YEAR_FROM] <= utc_min < cs[YEAR_TO]):
+        y = calendar.civil_from_days(utc_min // calendar.MIN_PER_DAY)[0]
+        cs[YEAR_FROM] = calendar.days_from_civil(y, 1, 1) * calendar.MIN_PER_DAY
+        cs[YEAR_TO] = calendar.days_from_civil(y + 1, 1, 1) * calendar.MIN_PER_DAY
+        cs[DST_FROM], cs[DST_TO] = calendar.dst_bounds_min(y)
+    dst = cs[DST_FROM] <= utc_min < cs[DST_TO]
+    return utc_min - (5 if dst else 6) * 60, dst
+
+
+@kernel
+def begin(cs: np.ndarray, ts: int, o: float, h: float, lo_: float, c: float, v: float,
+          syn: bool, ctx: np.ndarray) -> None:  # fmt: skip
+    t = int(cs[N])
+    lc = math.log(c)
+    if syn:  # O=H=L=C: one log serves all four
+        lo = lh = ll = lc
+    else:
+        lo, lh, ll = math.log(o), math.log(h), math.log(lo_)
+    if t == 0:
+        pc, ph, pl, plc, plh, pll = c, h, lo_, lc, lh, ll
+        cs[ANCHOR] = lc
+    else:
+        pc, ph, pl = cs[PC], cs[PH], cs[PL]
+        plc, plh, pll = cs[PLC], cs[PLH], cs[PLL]
+    r = lc - plc
+    ctx[X_T], ctx[X_O], ctx[X_H], ctx[X_L], ctx[X_C], ctx[X_V] = t, o, h, lo_, c, v
+    ctx[X_SYN] = 1.0 if syn else 0.0
+    ctx[X_LO], ctx[X_LH], ctx[X_LL], ctx[X_LC], ctx[X_R] = lo, lh, ll, lc, r
+    ctx[X_PC], ctx[X_PH], ctx[X_PL], ctx[X_PLC] = pc, ph, pl, plc
+
+    # True range (raw, TA-Lib's definition) and Wilder's ATR seeded by the mean of 14 TRs.
+    tr = max(h - lo_, abs(h - pc), abs(lo_ - pc)) if t > 0 else h - lo_
+    if t == 0:
+        pass
+    elif t < ATR_PERIOD:
+        cs[TR_SUM] += tr
+    elif t == ATR_PERIOD:
+        cs[ATR] = (cs[TR_SUM] + tr) / ATR_PERIOD
+    else:
+        cs[ATR] = (cs[ATR] * (ATR_PERIOD - 1) + tr) / ATR_PERIOD
+    ctx[X_TR], ctx[X_ATR] = tr, cs[ATR]
+
+    # The first bar has no return: the variances start with the second.
+    ctx[X_EVF_PREV] = ewma_var(cs, EVF, r, EWMA_FAST) if t > 0 else 0.0
+    if t > 0:
+        ewma_var(cs, EVS, r, EWMA_SLOW)
+    ctx[X_EVF] = cs[EVF] / cs[EVF + 1] if t > 0 else 0.0
+    ctx[X_EVS] = cs[EVS] / cs[EVS + 1] if t > 0 else 0.0
+
+    utc_min = ts // calendar.NS_PER_MIN
+    local, dst = central_clock(cs, utc_min)
+    session, session_min = calendar.session_of(local)
+    ctx[X_TOD] = local % calendar.MIN_PER_DAY
+    ctx[X_DST] = 1.0 if dst else 0.0
+    ctx[X_SESSION], ctx[X_SESSION_MIN] = session, session_min
+    ctx[X_NEW_SESSION] = 1.0 if t == 0 or session != cs[SESSION] else 0.0
+    ctx[X_GAP_MIN] = (ts - get_i64(cs, TS)) / calendar.NS_PER_MIN if t > 0 else 1.0
+    put_i64(cs, TS, ts)
+    cs[SESSION] = session
+
+    write_record(cs, t, ctx, plh, pll)
+    update_linreg(cs, t)
+    if (t & MASK) == MASK:  # once per ring cycle: re-anchor x = lc - anchor, recount exactly
+        reanchor(cs, t, lc)
+    else:
+        roll_sums(cs, RING_P, SUMS_P, KP, t)
+
+
+@kernel
+def ewma_var(cs: np.ndarray, off: int, r: float, lam: float) -> float:
+    """EWMA of r² with its weight 1 - lam^n tracked alongside, so sum / weight is unbiased
+    from the first bar (no zero seed to wash out). Returns the estimate before this bar."""
+    before = cs[off] / cs[off + 1] if cs[off + 1] > 0.0 else 0.0
+    cs[off] = lam * cs[off] + (1.0 - lam) * (r * r)
+    cs[off + 1] = lam * cs[off + 1] + (1.0 - lam)
+    return before
+
+
+@kernel
+def write_record(cs: np.ndarray, t: int, ctx: np.ndarray, plh: float, pll: float) -> None:
+    o, h, lo_, c = ctx[X_O], ctx[X_H], ctx[X_L], ctx[X_C]
+    lo, lh, ll, lc, r, plc = ctx[X_LO], ctx[X_LH], ctx[X_LL], ctx[X_LC], ctx[X_R], ctx[X_PLC]
+    rec = slot(RING_P, KP, t, 0)
+    prev = slot(RING_P, KP, t, 1)
+    r1 = cs[prev + F_R] if t >= 1 else 0.0
+    r2 = cs[slot(RING_P, KP, t, 2) + F_R] if t >= 2 else 0.0
+    r5 = cs[slot(RING_P, KP, t, 5) + F_R] if t >= 5 else 0.0
+    lc5 = cs[slot(RING_P, KP, t, 5) + F_LC] if t >= 5 else cs[ANCHOR]
+    rng = lh - ll
+    oc = lc - lo
+    on = lo - plc
+    span = h - lo_
+    cs[rec + F_C], cs[rec + F_H], cs[rec + F_L], cs[rec + F_LC] = c, h, lo_, lc
+    x = lc - cs[ANCHOR]
+    cs[rec + F_X], cs[rec + F_X2] = x, x * x
+    cs[rec + F_R], cs[rec + F_R2] = r, r * r
+    cs[rec + F_R3], cs[rec + F_R4] = r * r * r, (r * r) * (r * r)
+    cs[rec + F_AR] = abs(r)
+    cs[rec + F_RR1], cs[rec + F_RR2], cs[rec + F_RR5] = r * r1, r * r2, r * r5
+    cs[rec + F_UP] = 1.0 if r > 0.0 else 0.0
+    cs[rec + F_ZERO] = 1.0 if r == 0.0 else 0.0
+    cs[rec + F_REV] = 1.0 if r * r1 < 0.0 else 0.0
+    cs[rec + F_SAME] = 1.0 if r * r1 > 0.0 else 0.0
+    cs[rec + F_UP2] = r * r if r > 0.0 else 0.0
+    cs[rec + F_ARR1] = abs(r) * abs(r1)
+    cs[rec + F_RNG], cs[rec + F_RNG2] = rng, rng * rng
+    cs[rec + F_RRNG1] = rng * cs[prev + F_RNG] if t >= 1 else rng * rng
+    cs[rec + F_GK] = 0.5 * (rng * rng) - GK_OC * (oc * oc)
+    cs[rec + F_RS] = (lh - lc) * (lh - lo) + (ll - lc) * (ll - lo)
+    cs[rec + F_OC], cs[rec + F_OC2] = oc, oc * oc
+    cs[rec + F_ON], cs[rec + F_ON2], cs[rec + F_AON] = on, on * on, abs(on)
+    cs[rec + F_GAP] = 1.0 if t > 0 and o != ctx[X_PC] else 0.0
+    cs[rec + F_CLV] = ((c - lo_) - (h - c)) / span if span > 0.0 else 0.0
+    cs[rec + F_BOP] = (c - o) / span if span > 0.0 else 0.0
+    cs[rec + F_DOJI] = 1.0 if abs(c - o) <= 0.1 * span else 0.0
+    cs[rec + F_ABODY] = abs(oc)
+    cs[rec + F_UW], cs[rec + F_LW] = lh - max(lo, lc), min(lo, lc) - ll
+    cs[rec + F_CH], cs[rec + F_CL] = lh - lc, lc - ll
+    cs[rec + F_TR] = max(lh, plc) - min(ll, plc)
+    cs[rec + F_VIP], cs[rec + F_VIM] = abs(lh - pll), abs(ll - plh)
+    cs[rec + F_CS] = corwin_schultz(lh, ll, plh, pll)
+    eta, peta = 0.5 * (lh + ll), 0.5 * (plh + pll)
+    cs[rec + F_ARP] = 4.0 * (plc - peta) * (plc - eta)
+    cs[rec + F_R5SQ] = (lc - lc5) * (lc - lc5)
+    cs[rec + F_SYN] = ctx[X_SYN]
+
+
+@kernel
+def corwin_schultz(lh: float, ll: float, plh: float, pll: float) -> float:
+    """Two-bar Corwin–Schultz (2012) spread from log highs/lows; negative estimates read 0."""
+    beta = (lh - ll) * (lh - ll) + (plh - pll) * (plh - pll)
+    gamma = (max(lh, plh) - min(ll, pll)) ** 2
+    alpha = (math.sqrt(2.0 * beta) - math.sqrt(beta)) / CS_DEN - math.sqrt(gamma / CS_DEN)
+    e = math.exp(alpha)
+    return max(2.0 * (e - 1.0) / (1.0 + e), 0.0)
+
+
+@kernel
+def update_linreg(cs: np.ndarray, t: int) -> None:
+    """Σ j·x_j with j = 1 for the oldest bar: each shift lowers every weight by one."""
+    x = cs[slot(RING_P, KP, t, 0) + F_X]
+    for i in range(len(LINREG_WINDOWS)):
+        w = LINREG_WINDOWS[i]
+        win = WINDOWS[w]
+        if t >= win:
+            cs[LINREG + i] += win * x - cs[SUMS_P + w * KP + F_X]
+        else:
+            cs[LINREG + i] += (t + 1) * x
+
+
+@kernel
+def reanchor(cs: np.ndarray, t: int, lc: float) -> None:
+    cs[ANCHOR] = lc
+    for lag in range(min(RING, t + 1)):
+        rec = slot(RING_P, KP, t, lag)
+        x = cs[rec + F_LC] - lc
+        cs[rec + F_X], cs[rec + F_X2] = x, x * x
+    resync_sums(cs, RING_P, SUMS_P, KP, t)
+    for i in range(len(LINREG_WINDOWS)):
+        win = WINDOWS[LINREG_WINDOWS[i]]
+        n = min(win, t + 1)
+        total = 0.0
+        for lag in range(n):
+            total += (n - lag) * cs[slot(RING_P, KP, t, lag) + F_X]
+        cs[LINREG + i] = total
+
+
+@kernel
+def finish(cs: np.ndarray, ctx: np.ndarray) -> None:
+    cs[PC], cs[PH], cs[PL] = ctx[X_C], ctx[X_H], ctx[X_L]
+    cs[PLC], cs[PLH], cs[PLL] = ctx[X_LC], ctx[X_LH], ctx[X_LL]
+    cs[N] += 1.0

@@ -1,0 +1,87 @@
+"""The volume rolling block: one record per REAL bar (ring indexed by the real-bar count).
+
+Synthetic gap-fill bars carry no trades, so they never enter this block: every volume-based
+feature is a function of the real bars alone, and on a synthetic bar the groups repeat the
+values of the last real bar. Inserting gap fills therefore cannot move any volume feature.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from features import core
+from features.primitives import Layout, advance_sums, ema_step, kernel, slot
+
+EWMA_FAST = core.EWMA_FAST
+
+FIELDS = "v lv lv2 tpv sv clvv upv mfp mfn frc r r2 rlv bvc sg sg2 rsg ar nvr".split()
+(V_V, V_LV, V_LV2, V_TPV, V_SV, V_CLVV, V_UPV, V_MFP, V_MFN, V_FRC, V_R, V_R2, V_RLV, V_BVC,
+ V_SG, V_SG2, V_RSG, V_AR, V_NVR) = range(len(FIELDS))  # fmt: skip
+KV = len(FIELDS)
+ADL_FAST, ADL_SLOW, FORCE_PERIOD = 3, 10, 13
+
+LAYOUT = Layout("flow")
+NV = LAYOUT.add("real_bars")
+PLC, PTP, PV = LAYOUT.add("prev_lnC"), LAYOUT.add("prev_typical"), LAYOUT.add("prev_volume")
+EV = LAYOUT.add("ewma_var_real_returns", 2)  # (sum, weight), see core.ewma_var
+SESSION, S_TPV, S_V = LAYOUT.add("session"), LAYOUT.add("session_tpv"), LAYOUT.add("session_v")
+ADL, ADL_E, FORCE_E = LAYOUT.add("adl"), LAYOUT.add("adl_emas", 2), LAYOUT.add("force_ema")
+RING_V, SUMS_V = LAYOUT.rolling("volume", KV)
+SIZE = LAYOUT.size
+
+
+@kernel
+def norm_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+@kernel
+def update(fs: np.ndarray, ctx: np.ndarray) -> int:
+    """Fold one real bar into the block; returns its real-bar index."""
+    tv = int(fs[NV])
+    h, lo_, c, v = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C], ctx[core.X_V]
+    lc = ctx[core.X_LC]
+    tp = (h + lo_ + c) / 3.0
+    first = tv == 0
+    r = 0.0 if first else lc - fs[PLC]
+    lv = math.log1p(v)
+    # Bulk volume classification: the buy share of V is Φ(r / σ), σ known before this bar.
+    sd = 0.0 if first else math.sqrt(core.ewma_var(fs, EV, r, EWMA_FAST))
+    bvc = v * (2.0 * norm_cdf(r / sd) - 1.0) if sd > 0.0 else 0.0
+    span = h - lo_
+    clv = ((c - lo_) - (h - c)) / span if span > 0.0 else 0.0
+    sg = (1.0 if r > 0.0 else -1.0 if r < 0.0 else 0.0) * lv
+
+    rec = slot(RING_V, KV, tv, 0)
+    fs[rec + V_V], fs[rec + V_LV], fs[rec + V_LV2] = v, lv, lv * lv
+    fs[rec + V_TPV] = tp * v
+    fs[rec + V_SV] = v if r > 0.0 else -v if r < 0.0 else 0.0
+    fs[rec + V_CLVV] = clv * v
+    fs[rec + V_UPV] = v if r > 0.0 else 0.0
+    fs[rec + V_MFP] = tp * v if not first and tp > fs[PTP] else 0.0
+    fs[rec + V_MFN] = tp * v if not first and tp < fs[PTP] else 0.0
+    fs[rec + V_FRC] = r * v
+    fs[rec + V_R], fs[rec + V_R2], fs[rec + V_RLV] = r, r * r, r * lv
+    fs[rec + V_BVC] = bvc
+    fs[rec + V_SG], fs[rec + V_SG2], fs[rec + V_RSG] = sg, sg * sg, r * sg
+    fs[rec + V_AR] = abs(r)
+    fs[rec + V_NVR] = r if not first and v < fs[PV] else 0.0
+    advance_sums(fs, RING_V, SUMS_V, KV, tv)
+
+    session = ctx[core.X_SESSION]
+    if first or session != fs[SESSION]:
+        fs[SESSION], fs[S_TPV], fs[S_V] = session, 0.0, 0.0
+    fs[S_TPV] += tp * v
+    fs[S_V] += v
+    fs[ADL] += clv * v
+    if first:
+        fs[ADL_E], fs[ADL_E + 1], fs[FORCE_E] = fs[ADL], fs[ADL], r * v
+    else:
+        fs[ADL_E] = ema_step(fs[ADL_E], fs[ADL], 2.0 / (ADL_FAST + 1))
+        fs[ADL_E + 1] = ema_step(fs[ADL_E + 1], fs[ADL], 2.0 / (ADL_SLOW + 1))
+        fs[FORCE_E] = ema_step(fs[FORCE_E], r * v, 2.0 / (FORCE_PERIOD + 1))
+    fs[PLC], fs[PTP], fs[PV] = lc, tp, v
+    fs[NV] = tv + 1
+    return tv

@@ -1,0 +1,218 @@
+"""Microstructure features from OHLCV [145-190]: spread estimators (Roll, Corwin–Schultz,
+Abdi–Ranaldo), illiquidity (Amihud, Kyle's λ), bulk-volume order imbalance, bar shape and
+price-discreteness statistics. Volume-based members come from the real-bar block and repeat
+the last real bar's values on synthetic bars (see flow)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from features import core, flow
+from features.core import (
+    F_ABODY,
+    F_AON,
+    F_ARP,
+    F_CH,
+    F_CL,
+    F_CLV,
+    F_CS,
+    F_DOJI,
+    F_GAP,
+    F_LC,
+    F_LW,
+    F_R,
+    F_R2,
+    F_REV,
+    F_RNG,
+    F_RNG2,
+    F_RR1,
+    F_RRNG1,
+    F_SAME,
+    F_SYN,
+    F_TR,
+    F_UW,
+    F_ZERO,
+    KP,
+    RING_P,
+    SUMS_P,
+)
+from features.flow import KV, SUMS_V, V_AR, V_BVC, V_FRC, V_R, V_RSG, V_SG, V_SG2, V_V
+from features.primitives import (
+    VAR_FLOOR,
+    W20,
+    W60,
+    Layout,
+    clip,
+    kernel,
+    ratio,
+    slot,
+    sqrt0,
+    wmean,
+    wsum,
+    wvar,
+)
+from features.spec import spec
+
+GROUP = "microstructure"
+FIRST = 145
+N = 46
+FLOW_OUT = (4, 5, 6, 7, 8, 9, 30, 33, 44)  # positions (from FIRST) of the volume-based members
+
+SPECS = (
+    spec("roll_spread_20", 21, "2·sqrt(max(-cov(r, r[-1]), 0)) over 20 (Roll 1984)"),
+    spec("roll_spread_60", 61, "Roll spread over 60"),
+    spec("cs_spread_20", 20, "mean two-bar Corwin–Schultz spread over 20 (negatives read 0)"),
+    spec("cs_spread_60", 60, "mean Corwin–Schultz spread over 60"),
+    spec("amihud_20", 20, "mean |r| / (mean V20 / mean V60): return per unit of relative volume"),
+    spec("amihud_60", 60, "mean |r| over 60 real bars (relative volume = 1 by construction)"),
+    spec("kyle_lambda_20", 20, "cov(r, s) / var(s), s = sign(r)·ln(1+V), over 20 real bars"),
+    spec("kyle_lambda_60", 60, "Kyle's λ over 60 real bars"),
+    spec("bvc_imbalance_20", 20, "Σ V(2Φ(r/σ) - 1) / ΣV over 20 (bulk volume classification)"),
+    spec("bvc_imbalance_60", 60, "bulk-volume order imbalance over 60"),
+    spec("clv_mean_20", 19, "mean close location value over 20"),
+    spec("clv_mean_60", 59, "mean close location value over 60"),
+    spec("close_to_high_20", 19, "mean ln(H / C) over 20"),
+    spec("close_to_low_20", 19, "mean ln(C / L) over 20"),
+    spec("body_to_range_20", 19, "Σ|ln C/O| / Σ ln(H/L) over 20"),
+    spec("upper_wick_share_20", 19, "Σ upper wick / Σ ln(H/L) over 20"),
+    spec("lower_wick_share_20", 19, "Σ lower wick / Σ ln(H/L) over 20"),
+    spec("range_expansion", 59, "mean ln(H/L) over 20 / over 60"),
+    spec("tr_log", 1, "ln(max(H, C[-1]) / min(L, C[-1])): true range in log units"),
+    spec("tr_atr", core.ATR_PERIOD, "TR / ATR(14)"),
+    spec("gap_abs_mean_20", 20, "mean |ln(O / C[-1])| over 20"),
+    spec("reversal_rate_20", 21, "share of bars whose return reverses the previous one, 20"),
+    spec("zero_return_share_20", 20, "share of bars with C = C[-1] over 20 (price discreteness)"),
+    spec("zero_return_share_60", 60, "share of bars with C = C[-1] over 60"),
+    spec("doji_share_20", 19, "share of bars with |C - O| <= 0.1(H - L) over 20"),
+    spec("inside_bar", 1, "1 if H <= H[-1] and L >= L[-1]"),
+    spec("outside_bar", 1, "1 if H > H[-1] and L < L[-1]"),
+    spec("higher_high", 1, "1 if H > H[-1]"),
+    spec("lower_low", 1, "1 if L < L[-1]"),
+    spec("range_efficiency_20", 20, "|ln(C / C[-20])| / Σ ln(H/L) over 20"),
+    spec("vol_per_range", 19, "ln(1 + V / mean V20) - ln(1 + ln(H/L) / mean ln(H/L) over 20)"),
+    spec("abdi_ranaldo_20", 20, "sqrt(max(mean 4(c[-1] - η[-1])(c[-1] - η), 0)), η = ln√(HL), 20"),
+    spec("abdi_ranaldo_60", 60, "Abdi–Ranaldo spread over 60"),
+    spec("impact_now", 60, "|r| / (V / mean V60) of this real bar; 0 if V = 0"),
+    spec("wick_skew_20", 19, "(Σ upper wick - Σ lower wick) / Σ ln(H/L) over 20"),
+    spec("roll_to_vol_20", 21, "roll_spread_20 / rv_20"),
+    spec("sign_persistence_60", 61, "share of bars continuing the previous return's sign, 60"),
+    spec("range_ac1_20", 21, "autocorrelation of ln(H/L) at lag 1 over 20"),
+    spec("body_to_range_60", 59, "Σ|ln C/O| / Σ ln(H/L) over 60"),
+    spec("synthetic_share_60", 59, "share of synthetic gap-fill bars over 60"),
+    spec("gap_share_60", 60, "share of bars with O != C[-1] over 60"),
+    spec("gap_share_20", 20, "share of bars with O != C[-1] over 20"),
+    spec("open_pos_in_range", 0, "(O - L) / (H - L); 0.5 if H = L"),
+    spec("close_vs_prev_range", 1, "(C - L[-1]) / (H[-1] - L[-1]) clipped to [-3, 4]; 0.5 if flat"),
+    spec("vwr_20", 20, "Σ r·V / ΣV over 20 real bars (volume-weighted return)"),
+    spec("hl_to_tr_20", 20, "Σ ln(H/L) / Σ TR over 20"),
+)
+
+LAYOUT = Layout("micro")
+HELD = LAYOUT.add("last_real_values", len(FLOW_OUT))
+SIZE = LAYOUT.size
+
+
+@kernel
+def roll_spread(cs: np.ndarray, w: int, t: int) -> float:
+    m = wmean(cs, SUMS_P, KP, w, F_R, t)
+    cov = wmean(cs, SUMS_P, KP, w, F_RR1, t) - m * m
+    return 2.0 * math.sqrt(-cov) if cov < 0.0 else 0.0
+
+
+@kernel
+def update(cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
+           real: bool) -> None:  # fmt: skip
+    t = int(ctx[core.X_T])
+    o = FIRST
+    h, lo_, c = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C]
+    ph, pl = ctx[core.X_PH], ctx[core.X_PL]
+    rec = slot(RING_P, KP, t, 0)
+    rng = cs[rec + F_RNG]
+    rng20 = wsum(cs, SUMS_P, KP, W20, F_RNG)
+    rng60 = wsum(cs, SUMS_P, KP, W60, F_RNG)
+    mrng20 = wmean(cs, SUMS_P, KP, W20, F_RNG, t)
+    roll20 = roll_spread(cs, W20, t)
+    out[o] = roll20
+    out[o + 1] = roll_spread(cs, W60, t)
+    out[o + 2] = wmean(cs, SUMS_P, KP, W20, F_CS, t)
+    out[o + 3] = wmean(cs, SUMS_P, KP, W60, F_CS, t)
+    if real:
+        flow_features(fs, ctx, rng, mrng20, gs[HELD : HELD + len(FLOW_OUT)])
+    for i in range(len(FLOW_OUT)):
+        out[o + FLOW_OUT[i]] = gs[HELD + i]
+    out[o + 10] = wmean(cs, SUMS_P, KP, W20, F_CLV, t)
+    out[o + 11] = wmean(cs, SUMS_P, KP, W60, F_CLV, t)
+    out[o + 12] = wmean(cs, SUMS_P, KP, W20, F_CH, t)
+    out[o + 13] = wmean(cs, SUMS_P, KP, W20, F_CL, t)
+    out[o + 14] = ratio(wsum(cs, SUMS_P, KP, W20, F_ABODY), rng20, 0.0)
+    uw20 = wsum(cs, SUMS_P, KP, W20, F_UW)
+    lw20 = wsum(cs, SUMS_P, KP, W20, F_LW)
+    out[o + 15] = ratio(uw20, rng20, 0.0)
+    out[o + 16] = ratio(lw20, rng20, 0.0)
+    out[o + 17] = ratio(mrng20, wmean(cs, SUMS_P, KP, W60, F_RNG, t), 0.0)
+    out[o + 18] = cs[rec + F_TR]
+    out[o + 19] = ratio(ctx[core.X_TR], ctx[core.X_ATR], 0.0)
+    out[o + 20] = wmean(cs, SUMS_P, KP, W20, F_AON, t)
+    out[o + 21] = wmean(cs, SUMS_P, KP, W20, F_REV, t)
+    out[o + 22] = wmean(cs, SUMS_P, KP, W20, F_ZERO, t)
+    out[o + 23] = wmean(cs, SUMS_P, KP, W60, F_ZERO, t)
+    out[o + 24] = wmean(cs, SUMS_P, KP, W20, F_DOJI, t)
+    first = t == 0
+    out[o + 25] = 1.0 if not first and h <= ph and lo_ >= pl else 0.0
+    out[o + 26] = 1.0 if not first and h > ph and lo_ < pl else 0.0
+    out[o + 27] = 1.0 if not first and h > ph else 0.0
+    out[o + 28] = 1.0 if not first and lo_ < pl else 0.0
+    move = abs(ctx[core.X_LC] - cs[slot(RING_P, KP, t, 20) + F_LC]) if t >= 20 else 0.0
+    out[o + 29] = ratio(move, rng20, 0.0)
+    out[o + 31] = sqrt0(wmean(cs, SUMS_P, KP, W20, F_ARP, t))
+    out[o + 32] = sqrt0(wmean(cs, SUMS_P, KP, W60, F_ARP, t))
+    out[o + 34] = ratio(uw20 - lw20, rng20, 0.0)
+    out[o + 35] = ratio(roll20, sqrt0(wvar(cs, SUMS_P, KP, W20, F_R, F_R2, t)), 0.0)
+    out[o + 36] = wmean(cs, SUMS_P, KP, W60, F_SAME, t)
+    m = mrng20
+    var = wmean(cs, SUMS_P, KP, W20, F_RNG2, t) - m * m
+    cov = wmean(cs, SUMS_P, KP, W20, F_RRNG1, t) - m * m
+    out[o + 37] = clip(cov / var, -1.0, 1.0) if var > VAR_FLOOR else 0.0
+    out[o + 38] = ratio(wsum(cs, SUMS_P, KP, W60, F_ABODY), rng60, 0.0)
+    out[o + 39] = wmean(cs, SUMS_P, KP, W60, F_SYN, t)
+    out[o + 40] = wmean(cs, SUMS_P, KP, W60, F_GAP, t)
+    out[o + 41] = wmean(cs, SUMS_P, KP, W20, F_GAP, t)
+    span = h - lo_
+    out[o + 42] = (ctx[core.X_O] - lo_) / span if span > 0.0 else 0.5
+    pspan = ph - pl
+    out[o + 43] = clip((c - pl) / pspan, -3.0, 4.0) if pspan > 0.0 else 0.5
+    out[o + 45] = ratio(rng20, wsum(cs, SUMS_P, KP, W20, F_TR), 0.0)
+
+
+@kernel
+def flow_features(fs: np.ndarray, ctx: np.ndarray, rng: float, mrng20: float,
+                  res: np.ndarray) -> None:  # fmt: skip
+    """The FLOW_OUT members, in that order, from the real-bar block."""
+    tv = int(fs[flow.NV]) - 1
+    v = ctx[core.X_V]
+    mv20 = wmean(fs, SUMS_V, KV, W20, V_V, tv)
+    mv60 = wmean(fs, SUMS_V, KV, W60, V_V, tv)
+    res[0] = ratio(wmean(fs, SUMS_V, KV, W20, V_AR, tv) * mv60, mv20, 0.0)
+    res[1] = wmean(fs, SUMS_V, KV, W60, V_AR, tv)
+    res[2] = kyle(fs, W20, tv)
+    res[3] = kyle(fs, W60, tv)
+    res[4] = ratio(wsum(fs, SUMS_V, KV, W20, V_BVC), wsum(fs, SUMS_V, KV, W20, V_V), 0.0)
+    res[5] = ratio(wsum(fs, SUMS_V, KV, W60, V_BVC), wsum(fs, SUMS_V, KV, W60, V_V), 0.0)
+    rel_v = ratio(v, mv20, 0.0)
+    rel_rng = ratio(rng, mrng20, 0.0)
+    res[6] = math.log1p(rel_v) - math.log1p(rel_rng)
+    r = fs[slot(flow.RING_V, KV, tv, 0) + V_R]
+    res[7] = ratio(abs(r) * mv60, v, 0.0)
+    res[8] = ratio(wsum(fs, SUMS_V, KV, W20, V_FRC), wsum(fs, SUMS_V, KV, W20, V_V), 0.0)
+
+
+@kernel
+def kyle(fs: np.ndarray, w: int, tv: int) -> float:
+    ms = wmean(fs, SUMS_V, KV, w, V_SG, tv)
+    var = wmean(fs, SUMS_V, KV, w, V_SG2, tv) - ms * ms
+    if var <= VAR_FLOOR:
+        return 0.0
+    mr = wmean(fs, SUMS_V, KV, w, V_R, tv)
+    return (wmean(fs, SUMS_V, KV, w, V_RSG, tv) - mr * ms) / var

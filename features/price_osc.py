@@ -1,0 +1,184 @@
+"""Advanced price features, oscillator half [46-74]: RSI (TA-Lib's Wilder RSI), stochastics,
+channels, Aroon, ATR, CMO, vortex, choppiness, Ichimoku, Elder ray, session-relative prices.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from features import core
+from features.core import F_AR, F_BOP, F_H, F_L, F_OC, F_R, F_TR, F_VIM, F_VIP, KP, RING_P, SUMS_P
+from features.primitives import (
+    RING,
+    W14,
+    Layout,
+    clip,
+    extreme,
+    kernel,
+    ratio,
+    wmean,
+    wsum,
+)
+from features.spec import spec
+
+GROUP = "advanced price"
+FIRST = 46
+RSI_PERIODS = (7, 14, 28)
+STOCH_D = 3
+TA_EPSILON = 1e-14  # TA-Lib 0.8's TA_IS_ZERO band, mirrored for bit-exact RSI
+# Rolling high/low trackers: (window, index of the high tracker; the low one follows)
+CHANNELS = (9, 14, 20, 26, 60)
+C9, C14, C20, C26, C60 = range(len(CHANNELS))
+
+SPECS = (
+    *(spec(f"rsi_{n}", n, f"RSI({n}), TA-Lib/Wilder, 0..100", period=n) for n in RSI_PERIODS),
+    spec("stoch_k_14", 13, "(C - LL14) / (HH14 - LL14); 0.5 if HH = LL"),
+    spec("stoch_d_14", 13 + STOCH_D - 1, "mean of stoch_k_14 over 3 bars", smooth=STOCH_D),
+    spec("stoch_k_60", 59, "(C - LL60) / (HH60 - LL60); 0.5 if HH = LL"),
+    spec("stochrsi_14", 14 + 13, "(RSI14 - min RSI14) / (max - min) over 14; 0.5 if flat"),
+    spec("donchian_width_20", 19, "(HH20 - LL20) / C"),
+    spec("donchian_width_60", 59, "(HH60 - LL60) / C"),
+    spec("dist_high_60", 59, "HH60 / C - 1"),
+    spec("dist_low_60", 59, "LL60 / C - 1"),
+    spec("aroon_up_20", 19, "1 - (bars since HH20) / 19"),
+    spec("aroon_down_20", 19, "1 - (bars since LL20) / 19"),
+    spec("atr_rel", core.ATR_PERIOD, "ATR(14) / C (Wilder, seeded with the mean of 14 TRs)"),
+    spec("cmo_14", 14, "Σr / Σ|r| over 14 (Chande momentum on log returns)"),
+    spec("vortex_pos_14", 14, "Σ|lnH - lnL[-1]| / ΣTR over 14 (TR in log units)"),
+    spec("vortex_neg_14", 14, "Σ|lnL - lnH[-1]| / ΣTR over 14"),
+    spec("qstick_14", 13, "mean of ln(C / O) over 14"),
+    spec("bop_14", 13, "mean of (C - O) / (H - L) over 14"),
+    spec("chop_14", 14, "ln(ΣTR14 / ln(HH14 / LL14)) / ln 14, clipped to [0, 1]; 1 if flat"),
+    spec("tenkan_dev", 8, "C / ((HH9 + LL9) / 2) - 1"),
+    spec("kijun_dev", 25, "C / ((HH26 + LL26) / 2) - 1"),
+    spec("tenkan_kijun", 25, "tenkan / kijun - 1"),
+    spec("elder_bull_12", 11, "H / EMA(12) - 1"),
+    spec("elder_bear_12", 11, "L / EMA(12) - 1"),
+    spec("session_return", 0, "ln(C / first open of the Globex session)"),
+    spec("session_range_pos", 0, "(C - session low) / (session high - session low); 0.5 if flat"),
+    spec("prev_session_return", 0, "ln(C / last close of the previous session); 0 before one"),
+    spec("ema_5_12", 11, "EMA(5) / EMA(12) - 1"),
+)
+
+LAYOUT = Layout("price_osc")
+RSI = LAYOUT.add("rsi_gain_loss", 2 * len(RSI_PERIODS))
+RSI_RING = LAYOUT.add("rsi14_ring", RING)
+RSI_TRK = LAYOUT.add("rsi14_max_min", 4)
+STOCH = LAYOUT.add("stoch_k_last", STOCH_D - 1)
+TRK = LAYOUT.add("channel_trackers", 4 * len(CHANNELS))  # (high, bar, low, bar) per channel
+SESS = LAYOUT.add("session_open_high_low_prev", 5)  # open lnO, high, low, prev lnC, has prev
+SIZE = LAYOUT.size
+
+
+@kernel
+def wilder_rsi(gs: np.ndarray, off: int, diff: float, t: int, n: int) -> float:
+    """TA-Lib's RSI after the diff of bar t (t >= 1): plain means of gains and losses over the
+    first n diffs, then Wilder's x·(n-1), +diff, /n, exactly as TA_RSI orders them."""
+    if t <= n:
+        if diff < 0.0:
+            gs[off + 1] -= diff
+        else:
+            gs[off] += diff
+        if t < n:
+            return 0.0
+        gs[off] /= n
+        gs[off + 1] /= n
+    else:
+        gs[off] *= n - 1
+        gs[off + 1] *= n - 1
+        if diff < 0.0:
+            gs[off + 1] -= diff
+        else:
+            gs[off] += diff
+        gs[off] /= n
+        gs[off + 1] /= n
+    total = gs[off] + gs[off + 1]
+    if -TA_EPSILON < total < TA_EPSILON:
+        return 0.0
+    return 100.0 * (gs[off] / total)
+
+
+@kernel
+def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
+           ema5: float, ema12: float) -> None:  # fmt: skip
+    t = int(ctx[core.X_T])
+    h, lo_, c, lc = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C], ctx[core.X_LC]
+    o = FIRST
+
+    diff = c - ctx[core.X_PC]
+    rsi14 = 0.0
+    for i in range(len(RSI_PERIODS)):
+        v = wilder_rsi(gs, RSI + 2 * i, diff, t, RSI_PERIODS[i]) if t > 0 else 0.0
+        out[o + i] = v
+        if RSI_PERIODS[i] == 14:
+            rsi14 = v
+    o += len(RSI_PERIODS)
+
+    for j in range(len(CHANNELS)):
+        extreme(gs, TRK + 4 * j, cs, RING_P, KP, F_H, t, CHANNELS[j], True)
+        extreme(gs, TRK + 4 * j + 2, cs, RING_P, KP, F_L, t, CHANNELS[j], False)
+    hh14, ll14 = gs[TRK + 4 * C14], gs[TRK + 4 * C14 + 2]
+    hh60, ll60 = gs[TRK + 4 * C60], gs[TRK + 4 * C60 + 2]
+    k14 = ratio(c - ll14, hh14 - ll14, 0.0) if hh14 > ll14 else 0.5
+    out[o] = k14
+    out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) / STOCH_D
+    gs[STOCH + 1] = gs[STOCH]
+    gs[STOCH] = k14
+    out[o + 2] = (c - ll60) / (hh60 - ll60) if hh60 > ll60 else 0.5
+    o += 3
+
+    # Stochastic RSI over the RSI's own bar count, so the tracker only ever sees valid RSIs.
+    ri = t - 14
+    if ri >= 0:
+        gs[RSI_RING + (ri & (RING - 1))] = rsi14
+        extreme(gs, RSI_TRK, gs, RSI_RING, 1, 0, ri, 14, True)
+        extreme(gs, RSI_TRK + 2, gs, RSI_RING, 1, 0, ri, 14, False)
+    top, bottom = gs[RSI_TRK], gs[RSI_TRK + 2]
+    out[o] = (rsi14 - bottom) / (top - bottom) if top > bottom else 0.5
+    o += 1
+
+    hh20, ll20 = gs[TRK + 4 * C20], gs[TRK + 4 * C20 + 2]
+    out[o] = (hh20 - ll20) / c
+    out[o + 1] = (hh60 - ll60) / c
+    out[o + 2] = hh60 / c - 1.0
+    out[o + 3] = ll60 / c - 1.0
+    out[o + 4] = 1.0 - min(t - gs[TRK + 4 * C20 + 1], 19.0) / 19.0
+    out[o + 5] = 1.0 - min(t - gs[TRK + 4 * C20 + 3], 19.0) / 19.0
+    out[o + 6] = ctx[core.X_ATR] / c
+    o += 7
+
+    sum_ar = wsum(cs, SUMS_P, KP, W14, F_AR)
+    sum_tr = wsum(cs, SUMS_P, KP, W14, F_TR)
+    out[o] = ratio(wsum(cs, SUMS_P, KP, W14, F_R), sum_ar, 0.0)
+    out[o + 1] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIP), sum_tr, 0.0)
+    out[o + 2] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIM), sum_tr, 0.0)
+    out[o + 3] = wmean(cs, SUMS_P, KP, W14, F_OC, t)
+    out[o + 4] = wmean(cs, SUMS_P, KP, W14, F_BOP, t)
+    span = math.log(hh14 / ll14)
+    out[o + 5] = clip(math.log(sum_tr / span) / math.log(14.0), 0.0, 1.0) if span > 0.0 else 1.0
+    o += 6
+
+    tenkan = 0.5 * (gs[TRK + 4 * C9] + gs[TRK + 4 * C9 + 2])
+    kijun = 0.5 * (gs[TRK + 4 * C26] + gs[TRK + 4 * C26 + 2])
+    out[o] = c / tenkan - 1.0
+    out[o + 1] = c / kijun - 1.0
+    out[o + 2] = tenkan / kijun - 1.0
+    out[o + 3] = ratio(h, ema12, 0.0) - 1.0
+    out[o + 4] = ratio(lo_, ema12, 0.0) - 1.0
+    o += 5
+
+    if ctx[core.X_NEW_SESSION] > 0.0:
+        if t > 0:
+            gs[SESS + 3] = ctx[core.X_PLC]
+            gs[SESS + 4] = 1.0
+        gs[SESS], gs[SESS + 1], gs[SESS + 2] = ctx[core.X_LO], h, lo_
+    else:
+        gs[SESS + 1] = max(gs[SESS + 1], h)
+        gs[SESS + 2] = min(gs[SESS + 2], lo_)
+    out[o] = lc - gs[SESS]
+    top, bottom = gs[SESS + 1], gs[SESS + 2]
+    out[o + 1] = (c - bottom) / (top - bottom) if top > bottom else 0.5
+    out[o + 2] = lc - gs[SESS + 3] if gs[SESS + 4] > 0.0 else 0.0
+    out[o + 3] = ratio(ema5, ema12, 0.0) - 1.0

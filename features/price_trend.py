@@ -1,0 +1,196 @@
+"""Advanced price features, trend half [15-45]: moving averages, MACD, momentum, Bollinger,
+linear regression, TRIX/DEMA, ATR-scaled distances. Levels are ratios to the close or log
+differences, so ES at 5000 and 6E at 1.08 give comparable numbers.
+
+SMA, EMA and MACD follow TA-Lib 0.8 operation for operation (running SMA total, EMA seeded with
+the mean of its first inputs, MACD's fast EMA seeded late so both EMAs start on the same bar).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from features import core
+from features.core import F_C, F_LC, F_X, KP, LINREG, RING_P, SUMS_P
+from features.primitives import (
+    VAR_FLOOR,
+    W20,
+    W60,
+    WINDOWS,
+    Layout,
+    ema_seeded,
+    ema_step,
+    kernel,
+    ratio,
+    slot,
+    sqrt0,
+    wsum,
+)
+from features.spec import spec
+
+GROUP = "advanced price"
+FIRST = 15
+SMA_PERIODS = (5, 10, 20, 60)
+EMA_PERIODS = (5, 12, 26, 60)
+MACD_FAST, MACD_SLOW, MACD_SIGNAL = 12, 26, 9
+MACD_WARMUP = MACD_SLOW - 1 + MACD_SIGNAL - 1  # TA-Lib's MACD lookback
+ROC_LAGS = (5, 10, 20, 60)
+TRIX_PERIOD = 15
+DEMA_PERIOD = 20
+KELTNER_PERIOD = 20
+CROSS_AGE_CAP = 100
+BB_K = 2.0
+
+SPECS = (
+    *(spec(f"sma_{n}_dev", n - 1, f"C / SMA({n}) - 1", period=n) for n in SMA_PERIODS),
+    *(spec(f"ema_{n}_dev", n - 1, f"C / EMA({n}) - 1 (TA-Lib EMA)", period=n) for n in EMA_PERIODS),
+    spec("sma_5_20", 19, "SMA(5) / SMA(20) - 1"),
+    spec("sma_20_60", 59, "SMA(20) / SMA(60) - 1"),
+    spec("ema_12_26", 25, "EMA(12) / EMA(26) - 1"),
+    spec("macd_rel", MACD_WARMUP, "MACD line(12, 26, 9) / C (TA-Lib MACD)"),
+    spec("macd_signal_rel", MACD_WARMUP, "MACD signal / C"),
+    spec("macd_hist_rel", MACD_WARMUP, "(MACD line - signal) / C"),
+    *(spec(f"roc_{k}", k, f"ln(C / C[-{k}])", lag=k) for k in ROC_LAGS),
+    spec("ema_12_slope", 12, "EMA(12) / EMA(12)[-1] - 1"),
+    spec("bb_pctb_20", 19, "(lnC - (m - 2s)) / 4s; m, s = mean, std of lnC over 20; 0.5 if s = 0",
+         k=BB_K),  # fmt: skip
+    spec("bb_width_20", 19, "4s: Bollinger width of lnC over 20 (log units)", k=BB_K),
+    spec("linreg_slope_20", 19, "OLS slope of lnC on bar index over 20 bars"),
+    spec("linreg_r2_20", 19, "R² of that regression; 0 if lnC is flat"),
+    spec("linreg_resid_20", 19, "lnC - fitted value of that regression at the last bar"),
+    spec("linreg_slope_60", 59, "OLS slope of lnC on bar index over 60 bars"),
+    spec("linreg_r2_60", 59, "R² of the 60-bar regression"),
+    spec("trix_15", 3 * TRIX_PERIOD, "E3 - E3[-1]; E3 = EMA(15) applied 3 times to lnC (seeded "
+         "with the first value)", period=TRIX_PERIOD),  # fmt: skip
+    spec("dema_20_dev", 2 * DEMA_PERIOD, "C / (2 EMA(20) - EMA(EMA(20))) - 1 (seeded with the "
+         "first value)", period=DEMA_PERIOD),  # fmt: skip
+    spec("sma60_atr_z", 59, "(C - SMA(60)) / ATR(14); 0 if ATR = 0"),
+    spec("keltner_pos", KELTNER_PERIOD - 1, "(C - EMA(20)) / (2 ATR(14)); 0 if ATR = 0"),
+    spec("macd_cross_age", MACD_WARMUP, f"bars since MACD line crossed its signal / "
+         f"{CROSS_AGE_CAP}, capped at 1", cap=CROSS_AGE_CAP),  # fmt: skip
+)
+
+LAYOUT = Layout("price_trend")
+SMA = LAYOUT.add("sma_totals", len(SMA_PERIODS))
+EMA = LAYOUT.add("ema", 2 * len(EMA_PERIODS))  # (value, seed sum) per period
+MACD_F = LAYOUT.add("macd_fast_ema", 2)
+MACD_S = LAYOUT.add("macd_signal_ema", 2)
+KELT = LAYOUT.add("keltner_ema", 2)
+TRIX = LAYOUT.add("trix_emas", 4)  # three EMAs and the previous E3
+DEMA = LAYOUT.add("dema_emas", 2)
+PREV_EMA12 = LAYOUT.add("prev_ema12")
+CROSS = LAYOUT.add("macd_cross", 2)  # sign of (line - signal), bars since it changed
+SIZE = LAYOUT.size
+
+
+@kernel
+def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> tuple[float, float]:
+    """Writes the trend features; returns (EMA(5), EMA(12)) for the oscillator half."""
+    t = int(ctx[core.X_T])
+    c, lc, atr = ctx[core.X_C], ctx[core.X_LC], ctx[core.X_ATR]
+    o = FIRST
+
+    # TA-Lib's SMA: the running total drops the oldest close, then adds the newest.
+    sma = np.empty(len(SMA_PERIODS))
+    for i in range(len(SMA_PERIODS)):
+        n = SMA_PERIODS[i]
+        if t >= n:
+            gs[SMA + i] -= cs[slot(RING_P, KP, t, n) + F_C]
+        gs[SMA + i] += c
+        sma[i] = gs[SMA + i] / n
+        out[o + i] = c / sma[i] - 1.0
+    o += len(SMA_PERIODS)
+
+    ema = np.empty(len(EMA_PERIODS))
+    for i in range(len(EMA_PERIODS)):
+        ema[i] = ema_seeded(gs, EMA + 2 * i, c, t, EMA_PERIODS[i])
+        out[o + i] = ratio(c, ema[i], 0.0) - 1.0
+    o += len(EMA_PERIODS)
+    ema12, ema26 = ema[1], ema[2]
+    out[o] = sma[0] / sma[2] - 1.0
+    out[o + 1] = sma[2] / sma[3] - 1.0
+    out[o + 2] = ratio(ema12, ema26, 0.0) - 1.0
+    o += 3
+
+    # MACD: the fast EMA starts MACD_SLOW - MACD_FAST bars late so both first print on bar 25.
+    start = MACD_SLOW - MACD_FAST
+    fast = ema_seeded(gs, MACD_F, c, t - start, MACD_FAST) if t >= start else 0.0
+    line = fast - ema26
+    first = MACD_SLOW - 1
+    signal = ema_seeded(gs, MACD_S, line, t - first, MACD_SIGNAL) if t >= first else 0.0
+    out[o] = line / c
+    out[o + 1] = signal / c
+    out[o + 2] = (line - signal) / c
+    o += 3
+
+    for i in range(len(ROC_LAGS)):
+        k = ROC_LAGS[i]
+        out[o + i] = lc - cs[slot(RING_P, KP, t, k) + F_LC] if t >= k else 0.0
+    o += len(ROC_LAGS)
+
+    out[o] = ratio(ema12, gs[PREV_EMA12], 0.0) - 1.0 if t > 0 else 0.0
+    gs[PREV_EMA12] = ema12
+    o += 1
+
+    # Bollinger and linear regression on x = lnC - anchor (see core): same sums, no cancellation.
+    x = cs[slot(RING_P, KP, t, 0) + F_X]
+    bollinger(cs, t, x, out, o)
+    linreg(cs, t, x, W20, 0, True, out, o + 2)
+    linreg(cs, t, x, W60, 1, False, out, o + 5)
+    o += 7
+
+    # TRIX and DEMA use EMAs seeded with their first input (their warm-ups cover the seed).
+    a = 2.0 / (TRIX_PERIOD + 1)
+    for j in range(3):
+        src = lc if j == 0 else gs[TRIX + j - 1]
+        gs[TRIX + j] = src if t == 0 else ema_step(gs[TRIX + j], src, a)
+    out[o] = gs[TRIX + 2] - gs[TRIX + 3] if t > 0 else 0.0
+    gs[TRIX + 3] = gs[TRIX + 2]
+    b = 2.0 / (DEMA_PERIOD + 1)
+    gs[DEMA] = c if t == 0 else ema_step(gs[DEMA], c, b)
+    gs[DEMA + 1] = c if t == 0 else ema_step(gs[DEMA + 1], gs[DEMA], b)
+    out[o + 1] = c / (2.0 * gs[DEMA] - gs[DEMA + 1]) - 1.0
+    o += 2
+
+    out[o] = ratio(c - sma[3], atr, 0.0)
+    kelt = ema_seeded(gs, KELT, c, t, KELTNER_PERIOD)
+    out[o + 1] = ratio(c - kelt, 2.0 * atr, 0.0)
+    o += 2
+
+    side = 1.0 if line >= signal else -1.0
+    gs[CROSS + 1] = 0.0 if side != gs[CROSS] else gs[CROSS + 1] + 1.0
+    gs[CROSS] = side
+    out[o] = min(gs[CROSS + 1], CROSS_AGE_CAP) / CROSS_AGE_CAP
+    return ema[0], ema12
+
+
+@kernel
+def bollinger(cs: np.ndarray, t: int, x: float, out: np.ndarray, o: int) -> None:
+    n = min(t + 1, WINDOWS[W20])
+    mean = wsum(cs, SUMS_P, KP, W20, F_X) / n
+    var = wsum(cs, SUMS_P, KP, W20, core.F_X2) / n - mean * mean
+    sd = sqrt0(var)
+    out[o] = (x - (mean - BB_K * sd)) / (2.0 * BB_K * sd) if sd > 0.0 else 0.5
+    out[o + 1] = 2.0 * BB_K * sd
+
+
+@kernel
+def linreg(cs: np.ndarray, t: int, x: float, w: int, i: int, resid: bool, out: np.ndarray,
+           o: int) -> None:  # fmt: skip
+    """OLS of x on j = 1..n from Σx, Σx², Σj·x (x = lnC - anchor; the anchor cancels)."""
+    n = float(min(t + 1, WINDOWS[w]))
+    sx = wsum(cs, SUMS_P, KP, w, F_X)
+    sxx = wsum(cs, SUMS_P, KP, w, core.F_X2)
+    sjx = cs[LINREG + i]
+    sj = n * (n + 1.0) / 2.0
+    sjj = n * (n + 1.0) * (2.0 * n + 1.0) / 6.0
+    djj = n * sjj - sj * sj
+    djx = n * sjx - sj * sx
+    dxx = n * sxx - sx * sx
+    slope = djx / djj if djj > 0.0 else 0.0
+    out[o] = slope
+    flat = dxx <= VAR_FLOOR * n * n
+    out[o + 1] = 0.0 if flat or djj <= 0.0 else min(djx * djx / (djj * dxx), 1.0)
+    if resid:
+        intercept = (sx - slope * sj) / n
+        out[o + 2] = x - (intercept + slope * n)

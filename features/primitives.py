@@ -1,0 +1,229 @@
+"""Building blocks shared by every feature kernel: the JIT decorator, state layout, rolling blocks.
+
+A symbol's whole state is one flat float64 vector. Each kernel module reserves its slots with a
+`Layout` at import time; the resulting offsets are plain module constants that numba freezes
+into the compiled code.
+
+A *rolling block* is a ring of `RING` records of `k` float fields plus, for every window in
+`WINDOWS`, the running sum of every field. `roll_sums` keeps the sums with one vectorizable
+add/subtract per field and window; `resync_sums` recomputes them exactly from the ring once per
+ring cycle, so float drift can never grow past `RING` updates. Both are deterministic, so a
+history streamed bar by bar and the same history in one batch give identical bits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+# No fastmath (results must be exact and reproducible); numpy's error model turns the zero
+# checks on every division into plain IEEE semantics, which the guards below make unreachable.
+kernel = njit(cache=True, error_model="numpy")
+
+RING = 64  # records per ring: a power of two above the longest window plus its longest lag
+MASK = RING - 1
+WINDOWS = np.array([5, 10, 14, 20, 60], dtype=np.int64)
+W5, W10, W14, W20, W60 = 0, 1, 2, 3, 4  # index of each window in WINDOWS
+N_WINDOWS = len(WINDOWS)
+
+# Variances of one-minute log returns below this are float residue, not movement: one tick on
+# any listed future is a log return above 1e-6, i.e. a variance above 1e-14 in a 60-bar window.
+VAR_FLOOR = 1e-20
+LOG_FLOOR = 1e-12  # log-price spans (ranges, channel widths) below this count as flat
+
+
+class Layout:
+    """Allocates named slots of one module's block of the state vector."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.size = 0
+        self.slots: list[tuple[str, int]] = []
+
+    def add(self, name: str, n: int = 1) -> int:
+        offset = self.size
+        self.size += n
+        self.slots.append((name, n))
+        return offset
+
+    def rolling(self, name: str, k: int) -> tuple[int, int]:
+        """Reserve a rolling block of `k` fields: returns (ring offset, sums offset)."""
+        return self.add(f"{name}.ring", RING * k), self.add(f"{name}.sums", N_WINDOWS * k)
+
+    def describe(self) -> str:
+        return f"{self.name}:" + ",".join(f"{slot}={n}" for slot, n in self.slots)
+
+
+@intrinsic
+def fma(typingctx, a, b, c):  # type: ignore[no-untyped-def]
+    """a*b + c rounded once (llvm.fma), as TA-Lib 0.8's fused EMA recursion computes it."""
+    sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()] * 3)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.f64")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@kernel
+def ema_step(prev: float, x: float, k: float) -> float:
+    return fma(x - prev, k, prev)
+
+
+@kernel
+def ratio(num: float, den: float, floor: float) -> float:
+    """num/den, or 0 where |den| <= floor (flat prices, zero volume, empty windows)."""
+    if abs(den) <= floor:
+        return 0.0
+    return num / den
+
+
+@kernel
+def clip(x: float, lo: float, hi: float) -> float:
+    return min(max(x, lo), hi)
+
+
+@kernel
+def sign(x: float) -> float:
+    if x > 0.0:
+        return 1.0
+    if x < 0.0:
+        return -1.0
+    return 0.0
+
+
+@kernel
+def sqrt0(x: float) -> float:
+    """sqrt of a variance, with float residue below VAR_FLOOR read as exactly flat."""
+    return math.sqrt(x) if x > VAR_FLOOR else 0.0
+
+
+@kernel
+def put_i64(s: np.ndarray, off: int, v: int) -> None:
+    """Store an int64 (a ns timestamp exceeds float64's 53 exact bits) as two exact halves."""
+    s[off] = float(v >> 32)
+    s[off + 1] = float(v & 0xFFFFFFFF)
+
+
+@kernel
+def get_i64(s: np.ndarray, off: int) -> int:
+    return (np.int64(s[off]) << 32) | np.int64(s[off + 1])
+
+
+@kernel
+def slot(ring: int, k: int, t: int, lag: int) -> int:
+    """Offset of the record written `lag` bars before bar `t` in a ring of k-field records."""
+    return ring + ((t - lag) & MASK) * k
+
+
+@kernel
+def advance_sums(s: np.ndarray, ring: int, sums: int, k: int, t: int) -> None:
+    """Fold bar t's record (already written) into the sums; exact recount once per ring cycle."""
+    if (t & MASK) == MASK:
+        resync_sums(s, ring, sums, k, t)
+    else:
+        roll_sums(s, ring, sums, k, t)
+
+
+@kernel
+def roll_sums(s: np.ndarray, ring: int, sums: int, k: int, t: int) -> None:
+    """Add bar t's record to every window sum and drop the record leaving the window."""
+    new = slot(ring, k, t, 0)
+    for w in range(N_WINDOWS):
+        win = WINDOWS[w]
+        base = sums + w * k
+        if t >= win:
+            old = slot(ring, k, t, win)
+            for f in range(k):
+                s[base + f] += s[new + f] - s[old + f]
+        else:
+            for f in range(k):
+                s[base + f] += s[new + f]
+
+
+@kernel
+def resync_sums(s: np.ndarray, ring: int, sums: int, k: int, t: int) -> None:
+    for w in range(N_WINDOWS):
+        base = sums + w * k
+        for f in range(k):
+            s[base + f] = 0.0
+        for lag in range(min(WINDOWS[w], t + 1)):
+            rec = slot(ring, k, t, lag)
+            for f in range(k):
+                s[base + f] += s[rec + f]
+
+
+@kernel
+def count(t: int, w: int) -> int:
+    """Records in a window of w at bar t (the whole window once warm)."""
+    return min(t + 1, WINDOWS[w])
+
+
+@kernel
+def wsum(s: np.ndarray, sums: int, k: int, w: int, f: int) -> float:
+    return s[sums + w * k + f]
+
+
+@kernel
+def wmean(s: np.ndarray, sums: int, k: int, w: int, f: int, t: int) -> float:
+    return s[sums + w * k + f] / count(t, w)
+
+
+@kernel
+def wvar(s: np.ndarray, sums: int, k: int, w: int, f: int, f2: int, t: int) -> float:
+    """Population variance from the window sums of x (field f) and x² (field f2), never < 0."""
+    n = count(t, w)
+    m = s[sums + w * k + f] / n
+    return max(s[sums + w * k + f2] / n - m * m, 0.0)
+
+
+@kernel
+def extreme(
+    ts: np.ndarray, trk: int, rs: np.ndarray, ring: int, k: int, f: int, t: int, win: int, hi: bool
+) -> None:
+    """Rolling max (hi) or min of field f of the ring rs[ring:] over `win` bars, tracked in
+    ts[trk] (value) and ts[trk + 1] (bar index of the value).
+
+    O(1) except when the extreme leaves the window, which triggers one rescan of the window.
+    Ties resolve to the most recent bar, so "bars since the high" counts from the freshest touch.
+    """
+    x = rs[slot(ring, k, t, 0) + f]
+    better = x >= ts[trk] if hi else x <= ts[trk]
+    if t == 0 or better:
+        ts[trk] = x
+        ts[trk + 1] = t
+        return
+    if t - int(ts[trk + 1]) < win:
+        return
+    best = x
+    at = t
+    for lag in range(1, min(win, t + 1)):
+        v = rs[slot(ring, k, t, lag) + f]
+        if (v > best) if hi else (v < best):
+            best = v
+            at = t - lag
+    ts[trk] = best
+    ts[trk + 1] = at
+
+
+@kernel
+def ema_seeded(s: np.ndarray, off: int, x: float, i: int, n: int) -> float:
+    """TA-Lib's EMA of x at its i-th input (i = 0 first): s[off] value, s[off + 1] seed sum.
+
+    Seeded with the plain mean of the first n inputs (valid from i = n - 1), then the fused
+    recursion TA-Lib 0.8 uses, so values match talib.EMA bit for bit.
+    """
+    if i < n - 1:
+        s[off + 1] += x
+    elif i == n - 1:
+        s[off] = (s[off + 1] + x) / n
+    else:
+        s[off] = ema_step(s[off], x, 2.0 / (n + 1))
+    return s[off]

@@ -1,0 +1,106 @@
+"""Volume features [90-104] from the real-bar volume block (see flow): relative volume, OBV,
+VWAP deviations, MFI, Chaikin money flow and oscillator, force index, return/volume coupling.
+On synthetic bars the group repeats the last real bar's values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from features import core, flow
+from features.flow import (
+    SUMS_V,
+    V_CLVV,
+    V_LV,
+    V_LV2,
+    V_MFN,
+    V_MFP,
+    V_NVR,
+    V_R,
+    V_R2,
+    V_RLV,
+    V_SV,
+    V_TPV,
+    V_UPV,
+    V_V,
+    KV,
+)
+from features.primitives import VAR_FLOOR, W5, W14, W20, W60, Layout, kernel, ratio, wmean, wsum
+from features.spec import spec
+
+GROUP = "volume"
+FIRST = 90
+N = 15
+
+SPECS = (
+    spec("vol_ratio_20", 19, "V / mean V over 20 real bars; 0 if that mean is 0"),
+    spec("vol_ratio_60", 59, "V / mean V over 60 real bars"),
+    spec("vol_z_20", 19, "z-score of ln(1+V) over 20 real bars; 0 if flat"),
+    spec("obv_flow_20", 20, "Σ sign(r)·V / ΣV over 20 real bars (OBV change per unit volume)"),
+    spec("vwap_dev_20", 19, "C / VWAP20 - 1, VWAP20 = Σ TP·V / ΣV, TP = (H + L + C) / 3"),
+    spec("vwap_dev_session", 0, "C / session VWAP - 1 (VWAP since the Globex open)"),
+    spec("mfi_14", 14, "100 · Σ positive money flow / Σ money flow over 14; 50 if none"),
+    spec("cmf_20", 19, "Σ CLV·V / ΣV over 20 (Chaikin money flow)"),
+    spec("chaikin_osc", 19, "(EMA3(ADL) - EMA10(ADL)) / mean V20, ADL = Σ CLV·V"),
+    spec("force_13", 20, "EMA13(r · V) / mean V20"),
+    spec("vol_trend_5_20", 19, "mean V5 / mean V20 - 1"),
+    spec("up_volume_share_20", 20, "Σ V over up bars / ΣV over 20"),
+    spec("ret_volume_corr_20", 20, "correlation of r and ln(1+V) over 20 real bars"),
+    spec("nvi_ret_20", 20, "Σ r over bars whose volume fell, last 20 real bars"),
+    spec("lv_slope_5_20", 19, "mean ln(1+V) over 5 - over 20"),
+)
+
+LAYOUT = Layout("volume")
+HELD = LAYOUT.add("last_real_values", N)
+SIZE = LAYOUT.size
+
+
+@kernel
+def update(fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray, real: bool) -> None:
+    if real:
+        compute(fs, ctx, gs[HELD : HELD + N])
+    out[FIRST : FIRST + N] = gs[HELD : HELD + N]
+
+
+@kernel
+def compute(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
+    tv = int(fs[flow.NV]) - 1  # the bar just folded in
+    c, v = ctx[core.X_C], ctx[core.X_V]
+    mv20 = wmean(fs, SUMS_V, KV, W20, V_V, tv)
+    mv60 = wmean(fs, SUMS_V, KV, W60, V_V, tv)
+    sv20 = wsum(fs, SUMS_V, KV, W20, V_V)
+    res[0] = ratio(v, mv20, 0.0)
+    res[1] = ratio(v, mv60, 0.0)
+    m = wmean(fs, SUMS_V, KV, W20, V_LV, tv)
+    var = wmean(fs, SUMS_V, KV, W20, V_LV2, tv) - m * m
+    res[2] = (math.log1p(v) - m) / math.sqrt(var) if var > VAR_FLOOR else 0.0
+    res[3] = ratio(wsum(fs, SUMS_V, KV, W20, V_SV), sv20, 0.0)
+    vwap = ratio(wsum(fs, SUMS_V, KV, W20, V_TPV), sv20, 0.0)
+    res[4] = c / vwap - 1.0 if vwap > 0.0 else 0.0
+    svwap = ratio(fs[flow.S_TPV], fs[flow.S_V], 0.0)
+    res[5] = c / svwap - 1.0 if svwap > 0.0 else 0.0
+    pos = wsum(fs, SUMS_V, KV, W14, V_MFP)
+    flow_total = pos + wsum(fs, SUMS_V, KV, W14, V_MFN)
+    res[6] = 100.0 * pos / flow_total if flow_total > 0.0 else 50.0
+    res[7] = ratio(wsum(fs, SUMS_V, KV, W20, V_CLVV), sv20, 0.0)
+    res[8] = ratio(fs[flow.ADL_E] - fs[flow.ADL_E + 1], mv20, 0.0)
+    res[9] = ratio(fs[flow.FORCE_E], mv20, 0.0)
+    res[10] = ratio(wmean(fs, SUMS_V, KV, W5, V_V, tv), mv20, 0.0) - 1.0 if mv20 > 0.0 else 0.0
+    res[11] = ratio(wsum(fs, SUMS_V, KV, W20, V_UPV), sv20, 0.0)
+    res[12] = correlation(fs, tv, V_R, V_R2, V_LV, V_LV2, V_RLV)
+    res[13] = wsum(fs, SUMS_V, KV, W20, V_NVR)
+    res[14] = wmean(fs, SUMS_V, KV, W5, V_LV, tv) - m
+
+
+@kernel
+def correlation(fs: np.ndarray, tv: int, fx: int, fxx: int, fy: int, fyy: int, fxy: int) -> float:
+    """Pearson correlation over 20 real bars from window sums; 0 if either side is flat."""
+    mx = wmean(fs, SUMS_V, KV, W20, fx, tv)
+    my = wmean(fs, SUMS_V, KV, W20, fy, tv)
+    vx = wmean(fs, SUMS_V, KV, W20, fxx, tv) - mx * mx
+    vy = wmean(fs, SUMS_V, KV, W20, fyy, tv) - my * my
+    if vx <= VAR_FLOOR or vy <= VAR_FLOOR:
+        return 0.0
+    cov = wmean(fs, SUMS_V, KV, W20, fxy, tv) - mx * my
+    return max(min(cov / math.sqrt(vx * vy), 1.0), -1.0)

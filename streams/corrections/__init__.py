@@ -1,0 +1,86 @@
+"""Price corrections: every `bars.raw` message gets exactly one outcome.
+
+Pure (no Faust, no Kafka): `correct(value, state, config, stats)` takes one message (orjson
+bytes or a decoded dict) and the state of its symbol, updates the state in place and returns a
+`Step`; the agent keeps each `SymbolState` as `to_bytes()` in a table. `correct_history` runs
+the same code over a whole history (cleaning training data).
+
+Outcomes: `clean` (unchanged), `corrected` (with `Change(rule, field, old, new)`s),
+`duplicate` (dropped, counted) or `rejected` (a `Reason` and a human message). Rules, in order:
+
+- malformed: not JSON, not an object, missing fields, wrong types (prices must be int64
+  fixed-point, UNDEF_PRICE/null/NaN when undefined), ids out of range, an rtype that is not
+  OHLCV, ts_event before 2000, after 2100, off its interval grid, or more than `max_future_s`
+  ahead of `now_ns`; a symbol that changes its rtype → rejected `malformed`.
+- duplicates on (symbol, ts_event, rtype), remembered for the last `recent_keys` accepted bars:
+  identical content → `duplicate`; other prices or volume → the first is kept, the second
+  rejected `conflicting_duplicate`.
+- late: ts_event at or before the symbol's last accepted (or held) bar → rejected `late`.
+- undefined prices: all four undefined → rejected `undefined_price`; otherwise repaired by the
+  narrowest consistent envelope: high = max and low = min of the defined prices, open or close
+  only when that envelope pins them (high == low); else rejected `undefined_price`.
+- zero or negative prices → rejected `nonpositive_price`, unless the symbol is listed in
+  `allow_negative` (or is a '-' spread); for those the scale and spike rules are off.
+- scale errors: a price a power of ten (10^1..10^9, within `scale_tolerance` decades) off the
+  symbol's last accepted close (the bar's median before the first one) is rescaled. A price
+  divided by 10^k lost up to 10^k units, so it is restored only if 10^k <= the symbol's tick
+  (learned as the gcd of accepted prices): always within one tick; otherwise `scale_error`.
+- envelope: high < max(open, close), low > min(open, close) or high < low → high/low become
+  max/min of the four prices (the narrowest consistent envelope; an inverted pair is swapped).
+- spikes: a price whose log move from the last accepted close is at least `spike_min_move`
+  (0.5 %) and `spike_z` (10) robust z-scores (median/MAD of the last `spike_window` close-to-
+  close log returns, floored at one tick) is a candidate. It stands if later trades went at
+  least `spike_confirm` (1/4) of the way from the reference toward it: for an open, high or low
+  the bar's own close counts; for a close only the next bar does. A real fast market moves and
+  stays (the next bar trades near the new level: confirmed, accepted); a bad print reverts (the
+  next bar trades back at the old level: rejected `spike`). A spike lasting two or more bars is
+  indistinguishable from a real move and is accepted.
+
+Latency of the spike rule: a candidate that its own close does not confirm is held in the
+state (`SymbolState.held`, serialized with it) and released, accepted or rejected, by the next
+bar of the same symbol (its outcome comes first in that call's `Step`), or by `flush()` once an
+END_OF_INTERVAL record is `hold_timeout_s` past it (unconfirmed: rejected), or at the end of a
+history. Only candidates wait (none of the 29,996 real 6EH4 bars); every other bar is decided
+in its own call.
+
+Gaps (ohlcv-1m): when an accepted bar follows the previous one by more than a minute, the
+missing minutes are reported (`Gap`) and, with `fill_gaps` and at most `max_fill` missing
+(longer gaps are session breaks), filled with synthetic bars (`status: "synthetic"`,
+O=H=L=C=previous close, volume 0) placed before it in `Step.clean`. Synthetic bars answer no
+input, so they are no outcome and never enter the statistics of real bars.
+"""
+
+from streams.corrections.config import CorrectionConfig
+from streams.corrections.engine import correct, flush
+from streams.corrections.history import History, bars_from_frame, correct_history
+from streams.corrections.outcome import (
+    SYNTHETIC,
+    Change,
+    CorrectionStats,
+    Gap,
+    Outcome,
+    Reason,
+    Rule,
+    Status,
+    Step,
+)
+from streams.corrections.state import SymbolState
+
+__all__ = [
+    "SYNTHETIC",
+    "Change",
+    "CorrectionConfig",
+    "CorrectionStats",
+    "Gap",
+    "History",
+    "Outcome",
+    "Reason",
+    "Rule",
+    "Status",
+    "Step",
+    "SymbolState",
+    "bars_from_frame",
+    "correct",
+    "correct_history",
+    "flush",
+]

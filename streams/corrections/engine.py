@@ -1,0 +1,228 @@
+"""The corrections step: one raw bar plus its symbol's state in, outcomes and clean bars out."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from streams.corrections.config import CorrectionConfig
+from streams.corrections.outcome import (
+    SYNTHETIC,
+    Change,
+    CorrectionStats,
+    Gap,
+    Outcome,
+    Reason,
+    Status,
+    Step,
+)
+from streams.corrections.parse import MINUTE_NS, RTYPE_OHLCV_1M, Bar, decode, validate
+from streams.corrections.rules import CLOSE, Rejection, repair
+from streams.corrections.spikes import confirmed, describe, suspicious
+from streams.corrections.state import Held, SymbolState
+
+CLEAN, CORRECTED = Status.CLEAN.value, Status.CORRECTED.value
+
+
+def correct(
+    value: Any,
+    state: SymbolState,
+    config: CorrectionConfig,
+    stats: CorrectionStats,
+    *,
+    ref: Any = None,
+    now_ns: int | None = None,
+) -> Step:
+    """Run every rule on one `bars.raw` message (orjson bytes or a decoded dict).
+
+    `state` is the state of the message's symbol (the Kafka key) and is updated in place.
+    Never raises on bad input: malformed messages are rejected. The returned step holds this
+    input's outcome, unless it is held as a spike candidate (then a later `correct` or `flush`
+    on the same state releases it), plus the outcome of a previously held bar this one resolved.
+    `ref` (JSON-serializable, e.g. [topic, partition, offset]) comes back on the outcome;
+    `now_ns` (wall clock) enables the far-future timestamp check.
+    """
+    step = Step()
+    data = decode(value)
+    bar = data if isinstance(data, str) else validate(data, value, config, now_ns)
+    if isinstance(bar, str):
+        _reject(step, stats, value, ref, Reason.MALFORMED, bar)
+    else:
+        process(bar, state, config, stats, step, ref)
+    return step
+
+
+def flush(
+    state: SymbolState,
+    config: CorrectionConfig,
+    stats: CorrectionStats,
+    *,
+    until_ts: int | None = None,
+) -> Step:
+    """Decide a held spike candidate that no later bar resolved: when the stream has reached
+    `until_ts` (an END_OF_INTERVAL record's ts_event) at least `hold_timeout_s` past it, or
+    unconditionally with `until_ts=None` (end of a history). Unconfirmed, it is rejected."""
+    step = Step()
+    held = state.held
+    if held is not None and (until_ts is None or until_ts - held.ts >= config.hold_timeout_ns):
+        _resolve(state, config, stats, step, later=())
+    return step
+
+
+def process(
+    bar: Bar,
+    state: SymbolState,
+    config: CorrectionConfig,
+    stats: CorrectionStats,
+    step: Step,
+    ref: Any,
+) -> None:
+    """The rules on a validated bar, in order: symbol/interval consistency, duplicate, late,
+    price repairs, resolution of a held candidate, spike."""
+    value, data = bar.value, bar.data
+    if bar.symbol != state.symbol:
+        if state.symbol:
+            message = f"symbol {bar.symbol!r} given with the state of {state.symbol!r}"
+            _reject(step, stats, value, ref, Reason.MALFORMED, message + "; pass its own state")
+            return
+        state.symbol = bar.symbol
+    last = state.last
+    if last is not None and bar.rtype != last["rtype"]:
+        message = f"rtype {bar.rtype} after rtype {last['rtype']}: one bar interval per symbol"
+        _reject(step, stats, value, ref, Reason.MALFORMED, message)
+        return
+    if last is not None and bar.ts <= (last["ts_event"] if state.held is None else state.held.ts):
+        _seen(bar, state, stats, step, ref)
+        return
+    allow_negative = config.allows_negative(bar.symbol)
+    ref_close = 0 if last is None else last["close"]
+    repaired = repair(bar.prices, ref_close, state.tick, allow_negative, config.scale_tolerance)
+    if isinstance(repaired, Rejection):
+        _reject(step, stats, value, ref, repaired.reason, repaired.message)
+        return
+    prices, changes = repaired
+    if state.held is not None:
+        _resolve(state, config, stats, step, later=prices)
+        last = state.last
+    if changes:
+        data["open"], data["high"], data["low"], data["close"] = prices
+        data["status"] = CORRECTED
+    else:
+        data["status"] = CLEAN
+    data["corrections"] = [change.as_list() for change in changes]
+    if last is not None and not allow_negative:
+        moves = suspicious(prices, last["close"], state.returns, state.tick, config)
+        if moves:
+            if not confirmed(moves, prices[CLOSE], (), last["close"], config.spike_confirm):
+                held = Held(value, ref, data, tuple(changes), moves, bar.ts, bar.rtype, bar.digest)
+                state.held = held
+                stats.held += 1
+                return
+            stats.confirmed += 1
+    _accept(state, config, stats, step, data, tuple(changes), value, ref, bar.digest)
+
+
+def _seen(bar: Bar, state: SymbolState, stats: CorrectionStats, step: Step, ref: Any) -> None:
+    """A bar at or before the symbol's last accepted or held one: duplicate or late."""
+    prior = state.prior(bar.ts, bar.rtype)
+    key = f"(symbol, ts_event, rtype) = ({bar.symbol}, {bar.ts}, {bar.rtype})"
+    if prior == bar.digest:
+        outcome = Outcome(Status.DUPLICATE, bar.value, message=f"{key} seen before", ref=ref)
+        _emit(step, stats, outcome)
+    elif prior is not None:
+        message = f"{key} seen before with other prices or volume; the first is kept"
+        _reject(step, stats, bar.value, ref, Reason.CONFLICTING_DUPLICATE, message)
+    else:
+        last_ts = state.last_ts
+        message = f"ts_event {bar.ts} is {(last_ts - bar.ts) / 1e9:g} s before {last_ts}"
+        _reject(step, stats, bar.value, ref, Reason.LATE, message + ", the symbol's last bar")
+
+
+def _resolve(
+    state: SymbolState,
+    config: CorrectionConfig,
+    stats: CorrectionStats,
+    step: Step,
+    later: list[int] | tuple[()],
+) -> None:
+    held = state.held
+    assert held is not None and state.last is not None  # a candidate needs a reference
+    state.held = None
+    ref_close = state.last["close"]
+    prices = held.prices
+    if later and confirmed(held.moves, prices[CLOSE], later, ref_close, config.spike_confirm):
+        stats.confirmed += 1
+        _accept(
+            state, config, stats, step, held.bar, held.changes, held.value, held.ref, held.digest
+        )
+        return
+    why = "the next bar did not confirm it" if later else "no later bar came before the timeout"
+    message = f"{describe(held.moves, prices, ref_close)}; {why}"
+    _reject(step, stats, held.value, held.ref, Reason.SPIKE, message)
+
+
+def _accept(
+    state: SymbolState,
+    config: CorrectionConfig,
+    stats: CorrectionStats,
+    step: Step,
+    data: dict[str, Any],
+    changes: tuple[Change, ...],
+    value: Any,
+    ref: Any,
+    digest: int,
+) -> None:
+    ts, close = data["ts_event"], data["close"]
+    last = state.last
+    if last is not None:
+        if ts - last["ts_event"] > MINUTE_NS and data["rtype"] == RTYPE_OHLCV_1M:
+            _gap(state, config, stats, step, last, (ts - last["ts_event"]) // MINUTE_NS - 1)
+        previous = last["close"]
+        if close > 0 and previous > 0:
+            returns = state.returns
+            returns.append(math.log(close / previous))
+            if len(returns) > config.spike_window:
+                returns.popleft()
+    state.tick = math.gcd(state.tick, data["open"], data["high"], data["low"], close)
+    keys = state.keys
+    keys.append((ts, data["rtype"], digest))
+    if len(keys) > config.recent_keys:
+        keys.popleft()
+    state.last = data
+    step.clean.append(data)
+    outcome = Outcome(Status.CORRECTED if changes else Status.CLEAN, value, data, changes, ref=ref)
+    step.outcomes.append(outcome)
+    stats.record(outcome)
+
+
+def _gap(
+    state: SymbolState,
+    config: CorrectionConfig,
+    stats: CorrectionStats,
+    step: Step,
+    last: dict[str, Any],
+    missing: int,
+) -> None:
+    """Report missing minutes; fill short gaps with flagged flat bars at the previous close."""
+    filled = config.fill_gaps and missing <= config.max_fill
+    gap = Gap(state.symbol, last["ts_event"], missing, filled)
+    step.gaps.append(gap)
+    stats.record_gap(gap)
+    if filled:
+        close = last["close"]
+        flat = {"open": close, "high": close, "low": close, "close": close, "volume": 0}
+        marks = {"status": SYNTHETIC, "corrections": []}
+        for k in range(1, missing + 1):
+            ts = last["ts_event"] + k * MINUTE_NS
+            step.clean.append({**last, "ts_event": ts, **flat, **marks})
+
+
+def _reject(
+    step: Step, stats: CorrectionStats, value: Any, ref: Any, reason: Reason, message: str
+) -> None:
+    _emit(step, stats, Outcome(Status.REJECTED, value, reason=reason, message=message, ref=ref))
+
+
+def _emit(step: Step, stats: CorrectionStats, outcome: Outcome) -> None:
+    step.outcomes.append(outcome)
+    stats.record(outcome)

@@ -1,0 +1,126 @@
+"""Batch use of the corrections rules: a whole history (training data, tests) through the same
+code as the streaming agent, and `bars.raw` dicts from a DataFrame."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streams.corrections.config import CorrectionConfig
+from streams.corrections.engine import correct, flush, process
+from streams.corrections.outcome import CorrectionStats, Gap, Outcome, Step
+from streams.corrections.parse import PRICE_FIELDS, RTYPE_OHLCV_1M, decode, validate
+from streams.corrections.state import SymbolState
+from streams.schema import PRICE_SCALE, UNDEF_PRICE, is_control
+
+FIXED_PER_UNIT = round(1 / PRICE_SCALE)
+
+
+@dataclass(slots=True)
+class History:
+    """`outcomes`: one per input bar, in decision order; `clean`: the `bars.clean` values
+    (accepted and synthetic), ts-ordered per symbol; `states`: each symbol's final state."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    clean: list[dict[str, Any]] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    stats: CorrectionStats = field(default_factory=CorrectionStats)
+    states: dict[str, SymbolState] = field(default_factory=dict)
+
+    def add(self, step: Step) -> None:
+        self.outcomes += step.outcomes
+        self.clean += step.clean
+        self.gaps += step.gaps
+
+
+def correct_history(values: Iterable[Any], config: CorrectionConfig | None = None) -> History:
+    """Correct a history of `bars.raw` messages (bytes or dicts, any symbols mixed, in arrival
+    order). END_OF_INTERVAL control records flush held spike candidates as the agent does; at
+    the end every held candidate is decided, so each input bar has exactly one outcome."""
+    config = config or CorrectionConfig()
+    history = History()
+    stats, states = history.stats, history.states
+    for value in values:
+        data = decode(value)
+        if isinstance(data, dict) and is_control(data):
+            until = data.get("ts_event")
+            for state in states.values():
+                history.add(
+                    flush(state, config, stats, until_ts=until if type(until) is int else None)
+                )
+            continue
+        bar = data if isinstance(data, str) else validate(data, value, config)
+        if isinstance(bar, str):
+            history.add(correct(value, SymbolState(), config, stats))  # rejects it as malformed
+            continue
+        step = Step()
+        process(bar, states.setdefault(bar.symbol, SymbolState()), config, stats, step, None)
+        history.add(step)
+    for state in states.values():
+        history.add(flush(state, config, stats))
+    return history
+
+
+def bars_from_frame(
+    frame: Any,
+    *,
+    symbol: str | None = None,
+    instrument_id: int = 0,
+    publisher_id: int = 0,
+    rtype: int = RTYPE_OHLCV_1M,
+    source: str = "frame",
+) -> list[dict[str, Any]]:
+    """`bars.raw` dicts from a pandas DataFrame.
+
+    ts_event: a column or the index, int64 UTC nanoseconds of the bar open (DBN
+    `to_df(pretty_ts=False)`). open/high/low/close: fixed-point int64 (`price_type="fixed"`) or
+    float prices, rounded to 1e-9 (NaN becomes UNDEF_PRICE). Columns symbol, instrument_id,
+    publisher_id and rtype, where present, win over the keyword defaults.
+    """
+    n = len(frame)
+    if "ts_event" in frame.columns:
+        ts = frame["ts_event"]
+    elif frame.index.name == "ts_event":
+        ts = frame.index
+    else:
+        raise ValueError("frame has no ts_event column or index; add one (int64 UTC ns)")
+    ts_values = np.asarray(ts)
+    if ts_values.dtype.kind not in "iu":
+        raise ValueError(
+            f"ts_event has dtype {ts_values.dtype}; it must be int64 UTC nanoseconds "
+            "(DBNStore.to_df(pretty_ts=False), or Series.astype('int64') on ns datetimes)"
+        )
+    if symbol is None and "symbol" not in frame.columns:
+        raise ValueError("frame has no 'symbol' column: pass symbol='ESH4' (the raw symbol)")
+
+    def column(name: str, default: Any) -> list[Any]:
+        return frame[name].tolist() if name in frame.columns else [default] * n
+
+    columns: dict[str, list[Any]] = {
+        "instrument_id": column("instrument_id", instrument_id),
+        "symbol": column("symbol", symbol),
+        "ts_event": ts_values.astype(np.int64).tolist(),
+        "rtype": column("rtype", rtype),
+        "publisher_id": column("publisher_id", publisher_id),
+    }
+    for name in PRICE_FIELDS:
+        columns[name] = _fixed(np.asarray(frame[name]))
+    volume = np.asarray(frame["volume"])
+    if volume.dtype.kind == "f":
+        volume = np.round(np.nan_to_num(volume))
+    columns["volume"] = volume.astype(np.uint64).tolist()
+    columns["source"] = [source] * n
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def _fixed(prices: np.ndarray) -> list[int]:
+    if prices.dtype.kind in "iu":
+        return prices.astype(np.int64).tolist()
+    undefined = np.isnan(prices)
+    fixed = np.round(np.where(undefined, 0.0, prices) * FIXED_PER_UNIT).astype(np.int64)
+    fixed[undefined] = UNDEF_PRICE
+    return fixed.tolist()

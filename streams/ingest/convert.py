@@ -1,0 +1,148 @@
+"""Turn the shared 6EH4 CSV into a real DBN ohlcv-1m file, and write DBN files in general.
+
+The CSV stamps each bar at its close; Databento's `ts_event` is the bar's open, so one minute
+is subtracted. Prices become DBN fixed-point exactly: `round(price * 1e9)`. The CSV carries no
+instrument_id, so the converted file uses `SIXE_INSTRUMENT_ID`, a synthetic id (900,000,001)
+far from real GLBX.MDP3 ids, mapped to raw symbol 6EH4 in the metadata as Databento would.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import databento_dbn
+import numpy as np
+import pandas as pd
+import zstandard
+
+from streams.ingest.dbn_source import OHLCV_DTYPE
+from streams.settings import Settings
+
+SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
+SIXE_SYMBOL = "6EH4"
+SIXE_INSTRUMENT_ID = 900_000_001
+DATASET = "GLBX.MDP3"
+GLBX_PUBLISHER_ID = 1  # GLBX.MDP3.GLBX
+OHLCV_1M_RTYPE = int(databento_dbn.RType.OHLCV_1M.value)
+PRICE_FIELDS = ("open", "high", "low", "close")
+NANOS_PER_MINUTE = 60 * 10**9
+
+
+def read_bar_csv(path: Path) -> pd.DataFrame:
+    """A NautilusTrader-style bar CSV (timestamp_utc = bar close) as ts_event (int64 ns, bar
+    open), open/high/low/close (float64) and volume (float64)."""
+    frame = pd.read_csv(path)
+    ts = pd.to_datetime(frame["timestamp_utc"], utc=True).dt.as_unit("ns") - pd.Timedelta("1min")
+    columns = {"ts_event": ts.astype("int64").to_numpy()}
+    for name in (*PRICE_FIELDS, "volume"):
+        columns[name] = frame[name].astype("float64").to_numpy()
+    return pd.DataFrame(columns)
+
+
+def to_fixed(prices: np.ndarray) -> np.ndarray:
+    """Float prices to DBN fixed-point (1e-9) int64; NaN becomes UNDEF_PRICE."""
+    fixed = np.rint(np.nan_to_num(prices, nan=0.0) * 1e9).astype(np.int64)
+    return np.where(np.isnan(prices), databento_dbn.UNDEF_PRICE, fixed)
+
+
+def bars_to_records(
+    frame: pd.DataFrame,
+    instrument_id: int,
+    rtype: int = OHLCV_1M_RTYPE,
+    publisher_id: int = GLBX_PUBLISHER_ID,
+) -> np.ndarray:
+    """A bar frame (as from `read_bar_csv`) as DBN OHLCV records."""
+    records = np.zeros(len(frame), dtype=OHLCV_DTYPE)
+    records["length"] = OHLCV_DTYPE.itemsize // 4
+    records["rtype"] = rtype
+    records["publisher_id"] = publisher_id
+    records["instrument_id"] = instrument_id
+    records["ts_event"] = frame["ts_event"].to_numpy(dtype=np.int64)
+    for name in PRICE_FIELDS:
+        records[name] = to_fixed(frame[name].to_numpy(dtype=np.float64))
+    records["volume"] = np.rint(frame["volume"].to_numpy(dtype=np.float64)).astype(np.uint64)
+    return records
+
+
+def _day(ts_ns: int) -> date:
+    return datetime.fromtimestamp(ts_ns / 1e9, tz=timezone.utc).date()
+
+
+def ohlcv_metadata(
+    symbols: Mapping[str, int],
+    start_ns: int,
+    end_ns: int,
+    schema: databento_dbn.Schema = databento_dbn.Schema.OHLCV_1M,
+    version: int = databento_dbn.DBN_VERSION,
+) -> databento_dbn.Metadata:
+    """Metadata of a historical `raw_symbol` request for `symbols` (raw symbol → id) over
+    [start_ns, end_ns), with the symbol mappings Databento writes for it."""
+    first, last = _day(start_ns), _day(end_ns - 1) + timedelta(days=1)
+    mappings = [
+        SimpleNamespace(
+            raw_symbol=symbol,
+            intervals=[SimpleNamespace(start_date=first, end_date=last, symbol=str(iid))],
+        )
+        for symbol, iid in symbols.items()
+    ]
+    return databento_dbn.Metadata(
+        DATASET,
+        start_ns,
+        databento_dbn.SType.RAW_SYMBOL,
+        databento_dbn.SType.INSTRUMENT_ID,
+        schema,
+        list(symbols),
+        [],
+        [],
+        mappings,
+        end_ns,
+        0,
+        False,
+        version,
+    )
+
+
+def write_dbn(path: Path, metadata: databento_dbn.Metadata, records: np.ndarray) -> Path:
+    """Write a DBN file (zstd when the name ends in .zst) atomically: metadata as encoded by
+    databento_dbn, then the records' bytes, which are DBN's own little-endian layout."""
+    data = metadata.encode() + np.ascontiguousarray(records).tobytes()
+    if path.suffix == ".zst":
+        data = zstandard.ZstdCompressor(level=3).compress(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+    return path
+
+
+def csv_to_dbn(
+    csv_path: Path,
+    out_path: Path,
+    symbol: str = SIXE_SYMBOL,
+    instrument_id: int = SIXE_INSTRUMENT_ID,
+) -> Path:
+    """Convert a bar CSV into a DBN ohlcv-1m file of GLBX.MDP3 with raw-symbol mappings."""
+    records = bars_to_records(read_bar_csv(csv_path), instrument_id)
+    ts = records["ts_event"]
+    day = 86_400 * 10**9
+    start = int(ts.min()) // day * day
+    metadata = ohlcv_metadata({symbol: instrument_id}, start, int(ts.max()) + NANOS_PER_MINUTE)
+    return write_dbn(out_path, metadata, records)
+
+
+def sixe_dbn(settings: Settings) -> Path:
+    """The 6EH4 month as DBN under `work_dir`, converted on first use (and when the CSV is
+    newer than the conversion)."""
+    csv_path = settings.data_dir / SIXE_CSV
+    if not csv_path.exists():
+        raise FileNotFoundError(
+            f"{csv_path} not found; set BARCAST_DATA_DIR to the folder holding {SIXE_CSV}"
+        )
+    out = settings.work_dir / "dbn" / "glbx-mdp3.6eh4.202401.ohlcv-1m.dbn.zst"
+    if not out.exists() or out.stat().st_mtime < csv_path.stat().st_mtime:
+        csv_to_dbn(csv_path, out)
+    return out

@@ -1,0 +1,132 @@
+"""`barcast ingest-live`: Databento Live bars into `bars.raw` until SIGINT/SIGTERM, then a
+one-line JSON summary on stdout. The API key comes from DATABENTO_API_KEY and is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from streams.ingest.errors import AuthFailed, ExitCode, IngestError
+from streams.ingest.replay_cli import parse_symbols, parse_time
+from streams.settings import SettingError, Settings
+
+KEY_VARIABLE = "DATABENTO_API_KEY"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="GLBX.MDP3", help="default: GLBX.MDP3")
+    parser.add_argument("--schema", default="ohlcv-1m", help="default: ohlcv-1m")
+    parser.add_argument("--stype-in", default="parent", help="default: parent")
+    parser.add_argument(
+        "--symbols",
+        type=parse_symbols,
+        required=True,
+        help="comma-separated, e.g. ES.FUT,NQ.FUT,6E.FUT,ZN.FUT",
+    )
+    parser.add_argument(
+        "--start", type=parse_time, help="replay from this ISO time first (within 24 h)"
+    )
+    parser.add_argument("--topic", help="target topic (default: BARCAST_TOPIC_RAW, bars.raw)")
+    parser.add_argument("--gateway", help="gateway host (default: Databento's for the dataset)")
+    parser.add_argument("--port", type=int, default=13000, help="gateway port (default: 13000)")
+    parser.add_argument(
+        "--heartbeat-s", type=int, default=30, help="gateway heartbeat interval (default: 30)"
+    )
+    parser.add_argument(
+        "--max-retries",
+        type=int,
+        default=None,
+        help="give up after N failed reconnects in a row (default: never)",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "ingest-live",
+        help="stream Databento Live bars into bars.raw",
+        description="Stream Databento Live OHLCV bars into Kafka with gap recovery. Needs "
+        f"{KEY_VARIABLE}. Runs until SIGINT/SIGTERM; exit codes are listed in the README.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+@contextmanager
+def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM end the ingest cleanly (flush, summary) instead of killing it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = lambda *_: stop()  # noqa: E731
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.ingest.live import LiveIngest, LiveOptions, redact
+    from streams.ingest.producer import BarProducer
+
+    key = os.environ.get(KEY_VARIABLE, "").strip()
+    settings = Settings.from_env()
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # barcast reports disconnects and gateway errors itself, once, with what it does next.
+        logging.getLogger("databento").setLevel(logging.CRITICAL)
+    options = LiveOptions(
+        dataset=args.dataset,
+        schema=args.schema,
+        stype_in=args.stype_in,
+        symbols=tuple(args.symbols),
+        start_ns=args.start,
+        gateway=args.gateway,
+        port=args.port,
+        heartbeat_interval_s=args.heartbeat_s,
+        max_retries=args.max_retries,
+    )
+    ingest: LiveIngest | None = None
+    sink: BarProducer | None = None
+    try:
+        if not key:
+            raise AuthFailed(f"{KEY_VARIABLE} is not set; export your Databento API key")
+        sink = BarProducer(settings, args.topic or settings.topic_raw, linger_ms=5.0)
+        ingest = LiveIngest(options, key, sink)
+        with _stop_on_signals(ingest.stop):
+            ingest.run()
+        sink.flush()
+        sink.check()
+        code = ExitCode.OK
+    except IngestError as exc:
+        print(f"barcast ingest-live: {redact(str(exc), key)}", file=sys.stderr)
+        code = exc.exit_code
+    finally:
+        if sink is not None:
+            sink.flush()
+        if ingest is not None:
+            print(ingest.stats.to_json(), flush=True)
+    return int(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="barcast ingest-live")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return run(args)
+    except SettingError as exc:
+        print(f"barcast ingest-live: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Symbology for ingest: instrument_id → raw symbol, the `--symbols` filter, spread detection.
+
+Raw symbols come from, in rising precedence: the DBN metadata's symbol mappings (files requested
+with `stype_in=raw_symbol`), instrument definitions, and SymbolMappingMsg records in the stream
+(live sessions and their recordings).
+
+Parent filters (`ES.FUT`) are decided with the instrument's definition when one was read (its
+`asset` is the root, its `instrument_class` says future or spread); without a definition, by the
+CME symbol pattern: the root, one month code, a one- or two-digit year (`ESU4`, `ESU24`), so
+`ES.FUT` never matches `MESU4`. Calendar spreads (`ESU4-ESZ4`, or a spread instrument class)
+belong to their first leg's parent and are dropped unless spreads are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from enum import IntEnum
+from typing import Any
+
+import databento_dbn
+import numpy as np
+import orjson
+
+from streams.ingest.errors import UnknownSymbol
+
+PARENT_SUFFIX = ".FUT"
+MONTH_CODES = "FGHJKMNQUVXZ"
+FUTURE_CLASSES = frozenset("FS")  # outright future, future spread
+SPREAD_CLASSES = frozenset("STM")  # future spread, option spread, mixed spread
+NANOS_PER_DAY = 86_400 * 10**9
+
+
+class Verdict(IntEnum):
+    """What ingest does with an instrument's bars."""
+
+    KEEP = 0
+    FILTERED = 1
+    SPREAD = 2
+
+
+@dataclass(frozen=True)
+class Definition:
+    raw_symbol: str
+    asset: str
+    instrument_class: str
+
+
+def is_spread(symbol: str, definition: Definition | None = None) -> bool:
+    if definition is not None and definition.instrument_class in SPREAD_CLASSES:
+        return True
+    return "-" in symbol
+
+
+def root_matches(root: str, symbol: str, definition: Definition | None = None) -> bool:
+    """Whether `symbol` is a future (or spread) of the parent `root`."""
+    if definition is not None and definition.asset:
+        return definition.asset == root and definition.instrument_class in FUTURE_CLASSES
+    first_leg = symbol.split("-", 1)[0]
+    return re.fullmatch(rf"{re.escape(root)}[{MONTH_CODES}]\d{{1,2}}", first_leg) is not None
+
+
+class SymbolFilter:
+    """`--symbols`: parent symbols (`ES.FUT`) and raw symbols (`ESU4`); empty keeps all."""
+
+    def __init__(self, entries: Sequence[str] = ()):
+        self.entries = [e.strip() for e in entries if e.strip()]
+        self._roots: dict[str, str] = {}
+        self._raw: set[str] = set()
+        for entry in self.entries:
+            if "." not in entry:
+                self._raw.add(entry)
+                continue
+            root, _, suffix = entry.rpartition(".")
+            if f".{suffix}".upper() != PARENT_SUFFIX or not root.isalnum():
+                raise UnknownSymbol(
+                    f"symbol filter {entry!r} is not supported: use parent symbols such as "
+                    f"ES.FUT or raw symbols such as ESU4"
+                )
+            self._roots[root] = entry
+
+    @property
+    def active(self) -> bool:
+        return bool(self.entries)
+
+    def match(self, symbol: str, definition: Definition | None = None) -> str | None:
+        """The filter entry that selects `symbol`, or None."""
+        if symbol in self._raw:
+            return symbol
+        for root, entry in self._roots.items():
+            if root_matches(root, symbol, definition):
+                return entry
+        return None
+
+    def unmatched(self, book: SymbolBook) -> list[str]:
+        hits = {self.match(s, book.definitions.get(s)) for s in book.symbols}
+        return [e for e in self.entries if e not in hits]
+
+
+def verdict(
+    symbol: str, definition: Definition | None, symbols: SymbolFilter, keep_spreads: bool
+) -> Verdict:
+    if symbols.active and symbols.match(symbol, definition) is None:
+        return Verdict.FILTERED
+    if not keep_spreads and is_spread(symbol, definition):
+        return Verdict.SPREAD
+    return Verdict.KEEP
+
+
+def _day_ns(day: date) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()) * 10**9
+
+
+class SymbolBook:
+    """instrument_id → raw symbol, resolved for whole arrays of records at once.
+
+    Symbols get small integer indices; `tables()` holds their pre-encoded JSON strings and Kafka
+    keys so encoding a batch never touches a Python string per record.
+    """
+
+    def __init__(self) -> None:
+        self.symbols: list[str] = []
+        self.definitions: dict[str, Definition] = {}
+        self._index: dict[str, int] = {}
+        self._static: dict[int, int] = {}
+        # Metadata can map one instrument_id to different symbols on different days.
+        self._dated: dict[int, list[tuple[int, int, int]]] = {}
+        self._tables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._verdicts: dict[tuple[int, int, bool], np.ndarray] = {}
+
+    def index_of(self, symbol: str) -> int:
+        index = self._index.get(symbol)
+        if index is None:
+            index = self._index[symbol] = len(self.symbols)
+            self.symbols.append(symbol)
+            self._tables = None
+        return index
+
+    def set(self, instrument_id: int, symbol: str) -> None:
+        if symbol:
+            self._static[instrument_id] = self.index_of(symbol)
+            self._dated.pop(instrument_id, None)
+
+    def add_metadata(self, metadata: databento_dbn.Metadata) -> bool:
+        """Take the raw symbols of the metadata's mappings; False when it has none (e.g. a
+        `parent` request, whose mappings name parents, not instruments)."""
+        raw, ids = databento_dbn.SType.RAW_SYMBOL, databento_dbn.SType.INSTRUMENT_ID
+        if metadata.stype_in == raw and metadata.stype_out == ids:
+            pairs = [
+                (int(iv["symbol"]), key, iv)
+                for key, ivs in metadata.mappings.items()
+                for iv in ivs
+                if iv["symbol"]
+            ]
+        elif metadata.stype_in == ids and metadata.stype_out == raw:
+            pairs = [
+                (int(key), iv["symbol"], iv)
+                for key, ivs in metadata.mappings.items()
+                for iv in ivs
+                if iv["symbol"]
+            ]
+        else:
+            return False
+        spans: dict[int, list[tuple[int, int, int]]] = {}
+        for instrument_id, symbol, interval in pairs:
+            spans.setdefault(instrument_id, []).append(
+                (_day_ns(interval["start_date"]), _day_ns(interval["end_date"]),
+                 self.index_of(symbol))
+            )
+        for instrument_id, ranges in spans.items():
+            if instrument_id in self._static and instrument_id not in self._dated:
+                continue  # a stream message already named it
+            if len({index for _, _, index in ranges}) == 1:
+                self._static[instrument_id] = ranges[0][2]
+            else:
+                self._dated[instrument_id] = ranges
+        return bool(pairs)
+
+    def add_record(self, record: Any) -> bool:
+        """Learn from a SymbolMappingMsg or an instrument definition; False for other records."""
+        if isinstance(record, databento_dbn.SymbolMappingMsg | databento_dbn.SymbolMappingMsgV1):
+            stype_in = getattr(record, "stype_in", None)
+            if stype_in == databento_dbn.SType.RAW_SYMBOL:
+                self.set(record.instrument_id, record.stype_in_symbol)
+            else:
+                self.set(record.instrument_id, record.stype_out_symbol)
+            return True
+        if isinstance(record, databento_dbn.InstrumentDefMsg):
+            symbol = record.raw_symbol
+            self.definitions[symbol] = Definition(
+                symbol, record.asset, str(record.instrument_class)
+            )
+            self.set(record.instrument_id, symbol)
+            self._verdicts.clear()
+            return True
+        return False
+
+    def resolve(self, instrument_ids: np.ndarray, ts_event: np.ndarray) -> np.ndarray:
+        """Symbol index per record, -1 where the instrument has no known raw symbol."""
+        unique, inverse = np.unique(instrument_ids, return_inverse=True)
+        mapped = np.array(
+            [self._static.get(i, -2 if i in self._dated else -1) for i in unique.tolist()],
+            dtype=np.int32,
+        )
+        out = mapped[inverse]
+        for instrument_id in unique[mapped == -2].tolist():
+            rows = np.flatnonzero(instrument_ids == instrument_id)
+            ts = ts_event[rows]
+            found = np.full(len(rows), -1, dtype=np.int32)
+            for start, end, index in self._dated[instrument_id]:
+                found[(ts >= start) & (ts < end)] = index
+            out[rows] = found
+        return out
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(JSON-encoded symbols as one uint8 blob, their offsets, Kafka keys as bytes)."""
+        if self._tables is None:
+            encoded = [orjson.dumps(s) for s in self.symbols]
+            offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+            offsets[1:] = np.cumsum([len(e) for e in encoded])
+            blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            keys = np.empty(len(self.symbols), dtype=object)
+            keys[:] = [s.encode() for s in self.symbols]
+            self._tables = (blob, offsets, keys)
+        return self._tables
+
+    def verdicts(self, symbols: SymbolFilter, keep_spreads: bool) -> np.ndarray:
+        """`Verdict` per symbol index, cached until new symbols or definitions arrive."""
+        cache_key = (len(self.symbols), id(symbols), keep_spreads)
+        table = self._verdicts.get(cache_key)
+        if table is None:
+            self._verdicts.clear()
+            table = self._verdicts[cache_key] = np.array(
+                [verdict(s, self.definitions.get(s), symbols, keep_spreads) for s in self.symbols],
+                dtype=np.uint8,
+            )
+        return table
+
+
+def known_symbols(book: SymbolBook, limit: int = 12) -> str:
+    names = sorted(book.symbols)
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "") or "none"
+
+
+def check_filter(symbols: SymbolFilter, book: SymbolBook, where: Iterable[str]) -> None:
+    """Refuse filter entries that select none of the instruments `book` knows."""
+    missing = symbols.unmatched(book)
+    if missing:
+        raise UnknownSymbol(
+            f"symbol filter {', '.join(missing)} matches no instrument in "
+            f"{', '.join(where)} (they hold {known_symbols(book)})"
+        )

@@ -1,0 +1,233 @@
+"""A local Databento Live gateway for tests: the unmodified `databento.Live` client connects to
+it (`gateway="127.0.0.1", port=gateway.port`) and gets a DBN file as a live session.
+
+Protocol, as databento-python's `live/protocol.py` and `live/gateway.py` speak it: the gateway
+greets with `lsg_version=...` and a `cram=...` challenge; the client answers
+`auth=sha256("{cram}|{key}")-{last 5 of key}|dataset=...|encoding=dbn|...`; the gateway replies
+`success=1|session_id=...` (or `success=0|error=...`). The client then sends subscription lines
+(`schema=...|stype_in=...|symbols=...|start=...|...`) and `start_session=0`, after which the
+gateway streams DBN: metadata, then records. Subscriptions name parents (`ES.FUT`) or raw
+symbols; the gateway resolves them against the file with its own rules, announces each
+instrument with a SymbolMappingMsg, reports unresolvable symbols with an ErrorMsg, acknowledges
+the subscription, streams the bars at or after `start` (intraday replay, inclusive), ends each
+minute with an END_OF_INTERVAL system message, and sends heartbeats while idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path
+from types import TracebackType
+
+import databento
+import databento_dbn
+from databento_dbn import SType, SystemCode
+
+LSG_VERSION = "0.0.0-barcast-tests"
+MONTH_CODES = "FGHJKMNQUVXZ"
+
+
+@dataclass
+class Subscription:
+    schema: str
+    stype_in: str
+    symbols: list[str]
+    start: int | None
+
+
+@dataclass
+class Session:
+    """What one client connection did, for tests to assert on."""
+
+    authenticated: bool = False
+    heartbeat_interval_s: int | None = None
+    subscriptions: list[Subscription] = field(default_factory=list)
+    bars_sent: int = 0
+    aborted: bool = False
+
+
+def _fields(line: bytes) -> dict[str, str]:
+    pairs = (token.partition("=") for token in line.decode().strip().split("|"))
+    return {k: v for k, _, v in pairs}
+
+
+def cram_response(challenge: str, key: str) -> str:
+    digest = hashlib.sha256(f"{challenge}|{key}".encode()).hexdigest()
+    return f"{digest}-{key[-5:]}"
+
+
+def resolves(subscribed: str, stype_in: str, raw_symbol: str) -> bool:
+    if stype_in == SType.PARENT.value and subscribed.endswith(".FUT"):
+        root = re.escape(subscribed[: -len(".FUT")])
+        return re.fullmatch(rf"{root}[{MONTH_CODES}]\d{{1,2}}", raw_symbol) is not None
+    return subscribed == raw_symbol
+
+
+class LiveGateway:
+    """Serves `dbn_path` to every session. `disconnect_after=N` aborts the first session's
+    TCP connection after N bars (no goodbye, like a network failure)."""
+
+    def __init__(
+        self,
+        dbn_path: Path,
+        api_key: str,
+        disconnect_after: int | None = None,
+        idle_heartbeat_s: float = 0.2,
+    ):
+        store = databento.DBNStore.from_file(dbn_path)
+        self.dataset = store.metadata.dataset
+        self.bars = [r for r in store if isinstance(r, databento_dbn.OHLCVMsg)]
+        self.symbols = {
+            int(iv["symbol"]): raw
+            for raw, intervals in store.metadata.mappings.items()
+            for iv in intervals
+        }
+        self.api_key = api_key
+        self.disconnect_after = disconnect_after
+        self.idle_heartbeat_s = idle_heartbeat_s
+        self.sessions: list[Session] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+
+    def __enter__(self) -> LiveGateway:
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        ).result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        async def shutdown() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session = Session()
+        self.sessions.append(session)
+        try:
+            if await self._handshake(session, reader, writer):
+                await self._stream(session, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away; that is its right
+        finally:
+            if not session.aborted:
+                writer.close()
+
+    async def _handshake(
+        self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        challenge = secrets.token_hex(16)
+        writer.write(f"lsg_version={LSG_VERSION}\ncram={challenge}\n".encode())
+        await writer.drain()
+        auth = _fields(await reader.readline())
+        if auth.get("auth") != cram_response(challenge, self.api_key):
+            writer.write(b"success=0|error=Authentication failed.\n")
+            await writer.drain()
+            return False
+        session.authenticated = True
+        heartbeat = auth.get("heartbeat_interval_s")
+        session.heartbeat_interval_s = int(heartbeat) if heartbeat else None
+        writer.write(f"success=1|session_id={len(self.sessions)}\n".encode())
+        await writer.drain()
+        while True:
+            line = await reader.readline()
+            if not line:
+                return False
+            request = _fields(line)
+            if "start_session" in request:
+                return True
+            start = request.get("start")
+            session.subscriptions.append(
+                Subscription(
+                    schema=request["schema"],
+                    stype_in=request["stype_in"],
+                    symbols=request["symbols"].split(","),
+                    start=int(start) if start else None,
+                )
+            )
+
+    def _resolve(self, sub: Subscription) -> tuple[dict[int, str], list[str]]:
+        """({instrument_id: subscribed symbol}, [symbols that resolve to nothing])."""
+        found: dict[int, str] = {}
+        for symbol in sub.symbols:
+            for iid, raw in self.symbols.items():
+                if resolves(symbol, sub.stype_in, raw):
+                    found[iid] = symbol
+        return found, [s for s in sub.symbols if s not in found.values()]
+
+    async def _stream(
+        self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        sub = session.subscriptions[0]
+        start = sub.start if sub.start is not None else self.bars[0].ts_event
+        resolved, missing = self._resolve(sub)
+        metadata = databento_dbn.Metadata(
+            self.dataset, start, SType(sub.stype_in), SType.INSTRUMENT_ID,
+            databento_dbn.Schema(sub.schema), sub.symbols, [], [], [], None, None, False, 3,
+        )  # fmt: skip
+        out = [metadata.encode()]
+        for iid, subscribed in resolved.items():
+            out.append(bytes(databento_dbn.SymbolMappingMsg(
+                1, iid, start, SType(sub.stype_in), subscribed, SType.RAW_SYMBOL,
+                self.symbols[iid], start, databento_dbn.UNDEF_TIMESTAMP,
+            )))  # fmt: skip
+        for symbol in missing:
+            out.append(bytes(databento_dbn.ErrorMsg(
+                start, f"Failed to resolve symbol: {symbol}", True,
+                databento_dbn.ErrorCode.SYMBOL_RESOLUTION_FAILED,
+            )))  # fmt: skip
+        out.append(self._system(start, "Subscription request 0 succeeded", SystemCode.SUBSCRIPTION_ACK))
+        writer.write(b"".join(out))
+        first = len(self.sessions) == 1
+        for ts, group in self._intervals(start, resolved):
+            for bar in group:
+                if first and self.disconnect_after is not None:
+                    if session.bars_sent == self.disconnect_after:
+                        session.aborted = True
+                        writer.transport.abort()
+                        return
+                writer.write(bytes(bar))
+                session.bars_sent += 1
+            writer.write(self._system(ts, f"End of interval for {sub.schema}", SystemCode.END_OF_INTERVAL))
+            await writer.drain()
+        while True:  # idle, as a live feed is between bars: heartbeats until the client leaves
+            try:
+                if not await asyncio.wait_for(reader.read(1024), self.idle_heartbeat_s):
+                    return
+            except TimeoutError:
+                writer.write(self._system(time.time_ns(), "Heartbeat", SystemCode.HEARTBEAT))
+                await writer.drain()
+
+    def _intervals(
+        self, start: int, resolved: dict[int, str]
+    ) -> Iterator[tuple[int, list[databento_dbn.OHLCVMsg]]]:
+        bars = [b for b in self.bars if b.ts_event >= start and b.instrument_id in resolved]
+        for ts, group in groupby(bars, key=lambda b: b.ts_event):
+            yield ts, list(group)
+
+    @staticmethod
+    def _system(ts_event: int, msg: str, code: SystemCode) -> bytes:
+        return bytes(databento_dbn.SystemMsg(ts_event, msg, code))
