@@ -90,25 +90,18 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     c, lc, atr = ctx[core.X_C], ctx[core.X_LC], ctx[core.X_ATR]
     o = FIRST
 
-    # TA-Lib's SMA: the running total drops the oldest close, then adds the newest.
-    sma = np.empty(len(SMA_PERIODS))
-    for i in range(len(SMA_PERIODS)):
-        n = SMA_PERIODS[i]
-        if t >= n:
-            gs[SMA + i] -= cs[slot(RING_P, KP, t, n) + F_C]
-        gs[SMA + i] += c
-        sma[i] = gs[SMA + i] / n
-        out[o + i] = c / sma[i] - 1.0
+    sma5 = sma_update(cs, gs, t, c, 0, out, o)
+    sma_update(cs, gs, t, c, 1, out, o)
+    sma20 = sma_update(cs, gs, t, c, 2, out, o)
+    sma60 = sma_update(cs, gs, t, c, 3, out, o)
     o += len(SMA_PERIODS)
-
-    ema = np.empty(len(EMA_PERIODS))
-    for i in range(len(EMA_PERIODS)):
-        ema[i] = ema_seeded(gs, EMA + 2 * i, c, t, EMA_PERIODS[i])
-        out[o + i] = ratio(c, ema[i], 0.0) - 1.0
+    ema5 = ema_update(gs, t, c, 0, out, o)
+    ema12 = ema_update(gs, t, c, 1, out, o)
+    ema26 = ema_update(gs, t, c, 2, out, o)
+    ema_update(gs, t, c, 3, out, o)
     o += len(EMA_PERIODS)
-    ema12, ema26 = ema[1], ema[2]
-    out[o] = sma[0] / sma[2] - 1.0
-    out[o + 1] = sma[2] / sma[3] - 1.0
+    out[o] = sma5 / sma20 - 1.0
+    out[o + 1] = sma20 / sma60 - 1.0
     out[o + 2] = ratio(ema12, ema26, 0.0) - 1.0
     o += 3
 
@@ -152,7 +145,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[o + 1] = c / (2.0 * gs[DEMA] - gs[DEMA + 1]) - 1.0
     o += 2
 
-    out[o] = ratio(c - sma[3], atr, 0.0)
+    out[o] = ratio(c - sma60, atr, 0.0)
     kelt = ema_seeded(gs, KELT, c, t, KELTNER_PERIOD)
     out[o + 1] = ratio(c - kelt, 2.0 * atr, 0.0)
     o += 2
@@ -161,7 +154,27 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     gs[CROSS + 1] = 0.0 if side != gs[CROSS] else gs[CROSS + 1] + 1.0
     gs[CROSS] = side
     out[o] = min(gs[CROSS + 1], CROSS_AGE_CAP) / CROSS_AGE_CAP
-    return ema[0], ema12
+    return ema5, ema12
+
+
+@kernel
+def sma_update(cs: np.ndarray, gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray,
+               o: int) -> float:  # fmt: skip
+    """TA-Lib's SMA: the running total drops the oldest close, then adds the newest."""
+    n = SMA_PERIODS[i]
+    if t >= n:
+        gs[SMA + i] -= cs[slot(RING_P, KP, t, n) + F_C]
+    gs[SMA + i] += c
+    sma = gs[SMA + i] / n
+    out[o + i] = c / sma - 1.0
+    return sma
+
+
+@kernel
+def ema_update(gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray, o: int) -> float:
+    ema = ema_seeded(gs, EMA + 2 * i, c, t, EMA_PERIODS[i])
+    out[o + i] = ratio(c, ema, 0.0) - 1.0
+    return ema
 
 
 @kernel

@@ -150,12 +150,11 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     t = int(ctx[core.X_T])
     r = ctx[core.X_R]
     o = FIRST
-    rv = np.empty(4)
-    wins = (W5, W10, W20, W60)
-    for i in range(4):
-        rv[i] = sqrt0(wvar(cs, SUMS_P, KP, wins[i], F_R, F_R2, t))
-        out[o + i] = rv[i]
-    rv20, rv60 = rv[2], rv[3]
+    rv5 = sqrt0(wvar(cs, SUMS_P, KP, W5, F_R, F_R2, t))
+    rv20 = sqrt0(wvar(cs, SUMS_P, KP, W20, F_R, F_R2, t))
+    rv60 = sqrt0(wvar(cs, SUMS_P, KP, W60, F_R, F_R2, t))
+    out[o], out[o + 2], out[o + 3] = rv5, rv20, rv60
+    out[o + 1] = sqrt0(wvar(cs, SUMS_P, KP, W10, F_R, F_R2, t))
     o += 4
     park20 = 0.0
     for i in range(2):
@@ -167,7 +166,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
         out[o + 4 + i] = sqrt0(wmean(cs, SUMS_P, KP, w, F_RS, t))
         out[o + 6 + i] = yang_zhang(cs, w, t)
     o += 8
-    out[o] = ratio(rv[0], rv60, 0.0)
+    out[o] = ratio(rv5, rv60, 0.0)
     out[o + 1] = ratio(rv20, rv60, 0.0)
     o += 2
     _, skew20, kurt20 = moments(cs, W20, t)

@@ -8,6 +8,7 @@ counted in the returned report, never applied silently.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from model.checkpoint import file_sha256
 from streams.corrections import SYNTHETIC, CorrectionConfig, bars_from_frame, correct_history
 from streams.schema import PRICE_SCALE
 
@@ -86,7 +88,9 @@ def _read_dbn(path: Path) -> pd.DataFrame:
     store = databento.DBNStore.from_file(path)
     if str(store.schema) != "ohlcv-1m":
         raise DataError(f"--data {path}: DBN schema is {store.schema}; barcast trains on ohlcv-1m")
-    frame = store.to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
+    with warnings.catch_warnings():  # databento 0.88 uses a pandas keyword pandas 3.1 deprecates
+        warnings.filterwarnings("ignore", message="The inplace keyword")
+        frame = store.to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
     frame = frame.reset_index()
     frame["ts_event"] = frame["ts_event"].astype("int64")
     return frame
@@ -134,14 +138,6 @@ def _to_arrays(symbol: str, rows: list[dict[str, Any]]) -> CleanBars:
         volume=np.array([r["volume"] for r in rows], dtype=np.float64),
         synthetic=np.array([r.get("status") == SYNTHETIC for r in rows], dtype=bool),
     )
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def data_fingerprint(report: dict[str, Any]) -> str:

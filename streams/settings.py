@@ -105,7 +105,7 @@ class Settings:
 
     def validate(self) -> None:
         choices = {
-            "role": ("all", "stream", "forecast", "passthrough"),
+            "role": ("all", "stream", "forecast", "corrections", "passthrough"),
             "device": ("auto", "cpu", "cuda"),
             "cpu_precision": ("fp32", "int8"),
             "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),

@@ -199,19 +199,19 @@ class LiveGateway:
                 start, f"Failed to resolve symbol: {symbol}", True,
                 databento_dbn.ErrorCode.SYMBOL_RESOLUTION_FAILED,
             )))  # fmt: skip
-        out.append(self._system(start, "Subscription request 0 succeeded", SystemCode.SUBSCRIPTION_ACK))
+        out.append(self._system(start, "Subscription 0 succeeded", SystemCode.SUBSCRIPTION_ACK))
         writer.write(b"".join(out))
-        first = len(self.sessions) == 1
+        cut = self.disconnect_after if len(self.sessions) == 1 else None
+        end_of_interval = f"End of interval for {sub.schema}"
         for ts, group in self._intervals(start, resolved):
             for bar in group:
-                if first and self.disconnect_after is not None:
-                    if session.bars_sent == self.disconnect_after:
-                        session.aborted = True
-                        writer.transport.abort()
-                        return
+                if session.bars_sent == cut:
+                    session.aborted = True
+                    writer.transport.abort()
+                    return
                 writer.write(bytes(bar))
                 session.bars_sent += 1
-            writer.write(self._system(ts, f"End of interval for {sub.schema}", SystemCode.END_OF_INTERVAL))
+            writer.write(self._system(ts, end_of_interval, SystemCode.END_OF_INTERVAL))
             await writer.drain()
         while True:  # idle, as a live feed is between bars: heartbeats until the client leaves
             try:

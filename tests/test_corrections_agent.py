@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from dataclasses import replace
 
@@ -10,50 +9,16 @@ import orjson
 import pandas as pd
 
 from streams.agents.corrections import DLQ_MESSAGE, DLQ_OFFSET, DLQ_REASON, DLQ_TOPIC
-from streams.corrections import Status, bars_from_frame, correct_history
+from streams.corrections import Status, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
-from streams.schema import UNDEF_PRICE
 from streams.settings import Settings
+from tests.bar_streams import faulty_stream
 from tests.kafka_io import produce, read_topic
 from tests.worker import Worker
 
 
-def faulty_stream(bars: pd.DataFrame, n: int, seed: int = 7) -> list[bytes]:
-    """n real 6EH4 bars with every kind of fault mixed in, as `bars.raw` values."""
-    rng = random.Random(seed)
-    clean = bars_from_frame(bars.iloc[:n], symbol="6EH4", instrument_id=42005804, source="test")
-    out: list[bytes] = []
-    for i, bar in enumerate(clean):
-        out.append(orjson.dumps(bar))
-        kind = i % 97
-        if kind == 10:
-            out.append(orjson.dumps(bar))  # identical duplicate
-        elif kind == 20:
-            out.append(orjson.dumps({**bar, "volume": bar["volume"] + 1}))  # conflicting
-        elif kind == 30 and i > 5:
-            out.append(orjson.dumps(clean[i - 3]))  # replayed old bar
-        elif kind == 40:
-            out.append(b"not json at all")
-        elif kind == 50:
-            out.append(orjson.dumps({k: v for k, v in bar.items() if k != "close"}))
-    # Faults on the bar itself: undefined high, inverted envelope, mis-scaled prices.
-    for i in rng.sample(range(100, len(out) - 1), 12):
-        bar = orjson.loads(out[i])
-        if not isinstance(bar, dict) or "close" not in bar:
-            continue
-        fault = rng.choice(["undef", "envelope", "scale"])
-        if fault == "undef":
-            bar["high"] = UNDEF_PRICE
-        elif fault == "envelope":
-            bar["high"], bar["low"] = bar["low"], bar["high"]
-        else:
-            bar = {**bar, **{f: bar[f] * 10 for f in ("open", "high", "low", "close")}}
-        out[i] = orjson.dumps(bar)
-    return out
-
-
 def test_every_bar_is_accounted_for(broker_settings: Settings, sixe_bars: pd.DataFrame) -> None:
-    settings = replace(broker_settings, role="stream")
+    settings = replace(broker_settings, role="corrections")
     ensure_topics(settings, pipeline_topics(settings))
     values = faulty_stream(sixe_bars, 1500)
     expected = correct_history(values)

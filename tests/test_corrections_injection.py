@@ -152,7 +152,7 @@ def _fault(
     elif kind == "conflict":
         return {**bad, "volume": bar["volume"] + 1}, True
     elif kind == "late":
-        return dict(bars[i - 400]), True  # older than the 256 remembered keys
+        return dict(bars[i - 400]), True  # older than the 64 remembered keys
     elif kind == "malformed_bytes":
         return orjson.dumps(bar)[: rng.randint(0, 60)], False
     elif kind == "malformed_dict":

@@ -23,6 +23,7 @@ from streams.corrections import (
     correct_history,
     flush,
 )
+from streams.corrections.parse import validate
 from streams.schema import UNDEF_PRICE, end_of_interval
 
 T0 = 1_704_150_000 * 10**9  # 2024-01-01 23:00 UTC, on the minute grid
@@ -216,6 +217,14 @@ def test_nonpositive_prices_are_rejected(low: int) -> None:
 def test_negative_prices_pass_where_allowed(symbol: str, config: CorrectionConfig) -> None:
     values = [bar(0, -TICK, TICK, -2 * TICK, 0, symbol=symbol), flat(1, -TICK, symbol=symbol)]
     assert statuses(correct_history(values, config)) == ["clean", "clean"]
+
+
+def test_symbol_no_longer_allowed_negative_is_judged_without_its_negative_reference() -> None:
+    allowed = CorrectionConfig(allow_negative=frozenset({"6EH4"}))
+    state, stats = SymbolState(), CorrectionStats()
+    correct(flat(0, -TICK), state, allowed, stats)
+    step = correct(flat(1, BASE), state, CONFIG, stats)  # the allowance was removed
+    assert [o.status for o in step.outcomes] == [Status.CLEAN]
 
 
 def test_allow_negative_must_be_a_set() -> None:
@@ -456,3 +465,50 @@ def test_stats_count_every_rule_and_print_one_line() -> None:
         "rejected=2 (conflicting_duplicate=1 malformed=1) gaps=1 (1 bars, 1 filled) "
         "spike_held=0 spike_confirmed=0"
     )
+
+
+# --- state -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encode", [orjson.dumps, lambda v: orjson.dumps(v).decode(), dict])
+def test_state_with_a_held_candidate_round_trips_and_continues_alike(encode: Any) -> None:
+    state, stats = SymbolState(), CorrectionStats()
+    for value in calm(30):
+        correct(encode(value), state, CONFIG, stats, ref=["bars.raw", 0, 1])
+    spike = encode(flat(30, BASE * 2))
+    correct(spike, state, CONFIG, stats, ref=["bars.raw", 0, 30])
+    restored = SymbolState.from_bytes(state.to_bytes())
+    assert restored == state and restored.held is not None and restored.held.value == spike
+    after = [correct(encode(flat(31)), s, CONFIG, CorrectionStats()) for s in (state, restored)]
+    assert after[0] == after[1]
+    assert after[1].outcomes[0].value == spike and after[1].outcomes[0].ref == ["bars.raw", 0, 30]
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"garbage", "not a SymbolState document"),
+        (b"[1]", "not a SymbolState document"),
+        (b'{"v": 99}', "reset the corrections table"),
+        (b'{"v": 1, "symbol": "6EH4"}', "damaged"),
+    ],
+)
+def test_foreign_state_bytes_are_refused_with_a_way_out(data: bytes, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        SymbolState.from_bytes(data)
+
+
+def test_unencodable_ref_is_named_when_saving_the_state() -> None:
+    state = SymbolState()
+    for value in calm(30):
+        correct(value, state, CONFIG, CorrectionStats())
+    correct(flat(30, BASE * 2), state, CONFIG, CorrectionStats(), ref=object())
+    with pytest.raises(ValueError, match="must be JSON-serializable"):
+        state.to_bytes()
+
+
+def test_duplicate_digest_is_pinned() -> None:
+    # Restarted workers compare digests written by earlier ones: the value must never drift.
+    parsed = validate(flat(0), None, CONFIG)
+    assert not isinstance(parsed, str)
+    assert parsed.digest == -7869612097839798426

@@ -104,8 +104,7 @@ def test_live_recording_keeps_mappings_and_bars_in_file_order(tmp_path: Path) ->
     path.write_bytes(data)
     with DbnReader(path) as reader:
         kinds = [
-            len(s) if isinstance(s, np.ndarray) else type(s[0]).__name__
-            for s in reader.segments()
+            len(s) if isinstance(s, np.ndarray) else type(s[0]).__name__ for s in reader.segments()
         ]
     assert kinds == ["SymbolMappingMsg", 2, "SystemMsg", 3]
     assert reader.schema is None

@@ -1,8 +1,8 @@
 """Agents attached to the app according to `BARCAST_ROLE`.
 
 `all` runs the whole pipeline in one worker; `stream` (corrections + features) and `forecast`
-split it into two worker groups; `passthrough` copies raw bars to the clean topic untouched,
-the anchor the corrections benchmark compares against.
+split it into two worker groups; `corrections` runs that stage alone, and `passthrough` copies
+raw bars to the clean topic untouched, the anchor the corrections benchmark compares against.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ def register_agents(app: BarcastApp) -> None:
         from streams.agents import passthrough
 
         passthrough.register(app)
+        return
+    if role == "corrections":
+        from streams.agents import corrections
+
+        corrections.register(app)
         return
     if role in ("all", "stream"):
         from streams.agents import corrections, features

@@ -10,9 +10,9 @@ import orjson
 
 from features import engine
 from streams.agents.io import (
-    BAR_HEADERS,
     CONTROL_HEADERS,
     Out,
+    bar_headers,
     batches,
     is_control_event,
     publish,
@@ -114,7 +114,7 @@ def process_batch(
             item.event.key,
             feature_message(item.value, values[index[id(item)]], bool(warm[index[id(item)]])),
             item.event.message.timestamp * 1000.0,
-            BAR_HEADERS,
+            bar_headers(item.event),
             item.event.message.partition,
         )
         for item in items

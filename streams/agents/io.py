@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streams.schema import KIND_HEADER, Kind
+from streams.schema import KIND_HEADER, RECEIVED_HEADER, Kind
 
 if TYPE_CHECKING:
     from faust.types import EventT, StreamT, TopicT
@@ -56,6 +56,13 @@ def header(event: EventT, name: str) -> bytes | None:
         if key == name:
             return value
     return None
+
+
+def bar_headers(event: EventT) -> list[tuple[str, bytes]]:
+    """Headers of a bar passed on to the next topic: its kind and when it entered barcast
+    (for bar-to-forecast latency)."""
+    received = header(event, RECEIVED_HEADER)
+    return BAR_HEADERS if received is None else [*BAR_HEADERS, (RECEIVED_HEADER, received)]
 
 
 def is_control_event(event: EventT) -> bool:

@@ -26,9 +26,7 @@ class StateTable:
         self.table: TableT = app.Table(
             name,
             key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
+            value_type=bytes,  # bytes key and value types make Faust use the raw codec
             partitions=app.barcast.partitions,
         )
 

@@ -25,8 +25,9 @@ class CorrectionConfig:
     spike_window: accepted close-to-close log returns kept for the robust statistics.
     hold_timeout_s: a held spike candidate with no later bar is decided (unconfirmed) once the
         stream is this far past it (`flush(until_ts=...)`).
-    recent_keys: accepted (ts_event, rtype) keys remembered per symbol for duplicate detection;
-        must cover the uncommitted window replayed after a restart.
+    recent_keys: accepted (ts_event, rtype) keys remembered per symbol to tell duplicates
+        (identical or conflicting) from late bars; older re-sends are rejected as late. Each
+        key adds ~45 bytes to the serialized state.
     max_future_s: with `now_ns` given, a ts_event further than this in the future is malformed.
     """
 
@@ -40,7 +41,7 @@ class CorrectionConfig:
     spike_confirm: float = 0.25
     spike_window: int = 60
     hold_timeout_s: float = 120.0
-    recent_keys: int = 256
+    recent_keys: int = 64
     max_future_s: float = 86_400.0
 
     def __post_init__(self) -> None:

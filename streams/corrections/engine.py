@@ -110,7 +110,7 @@ def process(
     else:
         data["status"] = CLEAN
     data["corrections"] = [change.as_list() for change in changes]
-    if last is not None and not allow_negative:
+    if last is not None and last["close"] > 0 and not allow_negative:
         moves = suspicious(prices, last["close"], state.returns, state.tick, config)
         if moves:
             if not confirmed(moves, prices[CLOSE], (), last["close"], config.spike_confirm):

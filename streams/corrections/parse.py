@@ -36,6 +36,15 @@ INTERVAL_NS = {
     int(RType.OHLCV_1H): 3_600 * 10**9,
 }
 OHLCV_RTYPES = frozenset({*INTERVAL_NS, int(RType.OHLCV_1D), int(RType.OHLCV_EOD)})
+FIELD_TYPES = {
+    "instrument_id": int,
+    "symbol": str,
+    "ts_event": int,
+    "rtype": int,
+    "publisher_id": int,
+    "volume": int,
+    "source": str,
+}
 UINT_LIMITS = {"instrument_id": 2**32, "publisher_id": 2**16, "volume": 2**64}
 
 
@@ -100,7 +109,9 @@ def validate(
         and type(publisher_id) is int
         and type(volume) is int
     ):
-        return _type_error(data)
+        name = next(n for n, kind in FIELD_TYPES.items() if type(data[n]) is not kind)
+        got = f"{type(data[name]).__name__} {data[name]!r:.40}"
+        return f"field {name!r} must be {FIELD_TYPES[name].__name__}, got {got}"
     if not symbol:
         return "field 'symbol' is empty; it must hold the raw symbol (e.g. 'ESH4')"
     if not (
@@ -149,14 +160,3 @@ def validate(
     # Content identity for duplicates. Hashes of int tuples are deterministic in CPython (no
     # PYTHONHASHSEED); a test pins one value so an interpreter change cannot slip by.
     return Bar(value, data, symbol, ts, rtype, prices, hash(identity))
-
-
-def _type_error(data: Mapping[str, Any]) -> str:
-    for name in REQUIRED:
-        if name in PRICE_FIELDS:
-            continue
-        expected = str if name in ("symbol", "source") else int
-        if type(data[name]) is not expected:
-            got = type(data[name]).__name__
-            return f"field {name!r} must be {expected.__name__}, got {got} {data[name]!r:.40}"
-    return "fields have unexpected types"

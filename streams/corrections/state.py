@@ -102,15 +102,20 @@ class SymbolState:
                 f"corrections state has version {version!r}, this barcast reads "
                 f"{STATE_VERSION}; reset the corrections table (a new app_id starts afresh)"
             )
-        held = doc["held"]
-        return cls(
-            symbol=doc["symbol"],
-            last=doc["last"],
-            tick=doc["tick"],
-            returns=deque(doc["returns"]),
-            keys=deque(tuple(key) for key in doc["keys"]),
-            held=None if held is None else _held_from_doc(held),
-        )
+        try:
+            held = doc["held"]
+            return cls(
+                symbol=doc["symbol"],
+                last=doc["last"],
+                tick=doc["tick"],
+                returns=deque(doc["returns"]),
+                keys=deque(tuple(key) for key in doc["keys"]),
+                held=None if held is None else _held_from_doc(held),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"corrections state is damaged ({exc!r}); reset the corrections table"
+            ) from exc
 
 
 def _held_doc(held: Held) -> dict[str, Any]:

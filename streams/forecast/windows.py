@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-_SLOT_HEAD = struct.Struct("<qd?")  # ts_event, close, synthetic
+_SLOT_HEAD = struct.Struct("<qd??")  # ts_event, close, synthetic, warm
 _META = struct.Struct("<q")  # rows appended so far
 
 
@@ -22,6 +22,7 @@ class SymbolWindow:
         self.ts_event = np.zeros(lookback, dtype=np.int64)
         self.close = np.zeros(lookback, dtype=np.float64)
         self.synthetic = np.zeros(lookback, dtype=np.bool_)
+        self.warm = np.zeros(lookback, dtype=np.bool_)
         self.count = 0
 
     @property
@@ -29,16 +30,20 @@ class SymbolWindow:
         return self.count >= self.lookback
 
     @property
-    def last_slot(self) -> int:
-        return (self.count - 1) % self.lookback
+    def all_warm(self) -> bool:
+        """Every row of the window is past its features' warm-up (what the model trained on)."""
+        return bool(self.warm.all())
 
-    def append(self, ts_event: int, close: float, synthetic: bool, values: np.ndarray) -> int:
+    def append(
+        self, ts_event: int, close: float, synthetic: bool, warm: bool, values: np.ndarray
+    ) -> int:
         """Add a row; returns the slot it went into."""
         slot = self.count % self.lookback
         self.values[slot] = values
         self.ts_event[slot] = ts_event
         self.close[slot] = close
         self.synthetic[slot] = synthetic
+        self.warm[slot] = warm
         self.count += 1
         return slot
 
@@ -52,15 +57,19 @@ class SymbolWindow:
 
     def slot_bytes(self, slot: int) -> bytes:
         head = _SLOT_HEAD.pack(
-            int(self.ts_event[slot]), float(self.close[slot]), bool(self.synthetic[slot])
+            int(self.ts_event[slot]),
+            float(self.close[slot]),
+            bool(self.synthetic[slot]),
+            bool(self.warm[slot]),
         )
         return head + self.values[slot].astype("<f8").tobytes()
 
     def load_slot(self, slot: int, data: bytes) -> None:
-        ts_event, close, synthetic = _SLOT_HEAD.unpack_from(data)
+        ts_event, close, synthetic, warm = _SLOT_HEAD.unpack_from(data)
         self.ts_event[slot] = ts_event
         self.close[slot] = close
         self.synthetic[slot] = synthetic
+        self.warm[slot] = warm
         self.values[slot] = np.frombuffer(data, dtype="<f8", offset=_SLOT_HEAD.size)
 
     def meta_bytes(self) -> bytes:

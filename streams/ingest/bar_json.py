@@ -8,21 +8,43 @@ whole per-message budget of a replay that keeps up with librdkafka.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numba
 import numpy as np
 import orjson
 
 from streams.ingest.symbols import SymbolBook
 
-_FIELDS = ("instrument_id", "symbol", "ts_event", "rtype", "publisher_id", "open", "high", "low",
-           "close", "volume", "source")
-_PREFIXES = [(b"{" if i == 0 else b",") + orjson.dumps(name) + b":" for i, name in
-             enumerate(_FIELDS)]
+_FIELDS = (
+    "instrument_id",
+    "symbol",
+    "ts_event",
+    "rtype",
+    "publisher_id",
+    "open",
+    "high",
+    "low",
+    "close",
+    "volume",
+    "source",
+)
+_PREFIXES = [
+    (b"{" if i == 0 else b",") + orjson.dumps(name) + b":" for i, name in enumerate(_FIELDS)
+]
 _LITERALS = np.frombuffer(b"".join(_PREFIXES), dtype=np.uint8)
 _LITERAL_OFFSETS = np.cumsum([0] + [len(p) for p in _PREFIXES]).astype(np.int64)
-_COLUMNS = (("instrument_id", np.uint32), ("ts_event", np.uint64), ("rtype", np.uint8),
-            ("publisher_id", np.uint16), ("open", np.int64), ("high", np.int64),
-            ("low", np.int64), ("close", np.int64), ("volume", np.uint64))
+_COLUMNS = (
+    ("instrument_id", np.uint32),
+    ("ts_event", np.uint64),
+    ("rtype", np.uint8),
+    ("publisher_id", np.uint16),
+    ("open", np.int64),
+    ("high", np.int64),
+    ("low", np.int64),
+    ("close", np.int64),
+    ("volume", np.uint64),
+)
 _MAX_DIGITS = 21  # sign and 20 digits: any int64 or uint64
 
 
@@ -118,11 +140,18 @@ def encode_bars(
     columns = [np.ascontiguousarray(bars[name], dtype=dtype) for name, dtype in _COLUMNS]
     ts_event = columns[1]
     end = _encode(
-        columns[0], symbol_index, *columns[1:], blob, symbol_offsets, source, _LITERALS,
-        _LITERAL_OFFSETS, out, offsets,
+        columns[0],
+        symbol_index,
+        *columns[1:],
+        blob,
+        symbol_offsets,
+        source,
+        _LITERALS,
+        _LITERAL_OFFSETS,
+        out,
+        offsets,
     )
     data = out[:end].tobytes()
-    bounds = offsets.tolist()
-    values = [data[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    values = [data[a:b] for a, b in pairwise(offsets.tolist())]
     timestamps = (ts_event // 1_000_000).astype(np.int64).tolist()
     return values, keys[symbol_index].tolist(), timestamps

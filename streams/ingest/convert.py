@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -69,7 +69,7 @@ def bars_to_records(
 
 
 def _day(ts_ns: int) -> date:
-    return datetime.fromtimestamp(ts_ns / 1e9, tz=timezone.utc).date()
+    return datetime.fromtimestamp(ts_ns / 1e9, tz=UTC).date()
 
 
 def ohlcv_metadata(

@@ -26,6 +26,8 @@ DBN_MAGIC = b"DBN"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DBN_VERSIONS = (1, 2, 3)
 READ_SIZE = 1 << 20
+ZSTD_READ_SIZE = 1 << 16  # OHLCV compresses 10-50x: 64 KiB in is a few MB out
+BATCH_RECORDS = 1 << 15  # bars per yielded array: large enough to amortize, cache-sized
 MIN_RECORD_SIZE = 16  # the record header alone
 
 # OHLCV's layout is identical in DBN v1, v2 and v3; spelled little-endian explicitly because
@@ -64,7 +66,7 @@ class DbnReader:
     `file_pos` and `file_size` (bytes on disk) drive progress bars.
     """
 
-    def __init__(self, path: Path | str, read_size: int = READ_SIZE):
+    def __init__(self, path: Path | str):
         self.path = Path(path)
         self.name = str(path)
         try:
@@ -75,7 +77,6 @@ class DbnReader:
             raise InputNotFound(f"{path}: is a directory, not a DBN file") from None
         except OSError as exc:
             raise InputNotFound(f"{path}: cannot be read ({exc.strerror})") from None
-        self._read_size = read_size
         self.file_size = self.path.stat().st_size
         self.file_pos = 0
         self.offset = 0
@@ -83,6 +84,7 @@ class DbnReader:
             head = self._file.read(4)
             self._file.seek(0)
             self.compressed = head == ZSTD_MAGIC
+            self._read_size = ZSTD_READ_SIZE if self.compressed else READ_SIZE
             self._chunks = self._decoded_chunks()
             self.version, self.metadata, self._rest = self._read_header()
         except BaseException:
@@ -133,7 +135,7 @@ class DbnReader:
         words = size // 4
         pos, end = 0, len(data)
         while pos < end:
-            count = (end - pos) // size
+            count = min((end - pos) // size, BATCH_RECORDS)
             if count:
                 bars = np.frombuffer(data, dtype=self.bar_dtype, count=count, offset=pos)
                 ok = (bars["length"] == words) & _IS_OHLCV[bars["rtype"]]

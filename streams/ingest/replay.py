@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -102,7 +103,7 @@ class Pacer:
         """(start, stop) runs of equal ts_event, each yielded once it is due."""
         changes = np.flatnonzero(ts_event[1:] != ts_event[:-1]) + 1
         bounds = [0, *changes.tolist(), len(ts_event)]
-        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        for start, stop in pairwise(bounds):
             ts = int(ts_event[start])
             if self._anchor is None or ts < self._anchor[1]:
                 self._anchor = (self._clock(), ts)

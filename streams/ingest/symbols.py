@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from enum import IntEnum
 from typing import Any
 
@@ -110,7 +110,7 @@ def verdict(
 
 
 def _day_ns(day: date) -> int:
-    return int(datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()) * 10**9
+    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) * 10**9
 
 
 class SymbolBook:
@@ -166,8 +166,11 @@ class SymbolBook:
         spans: dict[int, list[tuple[int, int, int]]] = {}
         for instrument_id, symbol, interval in pairs:
             spans.setdefault(instrument_id, []).append(
-                (_day_ns(interval["start_date"]), _day_ns(interval["end_date"]),
-                 self.index_of(symbol))
+                (
+                    _day_ns(interval["start_date"]),
+                    _day_ns(interval["end_date"]),
+                    self.index_of(symbol),
+                )
             )
         for instrument_id, ranges in spans.items():
             if instrument_id in self._static and instrument_id not in self._dated:

@@ -1,0 +1,179 @@
+"""Replay throughput: `barcast replay --speed max` against a bare librdkafka producer.
+
+Builds a DBN file of >= 1,000,000 ohlcv-1m records by tiling the real 6EH4 month over
+synthetic instruments (generated here, in a temporary folder under BARCAST_WORK_DIR), starts an
+embedded broker, and in the same run measures:
+
+- barcast: the full replay (read and decompress DBN, map symbols, filter, encode JSON,
+  produce, flush) of the file into one topic;
+- anchor: confluent-kafka's `Producer` sending the very same messages (value, key,
+  timestamp, header), serialized beforehand, with the same producer configuration, into
+  another topic of the same broker.
+
+Both are timed to the end of `flush()`: records per second delivered. The ratio
+barcast / anchor is what barcast's decoding and encoding cost on top of the producer itself.
+Each side runs `--repeats` times, alternating; the best run of each is reported (the machine
+is shared, so the best run is the least disturbed one).
+
+    .venv/bin/python benchmarks/replay.py [--records 1000000] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from streams.broker import EmbeddedBroker
+from streams.ingest.bar_json import encode_bars, source_json
+from streams.ingest.convert import (
+    SIXE_CSV,
+    bars_to_records,
+    ohlcv_metadata,
+    read_bar_csv,
+    write_dbn,
+)
+from streams.ingest.dbn_source import DbnReader
+from streams.ingest.producer import BAR_HEADERS, PRODUCER_TUNING, producer_config
+from streams.ingest.replay import Replay, ReplayOptions
+from streams.ingest.symbols import SymbolBook
+from streams.kafka import ensure_topics
+from streams.settings import REPO_ROOT, Settings
+
+RESULTS = REPO_ROOT / "benchmarks" / "results" / "replay.json"
+FIRST_ID = 900_000_001
+
+
+def build_file(settings: Settings, folder: Path, records: int) -> tuple[Path, int]:
+    """The 6EH4 month once per synthetic instrument, interleaved by minute like a real
+    multi-instrument file."""
+    month = bars_to_records(read_bar_csv(settings.data_dir / SIXE_CSV), FIRST_ID)
+    copies = math.ceil(records / len(month))
+    tiled = np.repeat(month, copies)  # each minute `copies` times in a row
+    tiled["instrument_id"] = FIRST_ID + np.tile(np.arange(copies), len(month))
+    symbols = {f"SYN{k:02d}H4": FIRST_ID + k for k in range(copies)}
+    ts = tiled["ts_event"]
+    metadata = ohlcv_metadata(symbols, int(ts.min()), int(ts.max()) + 60 * 10**9)
+    return write_dbn(folder / "tiled.ohlcv-1m.dbn.zst", metadata, tiled), len(tiled)
+
+
+def serialize(path: Path) -> tuple[list[bytes], list[bytes], list[int]]:
+    """Every message barcast would send for `path`, built before the anchor's clock starts."""
+    values: list[bytes] = []
+    keys: list[bytes] = []
+    timestamps: list[int] = []
+    book = SymbolBook()
+    source = source_json(f"replay:{path.name}")
+    with DbnReader(path) as reader:
+        book.add_metadata(reader.metadata)
+        for segment in reader.segments():
+            index = book.resolve(segment["instrument_id"], segment["ts_event"])
+            batch = encode_bars(segment, index, book, source)
+            for out, part in zip((values, keys, timestamps), batch, strict=True):
+                out.extend(part)
+    return values, keys, timestamps
+
+
+def run_anchor(settings: Settings, topic: str, messages: tuple[list, list, list]) -> float:
+    from confluent_kafka import Producer
+
+    ensure_topics(settings, [topic])
+    failed: list[object] = []
+    config = producer_config(settings, linger_ms=50.0)
+    config["on_delivery"] = lambda err, _msg: failed.append(err)  # errors only, as barcast's
+    producer = Producer(config)
+    produce = producer.produce
+    started = time.perf_counter()
+    for i, (value, key, timestamp) in enumerate(zip(*messages, strict=True)):
+        while True:
+            try:
+                produce(topic, value, key, timestamp=timestamp, headers=BAR_HEADERS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 20_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(300)
+    seconds = time.perf_counter() - started
+    assert remaining == 0 and not failed, f"anchor: {remaining + len(failed)} not delivered"
+    return seconds
+
+
+def run_barcast(
+    settings: Settings, topic: str, path: Path, records: int, dry_run: bool = False
+) -> float:
+    started = time.perf_counter()
+    summary = Replay(settings, ReplayOptions(files=(path,), topic=topic, dry_run=dry_run)).run()
+    seconds = time.perf_counter() - started
+    done = summary.encoded if dry_run else summary.produced
+    assert done == records, f"barcast sent {done} of {records}"
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    base = Settings.from_env()
+    base.work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base.work_dir, prefix="bench-replay-") as tmp:
+        folder = Path(tmp)
+        path, records = build_file(base, folder, args.records)
+        messages = serialize(path)
+        # Without Kafka: what decoding, symbol mapping and encoding alone sustain.
+        encode_only = min(run_barcast(base, "unused", path, records, dry_run=True)
+                          for _ in range(args.repeats))  # fmt: skip
+        with EmbeddedBroker(folder) as broker:
+            settings = replace(base, broker=broker.bootstrap, connect_timeout_s=30.0)
+            anchor, barcast = [], []
+            for round_ in range(args.repeats):
+                anchor_topic, barcast_topic = f"bench.anchor.{round_}", f"bench.barcast.{round_}"
+                anchor.append(run_anchor(settings, anchor_topic, messages))
+                barcast.append(run_barcast(settings, barcast_topic, path, records))
+                print(
+                    f"round {round_ + 1}: anchor {records / anchor[-1]:,.0f}/s, "
+                    f"barcast {records / barcast[-1]:,.0f}/s",
+                    flush=True,
+                )
+        file_bytes = path.stat().st_size
+
+    anchor_rps, barcast_rps = records / min(anchor), records / min(barcast)
+    ratio = barcast_rps / anchor_rps
+    print(f"\nreplay of {records:,} ohlcv-1m records ({file_bytes / 1e6:.1f} MB .dbn.zst)")
+    print(f"{'':28}{'seconds':>10}{'records/s':>14}")
+    print(f"{'librdkafka Producer (bare)':28}{min(anchor):>10.2f}{anchor_rps:>14,.0f}")
+    print(f"{'barcast replay --speed max':28}{min(barcast):>10.2f}{barcast_rps:>14,.0f}")
+    print(f"{'ratio barcast / bare':28}{'':>10}{ratio:>14.2f}   (goal >= 0.5)")
+    print(f"{'barcast without Kafka':28}{encode_only:>10.2f}{records / encode_only:>14,.0f}"
+          "   (decode + map + encode: headroom over the broker)")  # fmt: skip
+    result = {
+        "records": records,
+        "barcast_rps": round(barcast_rps),
+        "librdkafka_rps": round(anchor_rps),
+        "ratio": round(ratio, 3),
+        "barcast_encode_only_rps": round(records / encode_only),
+        "barcast_seconds": [round(s, 3) for s in barcast],
+        "librdkafka_seconds": [round(s, 3) for s in anchor],
+        "file_bytes": file_bytes,
+        "producer": {**PRODUCER_TUNING, "linger.ms": 50.0},
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+    print(f"wrote {RESULTS.relative_to(REPO_ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""Public API of the feature engine: 225 features per bar, one flat float64 state per symbol.
+
+Streaming and batch run the same compiled kernel (`_run`), so a history computed in one batch,
+in arbitrary chunks, or bar by bar across processes (state round-tripped through bytes) gives
+bit-identical rows. Feature i of a row is NaN until the symbol has seen `WARMUPS[i]` earlier
+bars; `warm` is True once every feature is past its warm-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from features import (
+    adaptive,
+    adx,
+    basic,
+    core,
+    cusum,
+    flow,
+    micro,
+    norm,
+    price_osc,
+    price_trend,
+    regime,
+    stats,
+    timefeat,
+    volume,
+)
+from features.primitives import get_i64, kernel
+from features.registry import FEATURE_NAMES, FINGERPRINT, WARMUPS
+
+N_FEATURES = 225
+_BLOCKS = (core, flow, basic, price_trend, price_osc, timefeat, volume, stats, micro, norm, cusum,
+           adx, regime, adaptive)  # fmt: skip
+_BASES = np.cumsum([0] + [m.SIZE for m in _BLOCKS])
+(B_CORE, B_FLOW, B_BASIC, B_TREND, B_OSC, B_TIME, B_VOL, B_STATS, B_MICRO, B_NORM, B_CUSUM,
+ B_ADX, B_REGIME, B_ADAPT, STATE_SIZE) = (int(b) for b in _BASES)  # fmt: skip
+_WARMUP = np.array(WARMUPS, dtype=np.int64)
+MAX_WARMUP = int(_WARMUP.max())
+STATE_LAYOUT = hashlib.sha256(
+    "|".join(m.LAYOUT.describe() for m in _BLOCKS).encode()
+).hexdigest()[:16]
+
+# Error codes of the kernel: code = 4 * bar + kind (kind below), -1 = success.
+_BAD_ROW, _BAD_PRICE, _BAD_VOLUME, _BAD_TIME = 0, 1, 2, 3
+
+
+@kernel
+def _step(s: np.ndarray, ts: int, o: float, h: float, lo: float, c: float, v: float,
+          syn: bool, ctx: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
+    cs = s[B_CORE:B_FLOW]
+    fs = s[B_FLOW:B_BASIC]
+    real = not syn
+    core.begin(cs, ts, o, h, lo, c, v, syn, ctx)
+    if real:
+        flow.update(fs, ctx)
+    basic.update(cs, s[B_BASIC:B_TREND], ctx, out)
+    ema5, ema12 = price_trend.update(cs, s[B_TREND:B_OSC], ctx, out)
+    price_osc.update(cs, s[B_OSC:B_TIME], ctx, out, ema5, ema12)
+    timefeat.update(s[B_TIME:B_VOL], ctx, out)
+    volume.update(fs, s[B_VOL:B_STATS], ctx, out, real)
+    stats.update(cs, s[B_STATS:B_MICRO], ctx, out)
+    micro.update(cs, fs, s[B_MICRO:B_NORM], ctx, out, real)
+    norm.update(cs, fs, s[B_NORM:B_CUSUM], ctx, out, real)
+    cusum.update(s[B_CUSUM:B_ADX], ctx, out)
+    adx.update(s[B_ADX:B_REGIME], ctx, out)
+    regime.update(s[B_REGIME:B_ADAPT], ctx, out)
+    adaptive.update(cs, s[B_ADAPT:STATE_SIZE], ctx, out)
+    core.finish(cs, ctx)
+
+
+@kernel
+def _validate(states: np.ndarray, rows: np.ndarray, ts: np.ndarray, o: np.ndarray,
+              h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray) -> int:  # fmt: skip
+    """First bad bar as 4 * bar + kind, or -1. Runs before any state changes: all or nothing."""
+    last = np.empty(states.shape[0], dtype=np.int64)
+    seen = np.empty(states.shape[0], dtype=np.bool_)
+    for r in range(states.shape[0]):
+        seen[r] = states[r, B_CORE + core.N] > 0.0
+        last[r] = get_i64(states[r], B_CORE + core.TS) if seen[r] else 0
+    for i in range(len(rows)):
+        r = rows[i]
+        if r < 0 or r >= states.shape[0]:
+            return 4 * i + _BAD_ROW
+        ok = 0.0 < lo[i] <= min(o[i], c[i]) and max(o[i], c[i]) <= h[i] < np.inf
+        if not ok:
+            return 4 * i + _BAD_PRICE
+        if not (0.0 <= v[i] < np.inf):
+            return 4 * i + _BAD_VOLUME
+        if seen[r] and ts[i] <= last[r]:
+            return 4 * i + _BAD_TIME
+        seen[r] = True
+        last[r] = ts[i]
+    return -1
+
+
+def _build_kernel(source_key: str):  # type: ignore[no-untyped-def]
+    @kernel
+    def run(states: np.ndarray, rows: np.ndarray, ts: np.ndarray, o: np.ndarray, h: np.ndarray,
+            lo: np.ndarray, c: np.ndarray, v: np.ndarray, syn: np.ndarray, out: np.ndarray,
+            warm: np.ndarray) -> int:  # fmt: skip
+        # `source_key` (a hash of every module in this package) is captured only so that
+        # numba's cache key changes with any callee's source: numba itself tracks only the
+        # file defining the cached function, and would otherwise run stale inlined callees.
+        if len(source_key) == 0:
+            return -2
+        bad = _validate(states, rows, ts, o, h, lo, c, v)
+        if bad >= 0:
+            return bad
+        ctx = np.empty(core.N_CTX)
+        for i in range(len(rows)):
+            s = states[rows[i]]
+            t = int(s[B_CORE + core.N])
+            _step(s, ts[i], o[i], h[i], lo[i], c[i], v[i], syn[i], ctx, out[i])
+            warm[i] = t >= MAX_WARMUP
+            if t < MAX_WARMUP:
+                for j in range(N_FEATURES):
+                    if t < _WARMUP[j]:
+                        out[i, j] = np.nan
+        return -1
+
+    return run
+
+
+def _source_key() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+_run = _build_kernel(_source_key())
+
+
+def new_states(n: int) -> np.ndarray:
+    """States for n symbols, one row each, before their first bar."""
+    return np.zeros((n, STATE_SIZE), dtype=np.float64)
+
+
+def _f64(name: str, x: object, m: int) -> np.ndarray:
+    a = np.ascontiguousarray(x, dtype=np.float64)
+    if a.shape != (m,):
+        raise ValueError(f"{name} has shape {a.shape}; expected ({m},), one value per bar")
+    return a
+
+
+def update_many(
+    states: np.ndarray,
+    rows: np.ndarray,
+    ts_event: np.ndarray,
+    open: np.ndarray,
+    high: np.ndarray,
+    low: np.ndarray,
+    close: np.ndarray,
+    volume: np.ndarray,
+    synthetic: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Advance states[rows[i]] by bar i, in order; returns (values (m, 225), warm (m,)).
+
+    All inputs are validated before any state moves: a bad bar raises ValueError and leaves
+    every state untouched.
+    """
+    if not (
+        isinstance(states, np.ndarray)
+        and states.dtype == np.float64
+        and states.ndim == 2
+        and states.shape[1] == STATE_SIZE
+        and states.flags.c_contiguous
+        and states.flags.writeable
+    ):
+        raise ValueError(
+            f"states must be a writable C-contiguous float64 array of shape (n, {STATE_SIZE}); "
+            "create it with features.engine.new_states(n)"
+        )
+    rows_a = np.ascontiguousarray(rows, dtype=np.int64)
+    m = rows_a.shape[0]
+    ts = np.ascontiguousarray(ts_event, dtype=np.int64)
+    syn = np.ascontiguousarray(synthetic, dtype=np.bool_)
+    if rows_a.ndim != 1 or ts.shape != (m,) or syn.shape != (m,):
+        raise ValueError(
+            f"rows {rows_a.shape}, ts_event {ts.shape} and synthetic {syn.shape} must all be "
+            "1-D with one entry per bar"
+        )
+    cols = [_f64(n, x, m) for n, x in (("open", open), ("high", high), ("low", low),
+                                        ("close", close), ("volume", volume))]  # fmt: skip
+    out = np.empty((m, N_FEATURES), dtype=np.float64)
+    warm = np.empty(m, dtype=np.bool_)
+    code = _run(states, rows_a, ts, *cols, syn, out, warm)
+    if code >= 0:
+        raise ValueError(_describe_error(code, states, rows_a, ts, cols))
+    return out, warm
+
+
+def _describe_error(
+    code: int, states: np.ndarray, rows: np.ndarray, ts: np.ndarray, cols: list[np.ndarray]
+) -> str:
+    i, kind = divmod(code, 4)
+    o, h, lo, c, v = (float(col[i]) for col in cols)
+    where = f"bar {i} (row {int(rows[i])}, ts_event {int(ts[i])})"
+    if kind == _BAD_ROW:
+        return f"{where}: row is outside states (n = {states.shape[0]}); grow the states array"
+    if kind == _BAD_PRICE:
+        return (
+            f"{where}: prices must be finite, > 0 and satisfy low <= open, close <= high; got "
+            f"open={o} high={h} low={lo} close={c}. Send bars through the corrections agent"
+        )
+    if kind == _BAD_VOLUME:
+        return f"{where}: volume must be finite and >= 0, got {v}"
+    return (
+        f"{where}: ts_event is not after the previous bar of this row; bars of one symbol "
+        "must arrive in strictly increasing time (deduplicate or reorder upstream)"
+    )
+
+
+def compute_batch(
+    ts_event: np.ndarray,
+    open: np.ndarray,
+    high: np.ndarray,
+    low: np.ndarray,
+    close: np.ndarray,
+    volume: np.ndarray,
+    synthetic: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features over one symbol's whole history: the streaming kernel run over every bar."""
+    n = len(ts_event)
+    syn = np.zeros(n, dtype=np.bool_) if synthetic is None else synthetic
+    return update_many(
+        new_states(1), np.zeros(n, dtype=np.int64), ts_event, open, high, low, close, volume, syn
+    )
+
+
+_MAGIC = b"BCFS"
+_FORMAT = 1
+_HEADER = struct.Struct("<4sHHI16s16s")
+
+
+def state_to_bytes(row: np.ndarray) -> bytes:
+    """One symbol's state as bytes: a header (format, size, fingerprint, layout) + raw float64."""
+    a = np.asarray(row)
+    if a.shape != (STATE_SIZE,) or a.dtype != np.float64:
+        raise ValueError(f"a state row is float64 of shape ({STATE_SIZE},), got {a.dtype} {a.shape}")
+    header = _HEADER.pack(
+        _MAGIC, _FORMAT, 0, STATE_SIZE, FINGERPRINT.encode(), STATE_LAYOUT.encode()
+    )
+    return header + a.astype("<f8", copy=False).tobytes()
+
+
+def state_from_bytes(data: bytes) -> np.ndarray:
+    """Inverse of state_to_bytes; rejects states of another format, feature set or layout."""
+    expected = _HEADER.size + 8 * STATE_SIZE
+    if len(data) < _HEADER.size or data[:4] != _MAGIC:
+        raise ValueError("not a barcast feature state (bad magic); was it written by "
+                         "features.engine.state_to_bytes?")  # fmt: skip
+    magic, fmt, _, size, fp, layout = _HEADER.unpack_from(data)
+    fp_s, layout_s = fp.decode(errors="replace"), layout.decode(errors="replace")
+    if fmt != _FORMAT or fp_s != FINGERPRINT or layout_s != STATE_LAYOUT or size != STATE_SIZE:
+        raise ValueError(
+            f"feature state was written by format {fmt}, feature set {fp_s}, layout {layout_s} "
+            f"({size} slots); this engine is format {_FORMAT}, feature set {FINGERPRINT}, "
+            f"layout {STATE_LAYOUT} ({STATE_SIZE} slots). Drop the stored state and rebuild it "
+            "by replaying the symbol's history"
+        )
+    if len(data) != expected:
+        raise ValueError(f"feature state is {len(data)} bytes, expected {expected} (truncated?)")
+    return np.frombuffer(data, dtype="<f8", offset=_HEADER.size).astype(np.float64)
+
+
+__all__ = [
+    "FEATURE_NAMES",
+    "FINGERPRINT",
+    "MAX_WARMUP",
+    "N_FEATURES",
+    "STATE_SIZE",
+    "compute_batch",
+    "new_states",
+    "state_from_bytes",
+    "state_to_bytes",
+    "update_many",
+]

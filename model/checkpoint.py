@@ -1,0 +1,164 @@
+"""Checkpoints: `model.safetensors` (every weight) + `config.json` (everything else). No pickle.
+
+The model id is the sha256 of `model.safetensors` (first 16 hex digits); `config.json` records
+the full hash, so a checkpoint whose weights were swapped or half-written refuses to load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from model.config import TFTConfig
+from model.covariates import SymbolVocab
+from model.normalization import Normalizer
+from model.tft import TemporalFusionTransformer
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+FORMAT = "barcast-tft"
+VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that must not be used; the message names the file and the fix."""
+
+
+@dataclass
+class CheckpointMeta:
+    config: TFTConfig
+    feature_fingerprint: str
+    normalizer: Normalizer
+    target_scale: float  # model outputs x target_scale = log returns
+    vocab: SymbolVocab
+    persistence_quantiles: np.ndarray  # (horizon, n_quantiles) training label quantiles
+    data: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "model": self.config.to_dict(),
+            "feature_fingerprint": self.feature_fingerprint,
+            "normalization": self.normalizer.to_dict(),
+            "target_scale": self.target_scale,
+            "symbols": list(self.vocab.roots),
+            "persistence_quantiles": self.persistence_quantiles.tolist(),
+            "data": self.data,
+            "metrics": self.metrics,
+        }
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> CheckpointMeta:
+        return cls(
+            config=TFTConfig.from_dict(values["model"]),
+            feature_fingerprint=values["feature_fingerprint"],
+            normalizer=Normalizer.from_dict(values["normalization"]),
+            target_scale=float(values["target_scale"]),
+            vocab=SymbolVocab(tuple(values["symbols"])),
+            persistence_quantiles=np.asarray(values["persistence_quantiles"], dtype=np.float64),
+            data=values.get("data", {}),
+            metrics=values.get("metrics", {}),
+        )
+
+
+def save(directory: Path, model: TemporalFusionTransformer, meta: CheckpointMeta) -> str:
+    """Write weights, then config (each atomically); returns the model id."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu", torch.float32).contiguous()
+               for k, v in model.state_dict().items()}
+    weights = directory / WEIGHTS
+    tmp = weights.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"format": FORMAT})
+    os.replace(tmp, weights)
+    digest = file_sha256(weights)
+    values = meta.to_dict() | {
+        "weights": {
+            "file": WEIGHTS,
+            "sha256": digest,
+            "n_params": model.n_params(),
+            "n_tensors": len(tensors),
+            "dtype": "float32",
+        }
+    }
+    tmp = directory / (CONFIG + ".tmp")
+    tmp.write_text(json.dumps(values, indent=1))
+    os.replace(tmp, directory / CONFIG)
+    return digest[:16]
+
+
+def load(
+    directory: Path, expected_fingerprint: str | None = None
+) -> tuple[TemporalFusionTransformer, CheckpointMeta, str]:
+    """Load a checkpoint onto the CPU in eval mode; returns (model, meta, model id).
+
+    Refuses (CheckpointError) a missing file, a feature-set fingerprint other than
+    `expected_fingerprint`, weights whose hash differs from config.json, and any missing,
+    unexpected or wrongly shaped tensor.
+    """
+    directory = Path(directory)
+    config_path, weights = directory / CONFIG, directory / WEIGHTS
+    for path in (config_path, weights):
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {directory}: {path.name} is missing; point "
+                                  "--checkpoint at a directory written by `barcast train`")
+    values = json.loads(config_path.read_text())
+    if values.get("format") != FORMAT:
+        raise CheckpointError(f"{config_path}: not a barcast TFT checkpoint "
+                              f"(format {values.get('format')!r})")
+    meta = CheckpointMeta.from_dict(values)
+    if expected_fingerprint is not None and meta.feature_fingerprint != expected_fingerprint:
+        raise CheckpointError(
+            f"checkpoint {directory} was trained on feature set {meta.feature_fingerprint}, but "
+            f"the feature engine here computes {expected_fingerprint}; retrain with "
+            "`barcast train` on this feature engine (or run the features version it was "
+            "trained with)"
+        )
+    digest = file_sha256(weights)
+    recorded = values.get("weights", {}).get("sha256")
+    if digest != recorded:
+        raise CheckpointError(f"{weights}: sha256 {digest[:16]} does not match {recorded!s:.16} "
+                              f"in {CONFIG}; the weights were replaced or partly written — "
+                              "copy the checkpoint directory again")
+    model = TemporalFusionTransformer(meta.config)
+    expected = model.state_dict()
+    with safe_open(str(weights), framework="pt") as f:
+        stored = set(f.keys())
+        missing = sorted(set(expected) - stored)
+        unexpected = sorted(stored - set(expected))
+        if missing or unexpected:
+            raise CheckpointError(
+                f"{weights} does not match the model in {CONFIG}: missing tensors "
+                f"{missing[:5]}{'...' if len(missing) > 5 else ''}, unexpected "
+                f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}; the checkpoint is "
+                "from another barcast version or corrupt — retrain it"
+            )
+        tensors = {}
+        for name, target in expected.items():
+            tensor = f.get_tensor(name)
+            if tensor.shape != target.shape:
+                raise CheckpointError(
+                    f"{weights}: tensor {name} has shape {tuple(tensor.shape)} but "
+                    f"{CONFIG} builds {tuple(target.shape)}; retrain the checkpoint"
+                )
+            tensors[name] = tensor
+    model.load_state_dict(tensors, strict=True)
+    return model.eval(), meta, digest[:16]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,201 @@
+"""Training windows: clean bars -> the feature engine in batch -> time splits -> tensors.
+
+A window ending at row t (the last bar the model sees) holds rows t-lookback+1..t as inputs and
+the cumulative log returns of the close at t+1..t+horizon as its label. Windows use warm feature
+rows only, never span a session break in the label, and never cross a split boundary: train,
+validation and test are time ranges, and the first `embargo` (>= lookback + horizon) bars of
+validation and of test start no window, so no input row or label of one split is near another's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+import torch
+
+from model.bars import CleanBars, DataError
+from model.covariates import NS_PER_MIN, SymbolVocab, future_covariates
+from model.normalization import Normalizer
+
+
+class Part(IntEnum):
+    TRAIN = 0
+    VAL = 1
+    TEST = 2
+
+
+@dataclass(frozen=True)
+class Split:
+    """Time boundaries (UTC ns): train < train_end <= val < val_end <= test."""
+
+    train_end: int
+    val_end: int
+    embargo: int
+
+    @classmethod
+    def from_fractions(
+        cls, ts: np.ndarray, val_fraction: float, test_fraction: float, embargo: int
+    ) -> Split:
+        if not (0 < val_fraction and 0 <= test_fraction and val_fraction + test_fraction < 1):
+            raise DataError(
+                f"--val-fraction {val_fraction} / --test-fraction {test_fraction}: need "
+                "val > 0, test >= 0 and val + test < 1"
+            )
+        start, end = int(ts.min()), int(ts.max())
+        span = end - start
+        return cls(
+            train_end=start + int(span * (1 - val_fraction - test_fraction)),
+            val_end=start + int(span * (1 - test_fraction)),
+            embargo=embargo,
+        )
+
+    def part_of(self, ts: np.ndarray) -> np.ndarray:
+        return np.where(ts < self.train_end, Part.TRAIN, np.where(ts < self.val_end, Part.VAL,
+                                                                   Part.TEST)).astype(np.int8)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"train_end": self.train_end, "val_end": self.val_end, "embargo": self.embargo}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Split:
+        return cls(int(values["train_end"]), int(values["val_end"]), int(values["embargo"]))
+
+
+@dataclass
+class Panel:
+    """Every symbol's rows, concatenated; `offsets[i]:offsets[i+1]` are symbol i's rows."""
+
+    symbols: list[str]
+    offsets: np.ndarray  # (n_symbols + 1,)
+    ts: np.ndarray  # (R,) int64 ns, bar open
+    close: np.ndarray  # (R,) float64
+    features: np.ndarray  # (R, F) float64, raw feature-engine output
+    warm: np.ndarray  # (R,) bool
+    targets: np.ndarray  # (R, horizon) float64 log returns; NaN where the label is unavailable
+
+    @property
+    def row_symbol(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.symbols)), np.diff(self.offsets))
+
+
+def build_panel(bars: list[CleanBars], horizon: int) -> Panel:
+    """Run the feature engine in batch over each symbol's clean bars."""
+    from features.engine import N_FEATURES, compute_batch
+
+    rows = []
+    for b in bars:
+        values, warm = compute_batch(
+            b.ts_event, b.open, b.high, b.low, b.close, b.volume, b.synthetic
+        )
+        if values.shape != (len(b), N_FEATURES):
+            raise DataError(f"feature engine returned {values.shape} for {b.symbol}; "
+                            f"expected ({len(b)}, {N_FEATURES})")
+        rows.append((b.ts_event, b.close, values, np.asarray(warm, dtype=bool)))
+    return panel_from_arrays([b.symbol for b in bars], rows, horizon)
+
+
+def panel_from_arrays(
+    symbols: list[str],
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    horizon: int,
+) -> Panel:
+    """A panel from per-symbol (ts, close, features, warm) arrays (also used by tests)."""
+    lengths = [len(r[0]) for r in rows]
+    return Panel(
+        symbols=list(symbols),
+        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        ts=np.concatenate([r[0] for r in rows]).astype(np.int64),
+        close=np.concatenate([r[1] for r in rows]).astype(np.float64),
+        features=np.concatenate([r[2] for r in rows]).astype(np.float64),
+        warm=np.concatenate([r[3] for r in rows]),
+        targets=np.concatenate([forward_returns(r[0], r[1], horizon) for r in rows]),
+    )
+
+
+def forward_returns(ts: np.ndarray, close: np.ndarray, horizon: int) -> np.ndarray:
+    """`(n, horizon)`: log(close[t+k] / close[t]), NaN where bar t+k is not k minutes after t
+    (past the end, or across a session break the corrections did not fill)."""
+    n = len(ts)
+    out = np.full((n, horizon), np.nan)
+    log_close = np.log(close)
+    for k in range(1, horizon + 1):
+        contiguous = ts[k:] - ts[:-k] == k * NS_PER_MIN if n > k else np.zeros(0, dtype=bool)
+        out[: n - k, k - 1] = np.where(contiguous, log_close[k:] - log_close[: n - k], np.nan)
+    return out
+
+
+def window_ends(panel: Panel, split: Split, part: Part, lookback: int, horizon: int) -> np.ndarray:
+    """Global rows t of every valid window of `part` (see the module docstring)."""
+    if split.embargo < lookback + horizon:
+        raise DataError(f"embargo {split.embargo} bars is shorter than lookback + horizon = "
+                        f"{lookback + horizon}; windows could straddle a split boundary")
+    parts = split.part_of(panel.ts)
+    cold = np.concatenate([[0], np.cumsum(~panel.warm)])
+    ends = []
+    for i in range(len(panel.symbols)):
+        lo, hi = int(panel.offsets[i]), int(panel.offsets[i + 1])
+        t = np.arange(lo + lookback - 1, hi - horizon)
+        first = t - lookback + 1
+        ok = (cold[t + 1] - cold[first] == 0) & np.isfinite(panel.targets[t]).all(axis=1)
+        ok &= (parts[first] == part) & (parts[t + horizon] == part)
+        if part != Part.TRAIN:
+            in_part = np.flatnonzero(parts[lo:hi] == part)
+            start = lo + int(in_part[0]) if len(in_part) else hi
+            ok &= first >= start + split.embargo
+        ends.append(t[ok])
+    return np.concatenate(ends).astype(np.int64) if ends else np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class Batch:
+    symbol: torch.Tensor  # (B,) int64 embedding rows
+    static_reals: torch.Tensor  # (B, n_static - 1)
+    x_hist: torch.Tensor  # (B, lookback, n_hist)
+    x_future: torch.Tensor  # (B, horizon, n_future)
+    y: torch.Tensor  # (B, horizon) log returns / target_scale
+
+
+class WindowData:
+    """Model-ready tensors of a panel; `batch(ends)` gathers windows without copying the panel
+    per window (a month of 225-feature windows would not fit in memory materialized)."""
+
+    def __init__(
+        self, panel: Panel, normalizer: Normalizer, vocab: SymbolVocab, lookback: int,
+        horizon: int, target_scale: float,
+    ) -> None:
+        self.panel = panel
+        self.lookback, self.horizon, self.target_scale = lookback, horizon, target_scale
+        self.features = torch.from_numpy(normalizer.apply(panel.features))
+        self.future = torch.from_numpy(future_covariates(panel.ts, horizon))
+        self.targets = torch.from_numpy((panel.targets / target_scale).astype(np.float32))
+        ids, reals = vocab.encode(panel.symbols)
+        row_symbol = torch.from_numpy(panel.row_symbol)
+        self.symbol = torch.from_numpy(ids)[row_symbol]
+        self.static_reals = torch.from_numpy(reals)[row_symbol]
+        self._steps = torch.arange(-lookback + 1, 1)
+
+    def batch(self, ends: np.ndarray) -> Batch:
+        t = torch.from_numpy(np.asarray(ends, dtype=np.int64))
+        return Batch(
+            symbol=self.symbol[t],
+            static_reals=self.static_reals[t],
+            x_hist=self.features[t[:, None] + self._steps],
+            x_future=self.future[t],
+            y=self.targets[t],
+        )
+
+
+def fit_normalizer(panel: Panel, train_ends: np.ndarray, lookback: int) -> Normalizer:
+    """Normalization statistics from the input rows of training windows only."""
+    rows = np.unique((train_ends[:, None] + np.arange(-lookback + 1, 1)).ravel())
+    return Normalizer.fit(panel.features[rows])
+
+
+def target_quantiles(
+    panel: Panel, ends: np.ndarray, quantiles: tuple[float, ...]
+) -> np.ndarray:
+    """`(horizon, n_quantiles)` empirical quantiles of the labels of `ends` (persistence baseline)."""
+    return np.quantile(panel.targets[ends], quantiles, axis=0).T

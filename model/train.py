@@ -1,0 +1,293 @@
+"""Training: AdamW, warm-up + cosine LR, gradient clipping, early stopping on validation pinball.
+
+Fails loudly instead of reporting success on a broken run: a NaN/inf loss, a validation loss of
+exactly 0, or a training loss that is exactly the same two epochs running raise TrainingError.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import random
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from model import checkpoint, plots
+from model.bars import data_fingerprint, load_bars
+from model.config import TFTConfig
+from model.covariates import SymbolVocab
+from model.dataset import (
+    Panel,
+    Part,
+    Split,
+    WindowData,
+    build_panel,
+    fit_normalizer,
+    target_quantiles,
+    window_ends,
+)
+from model.forecaster import autocast_for, resolve_device
+from model.tft import TemporalFusionTransformer
+
+
+class TrainingError(RuntimeError):
+    """A training run that produced no trustworthy model; the message says what went wrong."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup: float = 0.05  # fraction of all steps spent warming the LR up linearly
+    clip_norm: float = 1.0
+    patience: int = 4  # epochs without a better validation loss before stopping
+    seed: int = 0
+    val_fraction: float = 0.1
+    test_fraction: float = 0.25
+    embargo: int = 0  # bars between splits; 0 means lookback + horizon
+    windows_per_epoch: int = 0  # random training windows per epoch; 0 means all
+    symbol_dropout: float = 0.1  # trains embedding row 0, used for symbols unseen in training
+    device: str = "auto"
+    progress: bool = True
+
+
+def pinball_loss(pred: torch.Tensor, y: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """Mean pinball loss of quantile forecasts `(B, H, Q)` against targets `(B, H)`."""
+    err = y.unsqueeze(-1) - pred
+    return torch.maximum(levels * err, (levels - 1.0) * err).mean()
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak resident memory of this process (CPU), or peak allocated GPU memory (CUDA)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train(
+    paths: list[Path], out_dir: Path, model_config: TFTConfig, train_config: TrainConfig
+) -> dict[str, Any]:
+    """`barcast train`: bars -> corrections -> features -> windows -> fit -> checkpoint."""
+    from features.engine import FINGERPRINT
+
+    bars, report = load_bars(paths)
+    _log(train_config, f"bars: {report['bars_per_symbol']}; corrections: "
+                       f"{ {k: v for k, v in report['corrections'].items() if v} }")
+    panel = build_panel(bars, model_config.horizon)
+    report["fingerprint"] = data_fingerprint(report)
+    return train_on_panel(panel, out_dir, model_config, train_config, FINGERPRINT, report)
+
+
+def train_on_panel(
+    panel: Panel,
+    out_dir: Path,
+    model_config: TFTConfig,
+    cfg: TrainConfig,
+    feature_fingerprint: str,
+    data_report: dict[str, Any],
+) -> dict[str, Any]:
+    """Split, normalize (train rows only), fit, and write the checkpoint and metrics."""
+    seed_everything(cfg.seed)
+    c = model_config
+    split = Split.from_fractions(
+        panel.ts, cfg.val_fraction, cfg.test_fraction, cfg.embargo or c.lookback + c.horizon
+    )
+    ends = {part: window_ends(panel, split, part, c.lookback, c.horizon) for part in Part}
+    for part in (Part.TRAIN, Part.VAL):
+        if len(ends[part]) == 0:
+            raise TrainingError(f"the {part.name.lower()} split has no complete window; give "
+                                "more data or change --val-fraction/--test-fraction")
+    normalizer = fit_normalizer(panel, ends[Part.TRAIN], c.lookback)
+    target_scale = float(np.std(panel.targets[ends[Part.TRAIN]]))
+    if not target_scale > 0:
+        raise TrainingError("every training label is the same return; the price never moved")
+    vocab = SymbolVocab.from_symbols(panel.symbols)
+    config = replace(c, n_symbols=vocab.size, n_hist=panel.features.shape[1])
+    data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale)
+    _log(cfg, f"windows: train {len(ends[Part.TRAIN])}, val {len(ends[Part.VAL])}, test "
+              f"{len(ends[Part.TEST])}; {int(normalizer.constant.sum())} constant features")
+
+    device = resolve_device(cfg.device)
+    model = TemporalFusionTransformer(config).to(device)
+    history, best_state = fit(model, data, ends[Part.TRAIN], ends[Part.VAL], cfg, device)
+    model.load_state_dict(best_state)
+
+    best = min(history, key=lambda h: h["val_loss"])
+    metrics = {
+        "best_epoch": best["epoch"],
+        "val_pinball": best["val_loss"],
+        "val_pinball_bp": best["val_loss"] * target_scale * 1e4,
+        "train_pinball": best["train_loss"],
+        "epochs_run": len(history),
+        "n_params": model.n_params(),
+        "peak_memory_mb": max(h["peak_memory_mb"] for h in history),
+        "device": str(device),
+        "train_config": asdict(cfg),
+    }
+    meta = checkpoint.CheckpointMeta(
+        config=config,
+        feature_fingerprint=feature_fingerprint,
+        normalizer=normalizer,
+        target_scale=target_scale,
+        vocab=vocab,
+        persistence_quantiles=target_quantiles(panel, ends[Part.TRAIN], c.quantiles),
+        data=data_report | {"split": split.to_dict(),
+                            "windows": {p.name.lower(): len(e) for p, e in ends.items()}},
+        metrics=metrics,
+    )
+    model_id = checkpoint.save(out_dir, model, meta)
+    write_history(out_dir, history)
+    _log(cfg, f"checkpoint {out_dir} (model id {model_id}): best epoch {best['epoch']}, "
+              f"val pinball {metrics['val_pinball_bp']:.3f} bp")
+    return metrics | {"model_id": model_id}
+
+
+def fit(
+    model: TemporalFusionTransformer,
+    data: WindowData,
+    train_ends: np.ndarray,
+    val_ends: np.ndarray,
+    cfg: TrainConfig,
+    device: torch.device,
+) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
+    """The training loop; returns per-epoch metrics and the best (lowest val loss) weights."""
+    rng = np.random.default_rng(cfg.seed)
+    levels = torch.tensor(model.config.quantiles, device=device)
+    per_epoch = min(len(train_ends), cfg.windows_per_epoch or len(train_ends))
+    steps_per_epoch = math.ceil(per_epoch / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warmup = max(1, int(cfg.warmup * total))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: (s + 1) / warmup if s < warmup
+        else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup))),
+    )
+    history: list[dict[str, Any]] = []
+    best_state, best_val, stale = None, math.inf, 0
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        started = time.perf_counter()
+        order = rng.permutation(train_ends)[:per_epoch]
+        loss_sum, grad_sum = 0.0, 0.0
+        for step in range(steps_per_epoch):
+            batch = data.batch(order[step * cfg.batch_size : (step + 1) * cfg.batch_size])
+            symbol = batch.symbol.masked_fill(
+                torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0
+            )
+            with autocast_for(device):
+                out = model(symbol.to(device), batch.static_reals.to(device),
+                            batch.x_hist.to(device), batch.x_future.to(device))
+                loss = pinball_loss(out.quantiles.float(), batch.y.to(device), levels)
+            if not torch.isfinite(loss):
+                raise TrainingError(f"epoch {epoch} step {step + 1}: training loss is "
+                                    f"{loss.item()}; lower --lr or check the inputs for NaN")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+            optimizer.step()
+            schedule.step()
+            loss_sum += loss.item()
+            grad_sum += float(grad_norm)
+            if cfg.progress:
+                _progress(epoch, cfg.epochs, step + 1, steps_per_epoch, loss_sum / (step + 1),
+                          time.perf_counter() - started)
+        if cfg.progress:
+            sys.stderr.write("\n")
+        val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, levels, device)
+        record = {
+            "epoch": epoch,
+            "train_loss": loss_sum / steps_per_epoch,
+            "val_loss": val_loss,
+            "lr": schedule.get_last_lr()[0],
+            "grad_norm": grad_sum / steps_per_epoch,
+            "seconds": time.perf_counter() - started,
+            "peak_memory_mb": peak_memory_mb(device),
+        }
+        check_epoch(record, history)
+        history.append(record)
+        _log(cfg, f"epoch {epoch}: train {record['train_loss']:.5f} val {val_loss:.5f} "
+                  f"({record['seconds']:.0f}s, peak {record['peak_memory_mb']:.0f} MB)")
+        if val_loss < best_val:
+            best_val, stale = val_loss, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            stale += 1
+            if stale >= cfg.patience:
+                _log(cfg, f"early stop: no better validation loss for {stale} epochs")
+                break
+    assert best_state is not None  # the first epoch always sets it (val_loss < inf)
+    return history, best_state
+
+
+def check_epoch(record: dict[str, Any], history: list[dict[str, Any]]) -> None:
+    """The failures of the old TFT report, caught as they happen."""
+    if not math.isfinite(record["val_loss"]):
+        raise TrainingError(f"epoch {record['epoch']}: validation loss is {record['val_loss']}")
+    if record["val_loss"] == 0.0:
+        raise TrainingError(
+            f"epoch {record['epoch']}: validation loss is exactly 0 — the labels leak into the "
+            "inputs or the metric is broken; no real forecast is perfect"
+        )
+    if history and record["train_loss"] == history[-1]["train_loss"]:
+        raise TrainingError(
+            f"epoch {record['epoch']}: training loss {record['train_loss']} is exactly the "
+            "previous epoch's — the weights are not updating (learning rate 0? frozen model?)"
+        )
+
+
+@torch.inference_mode()
+def evaluate_loss(
+    model: TemporalFusionTransformer, data: WindowData, ends: np.ndarray, batch_size: int,
+    levels: torch.Tensor, device: torch.device,
+) -> float:
+    """Mean pinball loss over held-out windows (target units), in eval mode."""
+    model.eval()
+    total = 0.0
+    for start in range(0, len(ends), batch_size):
+        batch = data.batch(ends[start : start + batch_size])
+        with autocast_for(device):
+            out = model(batch.symbol.to(device), batch.static_reals.to(device),
+                        batch.x_hist.to(device), batch.x_future.to(device))
+        loss = pinball_loss(out.quantiles.float(), batch.y.to(device), levels)
+        total += loss.item() * len(batch.y)
+    return total / len(ends)
+
+
+def write_history(out_dir: Path, history: list[dict[str, Any]]) -> None:
+    """metrics.csv, metrics.json and training_curve.png next to the checkpoint."""
+    with (out_dir / "metrics.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(history[0]))
+        writer.writeheader()
+        writer.writerows(history)
+    (out_dir / "metrics.json").write_text(json.dumps(history, indent=1))
+    plots.training_curve(out_dir / "training_curve.png", history)
+
+
+def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float, secs: float) -> None:
+    filled = int(30 * step / steps)
+    sys.stderr.write(f"\repoch {epoch}/{epochs} [{'#' * filled}{'.' * (30 - filled)}] "
+                     f"{step}/{steps} loss {loss:.5f} {step / max(secs, 1e-9):.1f} it/s")
+    sys.stderr.flush()
+
+
+def _log(cfg: TrainConfig, message: str) -> None:
+    if cfg.progress:
+        print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,234 @@
+"""`features` → `forecasts`: window buffers, the dynamic micro-batcher and off-loop inference.
+
+Events are consumed one by one without auto-acks. A flush (at `max_batch`, after `max_delay`,
+or at END_OF_INTERVAL) runs the model in the inference thread, publishes the forecasts, waits
+for the broker's acks, stores the window slots, and only then acks the events, so a crash
+replays exactly the events whose forecasts may not be out. While a flush runs the agent stops
+pulling events once `max_batch` windows wait: that is the back-pressure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+import orjson
+
+from model.checkpoint import CheckpointError
+from streams.agents.io import BAR_HEADERS, Out, header, is_control_event, publish, raw_topic
+from streams.agents.state import StateTable
+from streams.forecast.batcher import MicroBatcher
+from streams.forecast.checkpoints import CheckpointWatcher
+from streams.forecast.engine import ForecastEngine, WindowRequest
+from streams.forecast.messages import forecast_message
+from streams.forecast.windows import SymbolWindow, meta_key, slot_key
+from streams.metrics import Outcome, Stage
+from streams.schema import RECEIVED_HEADER, decode_feature_values
+
+if TYPE_CHECKING:
+    from faust.types import EventT
+
+    from streams.faust_app import BarcastApp
+
+log = logging.getLogger("barcast.forecast")
+RELOAD_INTERVAL_S = 2.0
+
+
+class ForecastService:
+    def __init__(self, app: BarcastApp, engine: ForecastEngine) -> None:
+        settings = app.barcast
+        self.app = app
+        self.engine = engine
+        self.topic = settings.topic_forecasts
+        self.table = StateTable(app, "forecast-windows")
+        self.batcher: MicroBatcher[WindowRequest] = MicroBatcher(
+            settings.max_batch, settings.max_delay_ms / 1000.0
+        )
+        self.windows: dict[bytes, SymbolWindow] = {}
+        self.applied: dict[bytes, int] = {}
+        self.unacked: list[EventT] = []
+        self.dirty: dict[bytes, tuple[int, int, list[int]]] = {}
+        self.lock = asyncio.Lock()
+        self.wakeup = asyncio.Event()
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
+
+    def window(self, key: bytes) -> SymbolWindow:
+        """The symbol's window, rebuilt from the table on first sight after a (re)start."""
+        window = self.windows.get(key)
+        if window is None:
+            window = SymbolWindow(self.engine.lookback, self.engine.n_features)
+            offset, meta = self.table.get(meta_key(key))
+            if meta is not None:
+                window.load_meta(meta)
+                for slot in window.filled_slots():
+                    window.load_slot(slot, self.table.get(slot_key(key, slot))[1] or b"")
+            self.windows[key] = window
+            self.applied[key] = offset
+        return window
+
+    async def add(self, event: EventT) -> None:
+        self.unacked.append(event)
+        if is_control_event(event):
+            self.batcher.flush_now()
+        else:
+            self._apply(event)
+        if self.batcher.due():
+            await self.flush()
+        else:
+            self.wakeup.set()
+
+    def _apply(self, event: EventT) -> None:
+        key, message = event.key, event.message
+        window = self.window(key)
+        if message.offset <= self.applied[key]:  # in the window already, before a crash
+            return
+        row = orjson.loads(event.value)
+        slot = window.append(
+            row["ts_event"],
+            row["close"],
+            row["synthetic"],
+            row["warm"],
+            decode_feature_values(row["values"]),
+        )
+        self.applied[key] = message.offset
+        _, _, slots = self.dirty.get(key, (0, 0, []))
+        self.dirty[key] = (message.partition, message.offset, [*slots, slot])
+        if row["fingerprint"] != self.engine.fingerprint:
+            raise RuntimeError(
+                f"feature row for {row['symbol']} has fingerprint {row['fingerprint']} but "
+                f"checkpoint {self.engine.model_id} expects {self.engine.fingerprint}: run the "
+                "stream workers and the forecast worker from the same barcast version"
+            )
+        if window.ready and window.all_warm and not row["synthetic"]:
+            received = header(event, RECEIVED_HEADER)
+            self.batcher.add(
+                WindowRequest(
+                    symbol=row["symbol"],
+                    key=key,
+                    partition=message.partition,
+                    count=window.count,
+                    values=window.ordered_values(),
+                    ts_event=row["ts_event"],
+                    close=row["close"],
+                    received_ns=int(received) if received else time.time_ns(),
+                )
+            )
+
+    async def flush(self) -> None:
+        async with self.lock:
+            requests: list[WindowRequest] = []
+            outputs: list[Out] = []
+            while len(self.batcher):
+                batch = self.batcher.take()
+                started = time.perf_counter()
+                quantiles = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, self.engine.predict, batch
+                )
+                self.app.metrics.inference_seconds.observe(time.perf_counter() - started)
+                self.app.metrics.batch_size.observe(len(batch))
+                outputs += self._messages(batch, quantiles)
+                requests += batch
+            events, self.unacked = self.unacked, []
+            writes = self._snapshot()
+            await publish(self.app, outputs)
+            published = time.time_ns()
+            for request in requests:
+                latency = (published - request.received_ns) / 1e9
+                self.app.metrics.bar_to_forecast_seconds.observe(latency)
+            for key, partition, offset, value in writes:
+                self.table.put(key, partition, offset, value)
+            for event in events:
+                event.ack()
+            self.app.metrics.forecasts.inc(len(outputs))
+            self.app.metrics.bar(Stage.FORECAST, Outcome.IN, len(events))
+            self.app.metrics.bar(Stage.FORECAST, Outcome.OUT, len(outputs))
+
+    def _messages(self, batch: list[WindowRequest], quantiles: np.ndarray) -> list[Out]:
+        now = time.time_ns()
+        return [
+            Out(
+                self.topic,
+                request.key,
+                forecast_message(self.engine, request, quantiles[i], len(batch), now),
+                request.ts_event / 1e6,
+                BAR_HEADERS,
+                request.partition,
+            )
+            for i, request in enumerate(batch)
+        ]
+
+    def _snapshot(self) -> list[tuple[bytes, int, int, bytes]]:
+        """Table writes for every window changed since the last flush, taken now: the agent
+        keeps sliding windows while the outputs are being published."""
+        dirty, self.dirty = self.dirty, {}
+        writes = []
+        for key, (partition, offset, slots) in dirty.items():
+            window = self.windows[key]
+            for slot in sorted(set(slots)):
+                writes.append((slot_key(key, slot), partition, offset, window.slot_bytes(slot)))
+            writes.append((meta_key(key), partition, offset, window.meta_bytes()))
+        return writes
+
+    async def flush_when_due(self) -> None:
+        """Flushes windows that waited `max_delay` while no new event arrived."""
+        while True:
+            wait = self.batcher.seconds_until_due()
+            self.wakeup.clear()
+            if wait is None:
+                await self.wakeup.wait()
+                continue
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(self.wakeup.wait(), timeout=wait)
+                    continue
+                except TimeoutError:
+                    pass
+            if self.batcher.due():
+                await self.flush()
+
+    async def reload(self, watcher: CheckpointWatcher) -> None:
+        """Validate a new checkpoint off the loop, then swap it in between batches; the
+        step-encoding cache belongs to the old weights, so it goes with them."""
+        path = watcher.poll()
+        if path is None:
+            return
+        try:
+            served = await asyncio.to_thread(self.engine.prepare, path)
+        except CheckpointError as exc:
+            watcher.reject(path)
+            log.error("not serving %s: %s", path, exc)
+            return
+        async with self.lock:
+            self.engine.swap(served)
+        watcher.accept(path)
+        self.app.metrics.model_reloads.inc()
+        self.app.metrics.set_model(self.engine.model_id, self.engine.fingerprint)
+        log.info("serving checkpoint %s from %s", self.engine.model_id, watcher.current)
+
+
+def register(app: BarcastApp) -> None:
+    settings = app.barcast
+    source = raw_topic(app, settings.topic_features)
+    raw_topic(app, settings.topic_forecasts)
+    watcher = CheckpointWatcher(settings.model_dir)
+    engine = ForecastEngine.from_settings(watcher.require_initial(), settings)
+    service = ForecastService(app, engine)
+    app.metrics.set_model(engine.model_id, engine.fingerprint)
+    log.info("serving checkpoint %s on %s", engine.model_id, engine.device)
+
+    @app.agent(source, name="forecast")
+    async def forecast(stream):  # type: ignore[no-untyped-def]
+        async for event in stream.noack().events():
+            await service.add(event)
+
+    @app.task
+    async def flush_on_delay() -> None:
+        await service.flush_when_due()
+
+    @app.timer(RELOAD_INTERVAL_S)
+    async def hot_reload() -> None:
+        await service.reload(watcher)

@@ -1,0 +1,65 @@
+"""Which checkpoint the forecast worker serves: the newest complete one in the model directory.
+
+`BARCAST_MODEL_DIR` is either one checkpoint (it holds `config.json`) or a directory of them;
+`barcast train` writes `config.json` last and atomically, so a directory with one is complete.
+Rolling out a model = copying a new checkpoint directory in; rolling back = removing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from model.checkpoint import CONFIG, WEIGHTS
+
+
+class CheckpointMissing(FileNotFoundError):
+    """No checkpoint to serve: the message says how to make one."""
+
+
+class CheckpointWatcher:
+    def __init__(self, model_dir: Path) -> None:
+        self.model_dir = model_dir
+        self.current: Path | None = None
+        self._rejected: dict[Path, float] = {}
+
+    def newest(self) -> Path | None:
+        if (self.model_dir / CONFIG).is_file():
+            return self.model_dir
+        if not self.model_dir.is_dir():
+            return None
+        candidates = [
+            d
+            for d in self.model_dir.iterdir()
+            if (d / CONFIG).is_file() and (d / WEIGHTS).is_file()
+        ]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda d: ((d / CONFIG).stat().st_mtime_ns, d.name))
+
+    def require_initial(self) -> Path:
+        newest = self.newest()
+        if newest is None:
+            raise CheckpointMissing(
+                f"no checkpoint in {self.model_dir} (BARCAST_MODEL_DIR): train one with "
+                f"`barcast train --data FILE --out {self.model_dir}/NAME`, or point "
+                "BARCAST_MODEL_DIR at a checkpoint directory"
+            )
+        self.current = newest
+        return newest
+
+    def poll(self) -> Path | None:
+        """A checkpoint newer than the one served that has not failed validation, or None."""
+        newest = self.newest()
+        if newest is None or newest == self.current:
+            return None
+        stamp = (newest / CONFIG).stat().st_mtime
+        if self._rejected.get(newest) == stamp:
+            return None
+        return newest
+
+    def accept(self, path: Path) -> None:
+        self.current = path
+
+    def reject(self, path: Path) -> None:
+        """Remember a checkpoint that failed validation until its config changes again."""
+        self._rejected[path] = (path / CONFIG).stat().st_mtime

@@ -1,0 +1,52 @@
+"""The `forecasts` topic value: quantiles as cumulative log returns and as prices."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+if TYPE_CHECKING:
+    from streams.forecast.engine import ForecastEngine, WindowRequest
+
+
+def quantile_name(q: float) -> str:
+    return f"q{round(q * 100):02d}"
+
+
+def forecast_value(
+    engine: ForecastEngine,
+    request: WindowRequest,
+    quantiles: np.ndarray,
+    batch_size: int,
+    now_ns: int,
+) -> dict[str, Any]:
+    """quantiles `(horizon, n_quantiles)` of the cumulative log return of the close."""
+    value: dict[str, Any] = {
+        "symbol": request.symbol,
+        "ts_event": request.ts_event,
+        "close": request.close,
+        "horizons": list(range(1, engine.horizon + 1)),
+    }
+    for j, q in enumerate(engine.quantiles):
+        log_returns = quantiles[:, j].astype(np.float64)
+        value[quantile_name(q)] = log_returns.tolist()
+        value["price_" + quantile_name(q)] = (request.close * np.exp(log_returns)).tolist()
+    value.update(
+        model_id=engine.model_id,
+        fingerprint=engine.fingerprint,
+        batch_size=batch_size,
+        latency_ms=(now_ns - request.received_ns) / 1e6,
+    )
+    return value
+
+
+def forecast_message(
+    engine: ForecastEngine,
+    request: WindowRequest,
+    quantiles: np.ndarray,
+    batch_size: int,
+    now_ns: int,
+) -> bytes:
+    return orjson.dumps(forecast_value(engine, request, quantiles, batch_size, now_ns))

@@ -1,0 +1,108 @@
+"""Incremental encoding equals full recomputation: over a long replay, after a restart and
+after a hot reload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from features import engine as feature_engine
+from model.checkpoint import CheckpointError
+from streams.forecast.engine import ForecastEngine, WindowRequest
+from tests.checkpoints import make_checkpoint
+
+SYMBOLS = ("6EH4", "ESU4", "NQU4")
+
+
+@pytest.fixture(scope="module")
+def feature_rows(sixe_bars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    bars = sixe_bars.iloc[:1200]
+    values, warm = feature_engine.compute_batch(
+        bars["ts_event"].to_numpy(),
+        *(bars[c].to_numpy() for c in ("open", "high", "low", "close", "volume")),
+        np.zeros(len(bars), dtype=np.bool_),
+    )
+    first = int(np.argmax(warm))
+    return values[first:], bars["ts_event"].to_numpy()[first:], bars["close"].to_numpy()[first:]
+
+
+def replay(
+    engine: ForecastEngine, rows, start: int, stop: int, batch: int, incremental: bool = True
+) -> np.ndarray:
+    """Three symbols, each replaying the history from its own offset, interleaved by minute
+    and forecast in batches of `batch` (so a batch often holds one symbol several times)."""
+    values, ts, close = rows
+    lookback = engine.lookback
+    requests = [
+        WindowRequest(
+            symbol,
+            symbol.encode(),
+            0,
+            t + 1 + 7 * k,
+            values[t + 7 * k + 1 - lookback : t + 7 * k + 1],
+            int(ts[t]),
+            float(close[t + 7 * k]),
+            0,
+        )
+        for t in range(start, stop)
+        for k, symbol in enumerate(SYMBOLS)
+    ]
+    out = [
+        engine.predict(requests[i : i + batch], incremental) for i in range(0, len(requests), batch)
+    ]
+    return np.concatenate(out)
+
+
+def test_incremental_equals_full_over_a_long_replay(tmp_path: Path, feature_rows) -> None:
+    make_checkpoint(tmp_path / "a")
+    cpu = torch.device("cpu")
+    cached = ForecastEngine(tmp_path / "a", cpu)
+    full = ForecastEngine(tmp_path / "a", cpu)
+    a = replay(cached, feature_rows, 60, 460, batch=7)
+    b = replay(full, feature_rows, 60, 460, batch=7, incremental=False)
+    assert a.shape == (1200, 10, 3)
+    print("exact:", np.array_equal(a, b), np.abs(a - b).max())
+    assert np.abs(a - b).max() <= 1e-5
+    assert np.all(np.diff(a, axis=2) >= 0), "quantiles crossed"
+
+
+def test_a_forecast_does_not_depend_on_its_micro_batch(tmp_path: Path, feature_rows) -> None:
+    make_checkpoint(tmp_path / "a")
+    cpu = torch.device("cpu")
+    one = replay(ForecastEngine(tmp_path / "a", cpu), feature_rows, 60, 160, batch=1)
+    many = replay(ForecastEngine(tmp_path / "a", cpu), feature_rows, 60, 160, batch=64)
+    assert np.array_equal(one, many)
+
+
+def test_restart_and_hot_reload_start_from_a_fresh_cache(tmp_path: Path, feature_rows) -> None:
+    make_checkpoint(tmp_path / "a", seed=1)
+    make_checkpoint(tmp_path / "b", seed=2)
+    cpu = torch.device("cpu")
+    engine = ForecastEngine(tmp_path / "a", cpu)
+    replay(engine, feature_rows, 60, 200, batch=16)
+    restarted = ForecastEngine(tmp_path / "a", cpu)
+    assert (
+        np.abs(
+            replay(engine, feature_rows, 200, 260, batch=5)
+            - replay(restarted, feature_rows, 200, 260, batch=5)
+        ).max()
+        <= 1e-5
+    )
+    engine.swap(engine.prepare(tmp_path / "b"))
+    reference = ForecastEngine(tmp_path / "b", cpu)
+    after = replay(engine, feature_rows, 260, 320, batch=9)
+    assert (
+        np.abs(after - replay(reference, feature_rows, 260, 320, batch=9, incremental=False)).max()
+        <= 1e-5
+    )
+    assert engine.model_id != restarted.model_id
+
+
+def test_a_checkpoint_for_another_feature_set_is_refused(tmp_path: Path) -> None:
+    make_checkpoint(tmp_path / "old", fingerprint="0" * 16)
+    with pytest.raises(CheckpointError, match="feature set 0000000000000000"):
+        ForecastEngine(tmp_path / "old", torch.device("cpu"))

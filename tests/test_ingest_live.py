@@ -1,0 +1,124 @@
+"""Live ingest through the real `databento.Live` client against the local gateway."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import databento
+import orjson
+import pytest
+
+from streams import schema
+from streams.ingest import live_cli
+from streams.ingest.errors import ExitCode
+from streams.ingest.live import LiveIngest, LiveOptions, RecentKeys
+from streams.ingest.producer import BarProducer
+from streams.settings import Settings
+from tests.kafka_io import read_topic
+from tests.live_gateway import LiveGateway
+
+KEY = "db-" + "k" * 24 + "BUCKT"
+SYMBOLS = ("ES.FUT", "NQ.FUT", "6E.FUT", "ZN.FUT")
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the live ingest"
+        time.sleep(0.05)
+
+
+def test_recent_keys_forget_beyond_the_window() -> None:
+    keys = RecentKeys(window_ns=100)
+    assert keys.add((33, 1, 1000)) and keys.add((33, 2, 1000))
+    assert not keys.add((33, 1, 1000))
+    assert keys.add((33, 1, 1200))  # moves the horizon to 1100
+    assert keys.add((33, 2, 1000)), "outside the window, no longer remembered"
+    assert keys.newest == 1200
+
+
+@pytest.mark.integration
+def test_forced_disconnect_loses_and_doubles_nothing(
+    broker_settings: Settings, dbn_files: list[Path]
+) -> None:
+    path = next(p for p in dbn_files if "esu4-nqu4" in p.name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = databento.DBNStore.from_file(path).to_df(price_type="fixed", pretty_ts=False)
+    rows = {(r.symbol, r.ts_event): r for r in expected.reset_index().itertuples()}
+    # 23 is odd: the cut falls between ESU4 and NQU4 of the same minute, so the resubscription
+    # from that minute must both drop a duplicate and deliver a bar not seen yet.
+    with LiveGateway(path, KEY, disconnect_after=23) as gateway:
+        sink = BarProducer(broker_settings, broker_settings.topic_raw, linger_ms=5)
+        options = LiveOptions(
+            "GLBX.MDP3", "ohlcv-1m", "parent", SYMBOLS, gateway="127.0.0.1",
+            port=gateway.port, backoff_s=0.1,
+        )  # fmt: skip
+        ingest = LiveIngest(options, KEY, sink)
+        worker = threading.Thread(target=ingest.run)
+        worker.start()
+        try:
+            wait_until(lambda: ingest.stats.bars >= len(rows) and ingest.stats.heartbeats > 0)
+        finally:
+            ingest.stop()
+            worker.join(30)
+        sink.flush()
+        sink.check()
+    assert not worker.is_alive()
+
+    first, second = gateway.sessions[:2]
+    assert first.aborted and first.bars_sent == 23 and first.subscriptions[0].start is None
+    assert second.subscriptions[0].start in {ts for _, ts in rows}
+    stats = ingest.stats
+    assert (stats.bars, stats.reconnects) == (len(rows), 1) and stats.duplicates >= 1
+    assert stats.errors >= 2 and stats.mappings >= 2  # 6E.FUT and ZN.FUT resolve to nothing
+
+    messages = read_topic(broker_settings.broker, broker_settings.topic_raw, idle_s=2)
+    bars = [m for m in messages if m.headers[schema.KIND_HEADER] == b"bar"]
+    controls = [m for m in messages if m.headers[schema.KIND_HEADER] == b"control"]
+    got = [orjson.loads(m.value) for m in bars]
+    assert sorted((v["symbol"], v["ts_event"]) for v in got) == sorted(rows)
+    for message, value in zip(bars, got, strict=True):
+        row = rows[(value["symbol"], value["ts_event"])]
+        assert [value[f] for f in ("open", "high", "low", "close", "volume")] == [
+            row.open, row.high, row.low, row.close, row.volume
+        ]  # fmt: skip
+        assert value["source"] == "live:GLBX.MDP3" and message.key == value["symbol"].encode()
+    by_key: dict[tuple[int, bytes | None], list[int]] = defaultdict(list)
+    for message in messages:
+        by_key[(message.partition, message.key)].append(orjson.loads(message.value)["ts_event"])
+    for sequence in by_key.values():
+        assert sequence == sorted(set(sequence)), "out of order or doubled"
+    minutes = sorted({ts for _, ts in rows})
+    assert all(schema.is_control(orjson.loads(m.value)) for m in controls)
+    assert all(m.key == schema.CONTROL_KEY for m in controls)
+    for partition in range(broker_settings.partitions):
+        assert by_key[(partition, schema.CONTROL_KEY)] == minutes
+
+
+@pytest.mark.integration
+def test_rejected_key_exits_with_auth_code_and_never_prints_the_key(
+    broker_settings: Settings,
+    dbn_files: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wrong = "db-" + "w" * 24 + "WRONG"
+    for name, value in broker_settings.to_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(live_cli.KEY_VARIABLE, wrong)
+    with LiveGateway(dbn_files[0], KEY) as gateway:
+        code = live_cli.main(
+            ["--symbols", "ES.FUT", "--gateway", "127.0.0.1", "--port", str(gateway.port)]
+        )
+    out, err = capsys.readouterr()
+    assert code == ExitCode.AUTH_FAILED
+    assert err.startswith("barcast ingest-live: the Databento gateway refused the session")
+    assert "Authentication failed" in err and err.count("\n") == 1
+    assert wrong not in out + err + caplog.text
