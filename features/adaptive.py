@@ -19,10 +19,20 @@ KAMA_WARMUP = KAMA_SLOW
 
 SPECS = (
     spec("efficiency_ratio_20", ER_LAG, "|ln(C / C[-20])| / Σ|r| over 20; 0 if flat"),
-    spec("variance_ratio_5", 60 + VR_Q - 1, "mean (ln C/C[-5])² / (5 · mean r²) over 60; 1 if "
-         "flat", q=VR_Q),  # fmt: skip
-    spec("kama_dev", KAMA_WARMUP, "C / KAMA(10, 2, 30) - 1 (seeded with the first close)",
-         er=KAMA_ER, fast=KAMA_FAST, slow=KAMA_SLOW),  # fmt: skip
+    spec(
+        "variance_ratio_5",
+        60 + VR_Q - 1,
+        "mean (ln C/C[-5])² / (5 · mean r²) over 60; 1 if flat",
+        q=VR_Q,
+    ),
+    spec(
+        "kama_dev",
+        KAMA_WARMUP,
+        "C / KAMA(10, 2, 30) - 1 (seeded with the first close)",
+        er=KAMA_ER,
+        fast=KAMA_FAST,
+        slow=KAMA_SLOW,
+    ),
     spec("kama_slope", KAMA_WARMUP + 1, "KAMA / KAMA[-1] - 1"),
 )
 

@@ -23,10 +23,18 @@ ADXR_WARMUP = ADX_WARMUP + PERIOD - 1
 ADXR_RING = 16  # power of two above the ADXR lag
 
 SPECS = (
-    spec("plus_di_14", PERIOD, "+DI(14) = 100 · Wilder(+DM) / Wilder(TR) (TA-Lib PLUS_DI)",
-         period=PERIOD),  # fmt: skip
-    spec("minus_di_14", PERIOD, "-DI(14) = 100 · Wilder(-DM) / Wilder(TR) (TA-Lib MINUS_DI)",
-         period=PERIOD),  # fmt: skip
+    spec(
+        "plus_di_14",
+        PERIOD,
+        "+DI(14) = 100 · Wilder(+DM) / Wilder(TR) (TA-Lib PLUS_DI)",
+        period=PERIOD,
+    ),
+    spec(
+        "minus_di_14",
+        PERIOD,
+        "-DI(14) = 100 · Wilder(-DM) / Wilder(TR) (TA-Lib MINUS_DI)",
+        period=PERIOD,
+    ),
     spec("dx_14", PERIOD, "100 · |+DI - -DI| / (+DI + -DI) (TA-Lib DX)", period=PERIOD),
     spec("adx_14", ADX_WARMUP, "Wilder average of DX (TA-Lib ADX)", period=PERIOD),
     spec("adxr_14", ADXR_WARMUP, "(ADX + ADX[-13]) / 2 (TA-Lib ADXR)", period=PERIOD),

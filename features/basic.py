@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from features import core
@@ -43,8 +41,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     lo, lh, ll, lc = ctx[core.X_LO], ctx[core.X_LH], ctx[core.X_LL], ctx[core.X_LC]
     r = ctx[core.X_R]
     rec = slot(RING_P, KP, int(ctx[core.X_T]), 0)
-    lv = math.log1p(ctx[core.X_V])
-    span = h - lo_
+    lv = ctx[core.X_LV]
     out[0] = r
     out[1] = lc - lo
     out[2] = lh - ll

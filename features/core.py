@@ -15,10 +15,11 @@ from features import calendar
 from features.primitives import (
     MASK,
     RING,
-    WINDOWS,
     W20,
     W60,
+    WINDOWS,
     Layout,
+    fill_means,
     get_i64,
     kernel,
     put_i64,
@@ -31,7 +32,9 @@ ATR_PERIOD = 14
 EWMA_FAST = 0.94  # RiskMetrics decay for one-minute variance (CUSUM threshold, regime flatness)
 EWMA_SLOW = 0.99
 SQRT2 = math.sqrt(2.0)
-CS_DEN = 3.0 - 2.0 * SQRT2  # Corwin–Schultz constant
+CS_DEN = 3.0 - 2.0 * SQRT2  # Corwin–Schultz: α = (√(2β) - √β) / DEN - √(γ / DEN)
+CS_BETA = (SQRT2 - 1.0) / CS_DEN
+CS_GAMMA = 1.0 / math.sqrt(CS_DEN)
 GK_OC = 2.0 * math.log(2.0) - 1.0  # Garman–Klass weight of the open-close term
 
 # ctx: this bar's shared quantities (one float64 vector, rewritten for every bar)
@@ -40,18 +43,27 @@ X_LO, X_LH, X_LL, X_LC, X_R = 7, 8, 9, 10, 11
 X_PC, X_PH, X_PL, X_PLC = 12, 13, 14, 15
 X_TR, X_ATR, X_EVF_PREV, X_EVF, X_EVS = 16, 17, 18, 19, 20
 X_TOD, X_DST, X_SESSION, X_SESSION_MIN, X_NEW_SESSION, X_GAP_MIN = 21, 22, 23, 24, 25, 26
-N_CTX = 27
+X_LV = 27
+N_SCALARS = 28
 
-# Price record fields (F_*): each bar writes one record; every field gets window sums.
+# Price record fields (F_*): each bar writes one record. Window w sums the first NF[w] fields:
+# W5 r, r2; W10 + ar; W14 up to vim; W60 up to r5sq; W20 up to doji. lc and c sit early so the
+# lagged reads (ROC, SMA) share cache lines with the sums' reads; lh, ll feed only the channels.
 FIELDS = (
-    "c h l lc x x2 r r2 r3 r4 ar rr1 rr2 rr5 up zero rev same up2 arr1 rng rng2 rrng1 gk rs "
-    "oc oc2 on on2 aon gap clv abody uw lw ch cl tr vip vim cs arp doji bop r5sq syn"
-).split()
-(F_C, F_H, F_L, F_LC, F_X, F_X2, F_R, F_R2, F_R3, F_R4, F_AR, F_RR1, F_RR2, F_RR5, F_UP, F_ZERO,
- F_REV, F_SAME, F_UP2, F_ARR1, F_RNG, F_RNG2, F_RRNG1, F_GK, F_RS, F_OC, F_OC2, F_ON, F_ON2,
- F_AON, F_GAP, F_CLV, F_ABODY, F_UW, F_LW, F_CH, F_CL, F_TR, F_VIP, F_VIM, F_CS, F_ARP, F_DOJI,
- F_BOP, F_R5SQ, F_SYN) = range(len(FIELDS))  # fmt: skip
+    "r", "r2", "ar", "lc", "c", "oc", "bop", "tr", "vip", "vim",
+    "x", "x2", "r3", "r4", "rr1", "rr2", "rr5", "rng", "rng2", "gk", "rs", "oc2", "on", "on2",
+    "aon", "gap", "clv", "abody", "cs", "arp", "zero", "same", "syn", "r5sq",
+    "up", "rev", "up2", "arr1", "rrng1", "uw", "lw", "ch", "cl", "doji",
+    "lh", "ll",
+)  # fmt: skip
+(F_R, F_R2, F_AR, F_LC, F_C, F_OC, F_BOP, F_TR, F_VIP, F_VIM,
+ F_X, F_X2, F_R3, F_R4, F_RR1, F_RR2, F_RR5, F_RNG, F_RNG2, F_GK, F_RS, F_OC2, F_ON, F_ON2,
+ F_AON, F_GAP, F_CLV, F_ABODY, F_CS, F_ARP, F_ZERO, F_SAME, F_SYN, F_R5SQ,
+ F_UP, F_REV, F_UP2, F_ARR1, F_RRNG1, F_UW, F_LW, F_CH, F_CL, F_DOJI,
+ F_LH, F_LL) = range(len(FIELDS))  # fmt: skip
+NF = (F_R2 + 1, F_AR + 1, F_VIM + 1, F_DOJI + 1, F_R5SQ + 1)
 KP = len(FIELDS)
+XM = N_SCALARS  # ctx[XM + w*KP + f]: mean of price field f over window w (see mp)
 
 LAYOUT = Layout("core")
 N = LAYOUT.add("bars")
@@ -81,23 +93,37 @@ def central_clock(cs: np.ndarray, utc_min: int) -> tuple[int, bool]:
 
 
 @kernel
-def begin(cs: np.ndarray, ts: int, o: float, h: float, lo_: float, c: float, v: float,
-          syn: bool, ctx: np.ndarray) -> None:  # fmt: skip
+def begin(
+    cs: np.ndarray,
+    ts: int,
+    o: float,
+    h: float,
+    lo_: float,
+    c: float,
+    v: float,
+    syn: bool,
+    ctx: np.ndarray,
+) -> None:
     t = int(cs[N])
-    lc = math.log(c)
-    if syn:  # O=H=L=C: one log serves all four
-        lo = lh = ll = lc
-    else:
-        lo, lh, ll = math.log(o), math.log(h), math.log(lo_)
+    # One-minute prices repeat (O = previous C, H and L at O or C): reuse a log wherever the
+    # price is the same number, which gives the same bits as taking it again.
     if t == 0:
-        pc, ph, pl, plc, plh, pll = c, h, lo_, lc, lh, ll
-        cs[ANCHOR] = lc
+        lc = math.log(c)
+        lo = lc if o == c else math.log(o)
     else:
         pc, ph, pl = cs[PC], cs[PH], cs[PL]
         plc, plh, pll = cs[PLC], cs[PLH], cs[PLL]
+        lc = plc if c == pc else math.log(c)
+        lo = plc if o == pc else lc if o == c else math.log(o)
+    lh = lc if h == c else lo if h == o else math.log(h)
+    ll = lc if lo_ == c else lo if lo_ == o else math.log(lo_)
+    if t == 0:
+        pc, ph, pl, plc, plh, pll = c, h, lo_, lc, lh, ll
+        cs[ANCHOR] = lc
     r = lc - plc
     ctx[X_T], ctx[X_O], ctx[X_H], ctx[X_L], ctx[X_C], ctx[X_V] = t, o, h, lo_, c, v
     ctx[X_SYN] = 1.0 if syn else 0.0
+    ctx[X_LV] = math.log1p(v)
     ctx[X_LO], ctx[X_LH], ctx[X_LL], ctx[X_LC], ctx[X_R] = lo, lh, ll, lc, r
     ctx[X_PC], ctx[X_PH], ctx[X_PL], ctx[X_PLC] = pc, ph, pl, plc
 
@@ -136,7 +162,21 @@ def begin(cs: np.ndarray, ts: int, o: float, h: float, lo_: float, c: float, v: 
     if (t & MASK) == MASK:  # once per ring cycle: re-anchor x = lc - anchor, recount exactly
         reanchor(cs, t, lc)
     else:
-        roll_sums(cs, RING_P, SUMS_P, KP, t)
+        roll_sums(cs, RING_P, SUMS_P, KP, NF, t)
+    fill_means(cs, SUMS_P, KP, NF, t, ctx, XM)
+
+
+@kernel
+def mp(ctx: np.ndarray, w: int, f: int) -> float:
+    """Mean of price field f over window w at this bar."""
+    return ctx[XM + w * KP + f]
+
+
+@kernel
+def varp(ctx: np.ndarray, w: int, f: int, f2: int) -> float:
+    """Population variance over window w from the means of x (field f) and x² (f2), >= 0."""
+    m = ctx[XM + w * KP + f]
+    return max(ctx[XM + w * KP + f2] - m * m, 0.0)
 
 
 @kernel
@@ -163,7 +203,7 @@ def write_record(cs: np.ndarray, t: int, ctx: np.ndarray, plh: float, pll: float
     oc = lc - lo
     on = lo - plc
     span = h - lo_
-    cs[rec + F_C], cs[rec + F_H], cs[rec + F_L], cs[rec + F_LC] = c, h, lo_, lc
+    cs[rec + F_C], cs[rec + F_LH], cs[rec + F_LL], cs[rec + F_LC] = c, lh, ll, lc
     x = lc - cs[ANCHOR]
     cs[rec + F_X], cs[rec + F_X2] = x, x * x
     cs[rec + F_R], cs[rec + F_R2] = r, r * r
@@ -202,8 +242,8 @@ def write_record(cs: np.ndarray, t: int, ctx: np.ndarray, plh: float, pll: float
 def corwin_schultz(lh: float, ll: float, plh: float, pll: float) -> float:
     """Two-bar Corwin–Schultz (2012) spread from log highs/lows; negative estimates read 0."""
     beta = (lh - ll) * (lh - ll) + (plh - pll) * (plh - pll)
-    gamma = (max(lh, plh) - min(ll, pll)) ** 2
-    alpha = (math.sqrt(2.0 * beta) - math.sqrt(beta)) / CS_DEN - math.sqrt(gamma / CS_DEN)
+    span = max(lh, plh) - min(ll, pll)  # sqrt(gamma)
+    alpha = CS_BETA * math.sqrt(beta) - CS_GAMMA * span
     e = math.exp(alpha)
     return max(2.0 * (e - 1.0) / (1.0 + e), 0.0)
 
@@ -228,7 +268,7 @@ def reanchor(cs: np.ndarray, t: int, lc: float) -> None:
         rec = slot(RING_P, KP, t, lag)
         x = cs[rec + F_LC] - lc
         cs[rec + F_X], cs[rec + F_X2] = x, x * x
-    resync_sums(cs, RING_P, SUMS_P, KP, t)
+    resync_sums(cs, RING_P, SUMS_P, KP, NF, t)
     for i in range(len(LINREG_WINDOWS)):
         win = WINDOWS[LINREG_WINDOWS[i]]
         n = min(win, t + 1)

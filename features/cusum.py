@@ -18,14 +18,17 @@ FIRST = 201
 CUSUM_K = 3.0
 H_FLOOR = 1e-9  # threshold while σ is still 0 (flat start): below any real tick's return
 WARMUP = 20
+SINCE_CAP = 240  # bars: "since" features saturate after four hours
 
 SPECS = (
     spec("cusum_pos", WARMUP, "S⁺ / h", k=CUSUM_K, floor=H_FLOOR),
     spec("cusum_neg", WARMUP, "S⁻ / h", k=CUSUM_K, floor=H_FLOOR),
     spec("cusum_event", WARMUP, "+1 on an up event, -1 on a down event, else 0"),
-    spec("cusum_since_up", WARMUP, "ln(1 + bars since the last up event)"),
-    spec("cusum_since_down", WARMUP, "ln(1 + bars since the last down event)"),
-    spec("cusum_since_event", WARMUP, "ln(1 + bars since the last event)"),
+    spec("cusum_since_up", WARMUP, "min(bars since the last up event, 240) / 240", cap=SINCE_CAP),
+    spec(
+        "cusum_since_down", WARMUP, "min(bars since the last down event, 240) / 240", cap=SINCE_CAP
+    ),
+    spec("cusum_since_event", WARMUP, "min(bars since the last event, 240) / 240", cap=SINCE_CAP),
     spec("cusum_up_rate_60", 59, "up events per bar over 60"),
     spec("cusum_down_rate_60", 59, "down events per bar over 60"),
     spec("cusum_last_dir", WARMUP, "direction of the last event (+1/-1), 0 before one"),
@@ -38,6 +41,7 @@ LAST = LAYOUT.add("last_up_down_any_plus_one", 3)  # bar index + 1 of the last e
 DIR = LAYOUT.add("last_direction")
 RING_E, SUMS_E = LAYOUT.rolling("events", 2)
 SIZE = LAYOUT.size
+PAIR = (2, 2, 2, 2, 2)  # both fields summed over every window
 
 
 @kernel
@@ -67,13 +71,13 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
     rec = slot(RING_E, 2, t, 0)
     gs[rec] = 1.0 if event > 0.0 else 0.0
     gs[rec + 1] = 1.0 if event < 0.0 else 0.0
-    advance_sums(gs, RING_E, SUMS_E, 2, t)
+    advance_sums(gs, RING_E, SUMS_E, 2, PAIR, t)
     o = FIRST
     out[o] = pos / h
     out[o + 1] = neg / h
     out[o + 2] = event
     for i in range(3):
-        out[o + 3 + i] = math.log1p(t + 1.0 - gs[LAST + i])
+        out[o + 3 + i] = min(t + 1.0 - gs[LAST + i], SINCE_CAP) / SINCE_CAP
     out[o + 6] = wmean(gs, SUMS_E, 2, W60, 0, t)
     out[o + 7] = wmean(gs, SUMS_E, 2, W60, 1, t)
     out[o + 8] = gs[DIR]

@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from features import (
     adaptive,
@@ -30,28 +31,69 @@ from features import (
     timefeat,
     volume,
 )
-from features.primitives import get_i64, kernel
+from features.primitives import KERNEL_OPTIONS, N_WINDOWS, get_i64, kernel
 from features.registry import FEATURE_NAMES, FINGERPRINT, WARMUPS
 
 N_FEATURES = 225
-_BLOCKS = (core, flow, basic, price_trend, price_osc, timefeat, volume, stats, micro, norm, cusum,
-           adx, regime, adaptive)  # fmt: skip
+_BLOCKS = (
+    core,
+    flow,
+    basic,
+    price_trend,
+    price_osc,
+    timefeat,
+    volume,
+    stats,
+    micro,
+    norm,
+    cusum,
+    adx,
+    regime,
+    adaptive,
+)
 _BASES = np.cumsum([0] + [m.SIZE for m in _BLOCKS])
-(B_CORE, B_FLOW, B_BASIC, B_TREND, B_OSC, B_TIME, B_VOL, B_STATS, B_MICRO, B_NORM, B_CUSUM,
- B_ADX, B_REGIME, B_ADAPT, STATE_SIZE) = (int(b) for b in _BASES)  # fmt: skip
+(
+    B_CORE,
+    B_FLOW,
+    B_BASIC,
+    B_TREND,
+    B_OSC,
+    B_TIME,
+    B_VOL,
+    B_STATS,
+    B_MICRO,
+    B_NORM,
+    B_CUSUM,
+    B_ADX,
+    B_REGIME,
+    B_ADAPT,
+    STATE_SIZE,
+) = (int(b) for b in _BASES)
 _WARMUP = np.array(WARMUPS, dtype=np.int64)
 MAX_WARMUP = int(_WARMUP.max())
-STATE_LAYOUT = hashlib.sha256(
-    "|".join(m.LAYOUT.describe() for m in _BLOCKS).encode()
-).hexdigest()[:16]
+N_CTX = flow.XV + N_WINDOWS * flow.KV  # per-bar scratch: shared scalars and window means
+STATE_LAYOUT = hashlib.sha256("|".join(m.LAYOUT.describe() for m in _BLOCKS).encode()).hexdigest()[
+    :16
+]
 
 # Error codes of the kernel: code = 4 * bar + kind (kind below), -1 = success.
 _BAD_ROW, _BAD_PRICE, _BAD_VOLUME, _BAD_TIME = 0, 1, 2, 3
+_NO_BAR = np.iinfo(np.int64).min
 
 
 @kernel
-def _step(s: np.ndarray, ts: int, o: float, h: float, lo: float, c: float, v: float,
-          syn: bool, ctx: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
+def _step(
+    s: np.ndarray,
+    ts: int,
+    o: float,
+    h: float,
+    lo: float,
+    c: float,
+    v: float,
+    syn: bool,
+    ctx: np.ndarray,
+    out: np.ndarray,
+) -> None:
     cs = s[B_CORE:B_FLOW]
     fs = s[B_FLOW:B_BASIC]
     real = not syn
@@ -74,14 +116,24 @@ def _step(s: np.ndarray, ts: int, o: float, h: float, lo: float, c: float, v: fl
 
 
 @kernel
-def _validate(states: np.ndarray, rows: np.ndarray, ts: np.ndarray, o: np.ndarray,
-              h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray) -> int:  # fmt: skip
-    """First bad bar as 4 * bar + kind, or -1. Runs before any state changes: all or nothing."""
-    last = np.empty(states.shape[0], dtype=np.int64)
-    seen = np.empty(states.shape[0], dtype=np.bool_)
+def _validate(
+    states: np.ndarray,
+    rows: np.ndarray,
+    ts: np.ndarray,
+    o: np.ndarray,
+    h: np.ndarray,
+    lo: np.ndarray,
+    c: np.ndarray,
+    v: np.ndarray,
+    last: np.ndarray,
+) -> int:
+    """First bad bar as 4 * bar + kind, or -1. Runs before any state changes: all or nothing.
+    `last` (int64, one per state) is scratch for each row's latest ts_event."""
     for r in range(states.shape[0]):
-        seen[r] = states[r, B_CORE + core.N] > 0.0
-        last[r] = get_i64(states[r], B_CORE + core.TS) if seen[r] else 0
+        if states[r, B_CORE + core.N] > 0.0:
+            last[r] = get_i64(states[r], B_CORE + core.TS)
+        else:
+            last[r] = _NO_BAR
     for i in range(len(rows)):
         r = rows[i]
         if r < 0 or r >= states.shape[0]:
@@ -91,27 +143,37 @@ def _validate(states: np.ndarray, rows: np.ndarray, ts: np.ndarray, o: np.ndarra
             return 4 * i + _BAD_PRICE
         if not (0.0 <= v[i] < np.inf):
             return 4 * i + _BAD_VOLUME
-        if seen[r] and ts[i] <= last[r]:
+        if last[r] != _NO_BAR and ts[i] <= last[r]:
             return 4 * i + _BAD_TIME
-        seen[r] = True
         last[r] = ts[i]
     return -1
 
 
 def _build_kernel(source_key: str):  # type: ignore[no-untyped-def]
-    @kernel
-    def run(states: np.ndarray, rows: np.ndarray, ts: np.ndarray, o: np.ndarray, h: np.ndarray,
-            lo: np.ndarray, c: np.ndarray, v: np.ndarray, syn: np.ndarray, out: np.ndarray,
-            warm: np.ndarray) -> int:  # fmt: skip
+    @njit(cache=True, **KERNEL_OPTIONS)
+    def run(
+        states: np.ndarray,
+        rows: np.ndarray,
+        ts: np.ndarray,
+        o: np.ndarray,
+        h: np.ndarray,
+        lo: np.ndarray,
+        c: np.ndarray,
+        v: np.ndarray,
+        syn: np.ndarray,
+        out: np.ndarray,
+        warm: np.ndarray,
+        ctx: np.ndarray,
+        last: np.ndarray,
+    ) -> int:
         # `source_key` (a hash of every module in this package) is captured only so that
         # numba's cache key changes with any callee's source: numba itself tracks only the
         # file defining the cached function, and would otherwise run stale inlined callees.
         if len(source_key) == 0:
             return -2
-        bad = _validate(states, rows, ts, o, h, lo, c, v)
+        bad = _validate(states, rows, ts, o, h, lo, c, v, last)
         if bad >= 0:
             return bad
-        ctx = np.empty(core.N_CTX)
         for i in range(len(rows)):
             s = states[rows[i]]
             t = int(s[B_CORE + core.N])
@@ -141,11 +203,16 @@ def new_states(n: int) -> np.ndarray:
     return np.zeros((n, STATE_SIZE), dtype=np.float64)
 
 
-def _f64(name: str, x: object, m: int) -> np.ndarray:
-    a = np.ascontiguousarray(x, dtype=np.float64)
-    if a.shape != (m,):
-        raise ValueError(f"{name} has shape {a.shape}; expected ({m},), one value per bar")
-    return a
+_F64, _I64, _BOOL = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)
+
+
+def _column(name: str, x: object, dtype: np.dtype, m: int) -> np.ndarray:
+    """x as a C-contiguous 1-D array of dtype with m entries (no copy when it already is)."""
+    if not (type(x) is np.ndarray and x.dtype is dtype and x.flags.c_contiguous):
+        x = np.ascontiguousarray(x, dtype=dtype)
+    if x.shape != (m,):
+        raise ValueError(f"{name} has shape {x.shape}; expected ({m},), one value per bar")
+    return x
 
 
 def update_many(
@@ -165,8 +232,8 @@ def update_many(
     every state untouched.
     """
     if not (
-        isinstance(states, np.ndarray)
-        and states.dtype == np.float64
+        type(states) is np.ndarray
+        and states.dtype is _F64
         and states.ndim == 2
         and states.shape[1] == STATE_SIZE
         and states.flags.c_contiguous
@@ -176,31 +243,35 @@ def update_many(
             f"states must be a writable C-contiguous float64 array of shape (n, {STATE_SIZE}); "
             "create it with features.engine.new_states(n)"
         )
-    rows_a = np.ascontiguousarray(rows, dtype=np.int64)
-    m = rows_a.shape[0]
-    ts = np.ascontiguousarray(ts_event, dtype=np.int64)
-    syn = np.ascontiguousarray(synthetic, dtype=np.bool_)
-    if rows_a.ndim != 1 or ts.shape != (m,) or syn.shape != (m,):
-        raise ValueError(
-            f"rows {rows_a.shape}, ts_event {ts.shape} and synthetic {syn.shape} must all be "
-            "1-D with one entry per bar"
-        )
-    cols = [_f64(n, x, m) for n, x in (("open", open), ("high", high), ("low", low),
-                                        ("close", close), ("volume", volume))]  # fmt: skip
-    out = np.empty((m, N_FEATURES), dtype=np.float64)
-    warm = np.empty(m, dtype=np.bool_)
-    code = _run(states, rows_a, ts, *cols, syn, out, warm)
+    m = len(rows)
+    code = _run(
+        states,
+        _column("rows", rows, _I64, m),
+        _column("ts_event", ts_event, _I64, m),
+        _column("open", open, _F64, m),
+        _column("high", high, _F64, m),
+        _column("low", low, _F64, m),
+        _column("close", close, _F64, m),
+        _column("volume", volume, _F64, m),
+        _column("synthetic", synthetic, _BOOL, m),
+        out := np.empty((m, N_FEATURES)),
+        warm := np.empty(m, dtype=np.bool_),
+        np.full(N_CTX, np.nan),  # poisoned: a read of a mean no window sums shows as NaN
+        np.empty(len(states), dtype=np.int64),
+    )
     if code >= 0:
-        raise ValueError(_describe_error(code, states, rows_a, ts, cols))
+        raise ValueError(
+            _describe_error(code, states, rows, ts_event, open, high, low, close, volume)
+        )
     return out, warm
 
 
 def _describe_error(
-    code: int, states: np.ndarray, rows: np.ndarray, ts: np.ndarray, cols: list[np.ndarray]
+    code: int, states: np.ndarray, rows: object, ts: object, *columns: object
 ) -> str:
     i, kind = divmod(code, 4)
-    o, h, lo, c, v = (float(col[i]) for col in cols)
-    where = f"bar {i} (row {int(rows[i])}, ts_event {int(ts[i])})"
+    o, h, lo, c, v = (float(np.asarray(col)[i]) for col in columns)
+    where = f"bar {i} (row {int(np.asarray(rows)[i])}, ts_event {int(np.asarray(ts)[i])})"
     if kind == _BAD_ROW:
         return f"{where}: row is outside states (n = {states.shape[0]}); grow the states array"
     if kind == _BAD_PRICE:
@@ -242,7 +313,9 @@ def state_to_bytes(row: np.ndarray) -> bytes:
     """One symbol's state as bytes: a header (format, size, fingerprint, layout) + raw float64."""
     a = np.asarray(row)
     if a.shape != (STATE_SIZE,) or a.dtype != np.float64:
-        raise ValueError(f"a state row is float64 of shape ({STATE_SIZE},), got {a.dtype} {a.shape}")
+        raise ValueError(
+            f"a state row is float64 of shape ({STATE_SIZE},), got {a.dtype} {a.shape}"
+        )
     header = _HEADER.pack(
         _MAGIC, _FORMAT, 0, STATE_SIZE, FINGERPRINT.encode(), STATE_LAYOUT.encode()
     )
@@ -253,9 +326,11 @@ def state_from_bytes(data: bytes) -> np.ndarray:
     """Inverse of state_to_bytes; rejects states of another format, feature set or layout."""
     expected = _HEADER.size + 8 * STATE_SIZE
     if len(data) < _HEADER.size or data[:4] != _MAGIC:
-        raise ValueError("not a barcast feature state (bad magic); was it written by "
-                         "features.engine.state_to_bytes?")  # fmt: skip
-    magic, fmt, _, size, fp, layout = _HEADER.unpack_from(data)
+        raise ValueError(
+            "not a barcast feature state (bad magic); was it written by "
+            "features.engine.state_to_bytes?"
+        )
+    _, fmt, _, size, fp, layout = _HEADER.unpack_from(data)
     fp_s, layout_s = fp.decode(errors="replace"), layout.decode(errors="replace")
     if fmt != _FORMAT or fp_s != FINGERPRINT or layout_s != STATE_LAYOUT or size != STATE_SIZE:
         raise ValueError(

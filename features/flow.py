@@ -12,14 +12,29 @@ import math
 import numpy as np
 
 from features import core
-from features.primitives import Layout, advance_sums, ema_step, kernel, slot
+from features.primitives import (
+    N_WINDOWS,
+    Layout,
+    advance_sums,
+    ema_step,
+    fill_means,
+    kernel,
+    slot,
+)
 
 EWMA_FAST = core.EWMA_FAST
 
-FIELDS = "v lv lv2 tpv sv clvv upv mfp mfn frc r r2 rlv bvc sg sg2 rsg ar nvr".split()
-(V_V, V_LV, V_LV2, V_TPV, V_SV, V_CLVV, V_UPV, V_MFP, V_MFN, V_FRC, V_R, V_R2, V_RLV, V_BVC,
- V_SG, V_SG2, V_RSG, V_AR, V_NVR) = range(len(FIELDS))  # fmt: skip
+# Window w sums the first NF[w] fields (W5, W10: v, lv; W14: + money flows; W60: up to rsg;
+# W20: all).
+FIELDS = (
+    "v", "lv", "mfp", "mfn", "lv2", "r", "ar", "bvc", "sg", "sg2", "rsg",
+    "tpv", "sv", "clvv", "upv", "frc", "r2", "rlv", "nvr",
+)  # fmt: skip
+(V_V, V_LV, V_MFP, V_MFN, V_LV2, V_R, V_AR, V_BVC, V_SG, V_SG2, V_RSG,
+ V_TPV, V_SV, V_CLVV, V_UPV, V_FRC, V_R2, V_RLV, V_NVR) = range(len(FIELDS))  # fmt: skip
 KV = len(FIELDS)
+NF = (V_LV + 1, V_LV + 1, V_MFN + 1, KV, V_RSG + 1)
+XV = core.XM + N_WINDOWS * core.KP  # ctx[XV + w*KV + f]: mean of volume field f (see mv)
 ADL_FAST, ADL_SLOW, FORCE_PERIOD = 3, 10, 13
 
 LAYOUT = Layout("flow")
@@ -38,6 +53,12 @@ def norm_cdf(z: float) -> float:
 
 
 @kernel
+def mv(ctx: np.ndarray, w: int, f: int) -> float:
+    """Mean of volume field f over window w at this real bar (valid on real bars only)."""
+    return ctx[XV + w * KV + f]
+
+
+@kernel
 def update(fs: np.ndarray, ctx: np.ndarray) -> int:
     """Fold one real bar into the block; returns its real-bar index."""
     tv = int(fs[NV])
@@ -46,7 +67,7 @@ def update(fs: np.ndarray, ctx: np.ndarray) -> int:
     tp = (h + lo_ + c) / 3.0
     first = tv == 0
     r = 0.0 if first else lc - fs[PLC]
-    lv = math.log1p(v)
+    lv = ctx[core.X_LV]
     # Bulk volume classification: the buy share of V is Φ(r / σ), σ known before this bar.
     sd = 0.0 if first else math.sqrt(core.ewma_var(fs, EV, r, EWMA_FAST))
     bvc = v * (2.0 * norm_cdf(r / sd) - 1.0) if sd > 0.0 else 0.0
@@ -68,7 +89,8 @@ def update(fs: np.ndarray, ctx: np.ndarray) -> int:
     fs[rec + V_SG], fs[rec + V_SG2], fs[rec + V_RSG] = sg, sg * sg, r * sg
     fs[rec + V_AR] = abs(r)
     fs[rec + V_NVR] = r if not first and v < fs[PV] else 0.0
-    advance_sums(fs, RING_V, SUMS_V, KV, tv)
+    advance_sums(fs, RING_V, SUMS_V, KV, NF, tv)
+    fill_means(fs, SUMS_V, KV, NF, tv, ctx, XV)
 
     session = ctx[core.X_SESSION]
     if first or session != fs[SESSION]:

@@ -37,8 +37,10 @@ from features.core import (
     KP,
     RING_P,
     SUMS_P,
+    mp,
+    varp,
 )
-from features.flow import KV, SUMS_V, V_AR, V_BVC, V_FRC, V_R, V_RSG, V_SG, V_SG2, V_V
+from features.flow import KV, SUMS_V, V_AR, V_BVC, V_FRC, V_R, V_RSG, V_SG, V_SG2, V_V, mv
 from features.primitives import (
     VAR_FLOOR,
     W20,
@@ -49,9 +51,7 @@ from features.primitives import (
     ratio,
     slot,
     sqrt0,
-    wmean,
     wsum,
-    wvar,
 )
 from features.spec import spec
 
@@ -91,7 +91,7 @@ SPECS = (
     spec("higher_high", 1, "1 if H > H[-1]"),
     spec("lower_low", 1, "1 if L < L[-1]"),
     spec("range_efficiency_20", 20, "|ln(C / C[-20])| / Σ ln(H/L) over 20"),
-    spec("vol_per_range", 19, "ln(1 + V / mean V20) - ln(1 + ln(H/L) / mean ln(H/L) over 20)"),
+    spec("vol_per_range", 19, "ln((1 + V / mean V20) / (1 + ln(H/L) / mean ln(H/L) over 20))"),
     spec("abdi_ranaldo_20", 20, "sqrt(max(mean 4(c[-1] - η[-1])(c[-1] - η), 0)), η = ln√(HL), 20"),
     spec("abdi_ranaldo_60", 60, "Abdi–Ranaldo spread over 60"),
     spec("impact_now", 60, "|r| / (V / mean V60) of this real bar; 0 if V = 0"),
@@ -115,15 +115,16 @@ SIZE = LAYOUT.size
 
 
 @kernel
-def roll_spread(cs: np.ndarray, w: int, t: int) -> float:
-    m = wmean(cs, SUMS_P, KP, w, F_R, t)
-    cov = wmean(cs, SUMS_P, KP, w, F_RR1, t) - m * m
+def roll_spread(ctx: np.ndarray, w: int) -> float:
+    m = mp(ctx, w, F_R)
+    cov = mp(ctx, w, F_RR1) - m * m
     return 2.0 * math.sqrt(-cov) if cov < 0.0 else 0.0
 
 
 @kernel
-def update(cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
-           real: bool) -> None:  # fmt: skip
+def update(
+    cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray, real: bool
+) -> None:
     t = int(ctx[core.X_T])
     o = FIRST
     h, lo_, c = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C]
@@ -132,33 +133,33 @@ def update(cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out:
     rng = cs[rec + F_RNG]
     rng20 = wsum(cs, SUMS_P, KP, W20, F_RNG)
     rng60 = wsum(cs, SUMS_P, KP, W60, F_RNG)
-    mrng20 = wmean(cs, SUMS_P, KP, W20, F_RNG, t)
-    roll20 = roll_spread(cs, W20, t)
+    mrng20 = mp(ctx, W20, F_RNG)
+    roll20 = roll_spread(ctx, W20)
     out[o] = roll20
-    out[o + 1] = roll_spread(cs, W60, t)
-    out[o + 2] = wmean(cs, SUMS_P, KP, W20, F_CS, t)
-    out[o + 3] = wmean(cs, SUMS_P, KP, W60, F_CS, t)
+    out[o + 1] = roll_spread(ctx, W60)
+    out[o + 2] = mp(ctx, W20, F_CS)
+    out[o + 3] = mp(ctx, W60, F_CS)
     if real:
         flow_features(fs, ctx, rng, mrng20, gs[HELD : HELD + len(FLOW_OUT)])
     for i in range(len(FLOW_OUT)):
         out[o + FLOW_OUT[i]] = gs[HELD + i]
-    out[o + 10] = wmean(cs, SUMS_P, KP, W20, F_CLV, t)
-    out[o + 11] = wmean(cs, SUMS_P, KP, W60, F_CLV, t)
-    out[o + 12] = wmean(cs, SUMS_P, KP, W20, F_CH, t)
-    out[o + 13] = wmean(cs, SUMS_P, KP, W20, F_CL, t)
+    out[o + 10] = mp(ctx, W20, F_CLV)
+    out[o + 11] = mp(ctx, W60, F_CLV)
+    out[o + 12] = mp(ctx, W20, F_CH)
+    out[o + 13] = mp(ctx, W20, F_CL)
     out[o + 14] = ratio(wsum(cs, SUMS_P, KP, W20, F_ABODY), rng20, 0.0)
     uw20 = wsum(cs, SUMS_P, KP, W20, F_UW)
     lw20 = wsum(cs, SUMS_P, KP, W20, F_LW)
     out[o + 15] = ratio(uw20, rng20, 0.0)
     out[o + 16] = ratio(lw20, rng20, 0.0)
-    out[o + 17] = ratio(mrng20, wmean(cs, SUMS_P, KP, W60, F_RNG, t), 0.0)
+    out[o + 17] = ratio(mrng20, mp(ctx, W60, F_RNG), 0.0)
     out[o + 18] = cs[rec + F_TR]
     out[o + 19] = ratio(ctx[core.X_TR], ctx[core.X_ATR], 0.0)
-    out[o + 20] = wmean(cs, SUMS_P, KP, W20, F_AON, t)
-    out[o + 21] = wmean(cs, SUMS_P, KP, W20, F_REV, t)
-    out[o + 22] = wmean(cs, SUMS_P, KP, W20, F_ZERO, t)
-    out[o + 23] = wmean(cs, SUMS_P, KP, W60, F_ZERO, t)
-    out[o + 24] = wmean(cs, SUMS_P, KP, W20, F_DOJI, t)
+    out[o + 20] = mp(ctx, W20, F_AON)
+    out[o + 21] = mp(ctx, W20, F_REV)
+    out[o + 22] = mp(ctx, W20, F_ZERO)
+    out[o + 23] = mp(ctx, W60, F_ZERO)
+    out[o + 24] = mp(ctx, W20, F_DOJI)
     first = t == 0
     out[o + 25] = 1.0 if not first and h <= ph and lo_ >= pl else 0.0
     out[o + 26] = 1.0 if not first and h > ph and lo_ < pl else 0.0
@@ -166,19 +167,19 @@ def update(cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out:
     out[o + 28] = 1.0 if not first and lo_ < pl else 0.0
     move = abs(ctx[core.X_LC] - cs[slot(RING_P, KP, t, 20) + F_LC]) if t >= 20 else 0.0
     out[o + 29] = ratio(move, rng20, 0.0)
-    out[o + 31] = sqrt0(wmean(cs, SUMS_P, KP, W20, F_ARP, t))
-    out[o + 32] = sqrt0(wmean(cs, SUMS_P, KP, W60, F_ARP, t))
+    out[o + 31] = sqrt0(mp(ctx, W20, F_ARP))
+    out[o + 32] = sqrt0(mp(ctx, W60, F_ARP))
     out[o + 34] = ratio(uw20 - lw20, rng20, 0.0)
-    out[o + 35] = ratio(roll20, sqrt0(wvar(cs, SUMS_P, KP, W20, F_R, F_R2, t)), 0.0)
-    out[o + 36] = wmean(cs, SUMS_P, KP, W60, F_SAME, t)
+    out[o + 35] = ratio(roll20, sqrt0(varp(ctx, W20, F_R, F_R2)), 0.0)
+    out[o + 36] = mp(ctx, W60, F_SAME)
     m = mrng20
-    var = wmean(cs, SUMS_P, KP, W20, F_RNG2, t) - m * m
-    cov = wmean(cs, SUMS_P, KP, W20, F_RRNG1, t) - m * m
+    var = mp(ctx, W20, F_RNG2) - m * m
+    cov = mp(ctx, W20, F_RRNG1) - m * m
     out[o + 37] = clip(cov / var, -1.0, 1.0) if var > VAR_FLOOR else 0.0
     out[o + 38] = ratio(wsum(cs, SUMS_P, KP, W60, F_ABODY), rng60, 0.0)
-    out[o + 39] = wmean(cs, SUMS_P, KP, W60, F_SYN, t)
-    out[o + 40] = wmean(cs, SUMS_P, KP, W60, F_GAP, t)
-    out[o + 41] = wmean(cs, SUMS_P, KP, W20, F_GAP, t)
+    out[o + 39] = mp(ctx, W60, F_SYN)
+    out[o + 40] = mp(ctx, W60, F_GAP)
+    out[o + 41] = mp(ctx, W20, F_GAP)
     span = h - lo_
     out[o + 42] = (ctx[core.X_O] - lo_) / span if span > 0.0 else 0.5
     pspan = ph - pl
@@ -187,32 +188,33 @@ def update(cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out:
 
 
 @kernel
-def flow_features(fs: np.ndarray, ctx: np.ndarray, rng: float, mrng20: float,
-                  res: np.ndarray) -> None:  # fmt: skip
+def flow_features(
+    fs: np.ndarray, ctx: np.ndarray, rng: float, mrng20: float, res: np.ndarray
+) -> None:
     """The FLOW_OUT members, in that order, from the real-bar block."""
     tv = int(fs[flow.NV]) - 1
     v = ctx[core.X_V]
-    mv20 = wmean(fs, SUMS_V, KV, W20, V_V, tv)
-    mv60 = wmean(fs, SUMS_V, KV, W60, V_V, tv)
-    res[0] = ratio(wmean(fs, SUMS_V, KV, W20, V_AR, tv) * mv60, mv20, 0.0)
-    res[1] = wmean(fs, SUMS_V, KV, W60, V_AR, tv)
-    res[2] = kyle(fs, W20, tv)
-    res[3] = kyle(fs, W60, tv)
+    mv20 = mv(ctx, W20, V_V)
+    mv60 = mv(ctx, W60, V_V)
+    res[0] = ratio(mv(ctx, W20, V_AR) * mv60, mv20, 0.0)
+    res[1] = mv(ctx, W60, V_AR)
+    res[2] = kyle(ctx, W20)
+    res[3] = kyle(ctx, W60)
     res[4] = ratio(wsum(fs, SUMS_V, KV, W20, V_BVC), wsum(fs, SUMS_V, KV, W20, V_V), 0.0)
     res[5] = ratio(wsum(fs, SUMS_V, KV, W60, V_BVC), wsum(fs, SUMS_V, KV, W60, V_V), 0.0)
     rel_v = ratio(v, mv20, 0.0)
     rel_rng = ratio(rng, mrng20, 0.0)
-    res[6] = math.log1p(rel_v) - math.log1p(rel_rng)
+    res[6] = math.log((1.0 + rel_v) / (1.0 + rel_rng))
     r = fs[slot(flow.RING_V, KV, tv, 0) + V_R]
     res[7] = ratio(abs(r) * mv60, v, 0.0)
     res[8] = ratio(wsum(fs, SUMS_V, KV, W20, V_FRC), wsum(fs, SUMS_V, KV, W20, V_V), 0.0)
 
 
 @kernel
-def kyle(fs: np.ndarray, w: int, tv: int) -> float:
-    ms = wmean(fs, SUMS_V, KV, w, V_SG, tv)
-    var = wmean(fs, SUMS_V, KV, w, V_SG2, tv) - ms * ms
+def kyle(ctx: np.ndarray, w: int) -> float:
+    ms = mv(ctx, w, V_SG)
+    var = mv(ctx, w, V_SG2) - ms * ms
     if var <= VAR_FLOOR:
         return 0.0
-    mr = wmean(fs, SUMS_V, KV, w, V_R, tv)
-    return (wmean(fs, SUMS_V, KV, w, V_RSG, tv) - mr * ms) / var
+    mr = mv(ctx, w, V_R)
+    return (mv(ctx, w, V_RSG) - mr * ms) / var

@@ -8,9 +8,22 @@ import math
 import numpy as np
 
 from features import core, flow
-from features.core import F_AR, F_OC, F_OC2, F_ON, F_ON2, F_R2, F_RNG, F_RNG2, F_X, F_X2, KP
-from features.core import RING_P, SUMS_P
-from features.flow import KV, SUMS_V, V_LV, V_LV2
+from features.core import (
+    F_AR,
+    F_OC,
+    F_OC2,
+    F_ON,
+    F_ON2,
+    F_R2,
+    F_RNG,
+    F_RNG2,
+    F_X,
+    F_X2,
+    KP,
+    RING_P,
+    mp,
+)
+from features.flow import KV, V_LV, V_LV2, mv
 from features.primitives import (
     VAR_FLOOR,
     W20,
@@ -46,6 +59,7 @@ EW = LAYOUT.add("ewm_mean_var", 4)
 HELD_VOL = LAYOUT.add("last_real_volume_z")
 RING_A, SUMS_A = LAYOUT.rolling("atr_rel", 2)
 SIZE = LAYOUT.size
+PAIR = (2, 2, 2, 2, 2)  # both fields summed over every window
 
 
 @kernel
@@ -56,9 +70,9 @@ def zscore(x: float, m: float, m2: float) -> float:
 
 
 @kernel
-def zwin(cs: np.ndarray, rec: int, w: int, f: int, f2: int, t: int) -> float:
+def zwin(cs: np.ndarray, ctx: np.ndarray, rec: int, w: int, f: int, f2: int) -> float:
     """z-score of this bar's field f within window w of the price block."""
-    return zscore(cs[rec + f], wmean(cs, SUMS_P, KP, w, f, t), wmean(cs, SUMS_P, KP, w, f2, t))
+    return zscore(cs[rec + f], mp(ctx, w, f), mp(ctx, w, f2))
 
 
 @kernel
@@ -76,21 +90,22 @@ def ewz(gs: np.ndarray, off: int, x: float, t: int, span: int) -> float:
 
 
 @kernel
-def update(cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
-           real: bool) -> None:  # fmt: skip
+def update(
+    cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray, real: bool
+) -> None:
     t = int(ctx[core.X_T])
     o = FIRST
     rec = slot(RING_P, KP, t, 0)
-    out[o] = zwin(cs, rec, W20, F_X, F_X2, t)
-    out[o + 1] = zwin(cs, rec, W60, F_X, F_X2, t)
+    out[o] = zwin(cs, ctx, rec, W20, F_X, F_X2)
+    out[o + 1] = zwin(cs, ctx, rec, W60, F_X, F_X2)
     lc = ctx[core.X_LC]
     out[o + 2] = ewz(gs, EW, lc, t, EW_FAST)
     out[o + 3] = ewz(gs, EW + 2, lc, t, EW_SLOW)
-    out[o + 4] = zwin(cs, rec, W60, F_RNG, F_RNG2, t)
+    out[o + 4] = zwin(cs, ctx, rec, W60, F_RNG, F_RNG2)
     if real:
         tv = int(fs[flow.NV]) - 1
         lv = fs[slot(flow.RING_V, KV, tv, 0) + V_LV]
-        m, m2 = wmean(fs, SUMS_V, KV, W60, V_LV, tv), wmean(fs, SUMS_V, KV, W60, V_LV2, tv)
+        m, m2 = mv(ctx, W60, V_LV), mv(ctx, W60, V_LV2)
         gs[HELD_VOL] = zscore(lv, m, m2)
     out[o + 5] = gs[HELD_VOL]
     ta = t - core.ATR_PERIOD  # ATR exists from bar 14 on: its ring counts from there
@@ -98,11 +113,10 @@ def update(cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out:
         a = ctx[core.X_ATR] / ctx[core.X_C]
         ra = slot(RING_A, 2, ta, 0)
         gs[ra], gs[ra + 1] = a, a * a
-        advance_sums(gs, RING_A, SUMS_A, 2, ta)
+        advance_sums(gs, RING_A, SUMS_A, 2, PAIR, ta)
         out[o + 6] = zscore(a, wmean(gs, SUMS_A, 2, W60, 0, ta), wmean(gs, SUMS_A, 2, W60, 1, ta))
     else:
         out[o + 6] = 0.0
-    out[o + 7] = zscore(cs[rec + F_AR], wmean(cs, SUMS_P, KP, W60, F_AR, t),
-                        wmean(cs, SUMS_P, KP, W60, F_R2, t))  # fmt: skip
-    out[o + 8] = zwin(cs, rec, W60, F_OC, F_OC2, t)
-    out[o + 9] = zwin(cs, rec, W60, F_ON, F_ON2, t)
+    out[o + 7] = zscore(cs[rec + F_AR], mp(ctx, W60, F_AR), mp(ctx, W60, F_R2))
+    out[o + 8] = zwin(cs, ctx, rec, W60, F_OC, F_OC2)
+    out[o + 9] = zwin(cs, ctx, rec, W60, F_ON, F_ON2)

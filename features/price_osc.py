@@ -9,7 +9,21 @@ import math
 import numpy as np
 
 from features import core
-from features.core import F_AR, F_BOP, F_H, F_L, F_OC, F_R, F_TR, F_VIM, F_VIP, KP, RING_P, SUMS_P
+from features.core import (
+    F_AR,
+    F_BOP,
+    F_LH,
+    F_LL,
+    F_OC,
+    F_R,
+    F_TR,
+    F_VIM,
+    F_VIP,
+    KP,
+    RING_P,
+    SUMS_P,
+    mp,
+)
 from features.primitives import (
     RING,
     W14,
@@ -18,7 +32,6 @@ from features.primitives import (
     extreme,
     kernel,
     ratio,
-    wmean,
     wsum,
 )
 from features.spec import spec
@@ -27,21 +40,22 @@ GROUP = "advanced price"
 FIRST = 46
 RSI_PERIODS = (7, 14, 28)
 STOCH_D = 3
+LN14 = math.log(14.0)
 TA_EPSILON = 1e-14  # TA-Lib 0.8's TA_IS_ZERO band, mirrored for bit-exact RSI
-# Rolling high/low trackers: (window, index of the high tracker; the low one follows)
-CHANNELS = (9, 14, 20, 26, 60)
-C9, C14, C20, C26, C60 = range(len(CHANNELS))
+# Rolling max log high / min log low ("channels") over these windows
+CHANNELS = (14, 20, 60)
+C14, C20, C60 = range(len(CHANNELS))
 
 SPECS = (
     *(spec(f"rsi_{n}", n, f"RSI({n}), TA-Lib/Wilder, 0..100", period=n) for n in RSI_PERIODS),
-    spec("stoch_k_14", 13, "(C - LL14) / (HH14 - LL14); 0.5 if HH = LL"),
+    spec("stoch_k_14", 13, "(lnC - LL14) / (HH14 - LL14), HH/LL = max lnH/min lnL; 0.5 if flat"),
     spec("stoch_d_14", 13 + STOCH_D - 1, "mean of stoch_k_14 over 3 bars", smooth=STOCH_D),
-    spec("stoch_k_60", 59, "(C - LL60) / (HH60 - LL60); 0.5 if HH = LL"),
+    spec("stoch_k_60", 59, "(lnC - LL60) / (HH60 - LL60) over 60; 0.5 if flat"),
     spec("stochrsi_14", 14 + 13, "(RSI14 - min RSI14) / (max - min) over 14; 0.5 if flat"),
-    spec("donchian_width_20", 19, "(HH20 - LL20) / C"),
-    spec("donchian_width_60", 59, "(HH60 - LL60) / C"),
-    spec("dist_high_60", 59, "HH60 / C - 1"),
-    spec("dist_low_60", 59, "LL60 / C - 1"),
+    spec("donchian_width_20", 19, "ln(max H / min L) over 20"),
+    spec("donchian_width_60", 59, "ln(max H / min L) over 60"),
+    spec("dist_high_60", 59, "ln(max H over 60 / C)"),
+    spec("dist_low_60", 59, "ln(min L over 60 / C)"),
     spec("aroon_up_20", 19, "1 - (bars since HH20) / 19"),
     spec("aroon_down_20", 19, "1 - (bars since LL20) / 19"),
     spec("atr_rel", core.ATR_PERIOD, "ATR(14) / C (Wilder, seeded with the mean of 14 TRs)"),
@@ -50,10 +64,10 @@ SPECS = (
     spec("vortex_neg_14", 14, "Σ|lnL - lnH[-1]| / ΣTR over 14"),
     spec("qstick_14", 13, "mean of ln(C / O) over 14"),
     spec("bop_14", 13, "mean of (C - O) / (H - L) over 14"),
-    spec("chop_14", 14, "ln(ΣTR14 / ln(HH14 / LL14)) / ln 14, clipped to [0, 1]; 1 if flat"),
-    spec("tenkan_dev", 8, "C / ((HH9 + LL9) / 2) - 1"),
-    spec("kijun_dev", 25, "C / ((HH26 + LL26) / 2) - 1"),
-    spec("tenkan_kijun", 25, "tenkan / kijun - 1"),
+    spec("chop_14", 14, "ln(ΣTR / ln(max H / min L)) / ln 14 over 14 (TR in logs), in [0, 1]"),
+    spec("mid_dev_20", 19, "lnC - (max lnH + min lnL) / 2 over 20 (Donchian midline)"),
+    spec("mid_dev_60", 59, "lnC - (max lnH + min lnL) / 2 over 60"),
+    spec("mid_20_60", 59, "Donchian midline over 20 - midline over 60 (log units)"),
     spec("elder_bull_12", 11, "H / EMA(12) - 1"),
     spec("elder_bear_12", 11, "L / EMA(12) - 1"),
     spec("session_return", 0, "ln(C / first open of the Globex session)"),
@@ -101,8 +115,9 @@ def wilder_rsi(gs: np.ndarray, off: int, diff: float, t: int, n: int) -> float:
 
 
 @kernel
-def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
-           ema5: float, ema12: float) -> None:  # fmt: skip
+def update(
+    cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray, ema5: float, ema12: float
+) -> None:
     t = int(ctx[core.X_T])
     h, lo_, c, lc = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C], ctx[core.X_LC]
     o = FIRST
@@ -117,16 +132,16 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
     o += len(RSI_PERIODS)
 
     for j in range(len(CHANNELS)):
-        extreme(gs, TRK + 4 * j, cs, RING_P, KP, F_H, t, CHANNELS[j], True)
-        extreme(gs, TRK + 4 * j + 2, cs, RING_P, KP, F_L, t, CHANNELS[j], False)
+        extreme(gs, TRK + 4 * j, cs, RING_P, KP, F_LH, t, CHANNELS[j], True)
+        extreme(gs, TRK + 4 * j + 2, cs, RING_P, KP, F_LL, t, CHANNELS[j], False)
     hh14, ll14 = gs[TRK + 4 * C14], gs[TRK + 4 * C14 + 2]
     hh60, ll60 = gs[TRK + 4 * C60], gs[TRK + 4 * C60 + 2]
-    k14 = ratio(c - ll14, hh14 - ll14, 0.0) if hh14 > ll14 else 0.5
+    k14 = (lc - ll14) / (hh14 - ll14) if hh14 > ll14 else 0.5
     out[o] = k14
     out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) / STOCH_D
     gs[STOCH + 1] = gs[STOCH]
     gs[STOCH] = k14
-    out[o + 2] = (c - ll60) / (hh60 - ll60) if hh60 > ll60 else 0.5
+    out[o + 2] = (lc - ll60) / (hh60 - ll60) if hh60 > ll60 else 0.5
     o += 3
 
     # Stochastic RSI over the RSI's own bar count, so the tracker only ever sees valid RSIs.
@@ -140,10 +155,10 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
     o += 1
 
     hh20, ll20 = gs[TRK + 4 * C20], gs[TRK + 4 * C20 + 2]
-    out[o] = (hh20 - ll20) / c
-    out[o + 1] = (hh60 - ll60) / c
-    out[o + 2] = hh60 / c - 1.0
-    out[o + 3] = ll60 / c - 1.0
+    out[o] = hh20 - ll20
+    out[o + 1] = hh60 - ll60
+    out[o + 2] = hh60 - lc
+    out[o + 3] = ll60 - lc
     out[o + 4] = 1.0 - min(t - gs[TRK + 4 * C20 + 1], 19.0) / 19.0
     out[o + 5] = 1.0 - min(t - gs[TRK + 4 * C20 + 3], 19.0) / 19.0
     out[o + 6] = ctx[core.X_ATR] / c
@@ -154,17 +169,17 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray,
     out[o] = ratio(wsum(cs, SUMS_P, KP, W14, F_R), sum_ar, 0.0)
     out[o + 1] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIP), sum_tr, 0.0)
     out[o + 2] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIM), sum_tr, 0.0)
-    out[o + 3] = wmean(cs, SUMS_P, KP, W14, F_OC, t)
-    out[o + 4] = wmean(cs, SUMS_P, KP, W14, F_BOP, t)
-    span = math.log(hh14 / ll14)
-    out[o + 5] = clip(math.log(sum_tr / span) / math.log(14.0), 0.0, 1.0) if span > 0.0 else 1.0
+    out[o + 3] = mp(ctx, W14, F_OC)
+    out[o + 4] = mp(ctx, W14, F_BOP)
+    span = hh14 - ll14
+    out[o + 5] = clip(math.log(sum_tr / span) / LN14, 0.0, 1.0) if span > 0.0 else 1.0
     o += 6
 
-    tenkan = 0.5 * (gs[TRK + 4 * C9] + gs[TRK + 4 * C9 + 2])
-    kijun = 0.5 * (gs[TRK + 4 * C26] + gs[TRK + 4 * C26 + 2])
-    out[o] = c / tenkan - 1.0
-    out[o + 1] = c / kijun - 1.0
-    out[o + 2] = tenkan / kijun - 1.0
+    mid20 = 0.5 * (hh20 + ll20)
+    mid60 = 0.5 * (hh60 + ll60)
+    out[o] = lc - mid20
+    out[o + 1] = lc - mid60
+    out[o + 2] = mid20 - mid60
     out[o + 3] = ratio(h, ema12, 0.0) - 1.0
     out[o + 4] = ratio(lo_, ema12, 0.0) - 1.0
     o += 5

@@ -52,22 +52,38 @@ SPECS = (
     spec("macd_hist_rel", MACD_WARMUP, "(MACD line - signal) / C"),
     *(spec(f"roc_{k}", k, f"ln(C / C[-{k}])", lag=k) for k in ROC_LAGS),
     spec("ema_12_slope", 12, "EMA(12) / EMA(12)[-1] - 1"),
-    spec("bb_pctb_20", 19, "(lnC - (m - 2s)) / 4s; m, s = mean, std of lnC over 20; 0.5 if s = 0",
-         k=BB_K),  # fmt: skip
+    spec(
+        "bb_pctb_20",
+        19,
+        "(lnC - (m - 2s)) / 4s; m, s = mean, std of lnC over 20; 0.5 if s = 0",
+        k=BB_K,
+    ),
     spec("bb_width_20", 19, "4s: Bollinger width of lnC over 20 (log units)", k=BB_K),
     spec("linreg_slope_20", 19, "OLS slope of lnC on bar index over 20 bars"),
     spec("linreg_r2_20", 19, "R² of that regression; 0 if lnC is flat"),
     spec("linreg_resid_20", 19, "lnC - fitted value of that regression at the last bar"),
     spec("linreg_slope_60", 59, "OLS slope of lnC on bar index over 60 bars"),
     spec("linreg_r2_60", 59, "R² of the 60-bar regression"),
-    spec("trix_15", 3 * TRIX_PERIOD, "E3 - E3[-1]; E3 = EMA(15) applied 3 times to lnC (seeded "
-         "with the first value)", period=TRIX_PERIOD),  # fmt: skip
-    spec("dema_20_dev", 2 * DEMA_PERIOD, "C / (2 EMA(20) - EMA(EMA(20))) - 1 (seeded with the "
-         "first value)", period=DEMA_PERIOD),  # fmt: skip
+    spec(
+        "trix_15",
+        3 * TRIX_PERIOD,
+        "E3 - E3[-1]; E3 = EMA(15) applied 3 times to lnC (seeded with the first value)",
+        period=TRIX_PERIOD,
+    ),
+    spec(
+        "dema_20_dev",
+        2 * DEMA_PERIOD,
+        "C / (2 EMA(20) - EMA(EMA(20))) - 1 (seeded with the first value)",
+        period=DEMA_PERIOD,
+    ),
     spec("sma60_atr_z", 59, "(C - SMA(60)) / ATR(14); 0 if ATR = 0"),
     spec("keltner_pos", KELTNER_PERIOD - 1, "(C - EMA(20)) / (2 ATR(14)); 0 if ATR = 0"),
-    spec("macd_cross_age", MACD_WARMUP, f"bars since MACD line crossed its signal / "
-         f"{CROSS_AGE_CAP}, capped at 1", cap=CROSS_AGE_CAP),  # fmt: skip
+    spec(
+        "macd_cross_age",
+        MACD_WARMUP,
+        f"bars since MACD line crossed its signal / {CROSS_AGE_CAP}, capped at 1",
+        cap=CROSS_AGE_CAP,
+    ),
 )
 
 LAYOUT = Layout("price_trend")
@@ -158,8 +174,9 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
 
 
 @kernel
-def sma_update(cs: np.ndarray, gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray,
-               o: int) -> float:  # fmt: skip
+def sma_update(
+    cs: np.ndarray, gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray, o: int
+) -> float:
     """TA-Lib's SMA: the running total drops the oldest close, then adds the newest."""
     n = SMA_PERIODS[i]
     if t >= n:
@@ -188,8 +205,9 @@ def bollinger(cs: np.ndarray, t: int, x: float, out: np.ndarray, o: int) -> None
 
 
 @kernel
-def linreg(cs: np.ndarray, t: int, x: float, w: int, i: int, resid: bool, out: np.ndarray,
-           o: int) -> None:  # fmt: skip
+def linreg(
+    cs: np.ndarray, t: int, x: float, w: int, i: int, resid: bool, out: np.ndarray, o: int
+) -> None:
     """OLS of x on j = 1..n from Σx, Σx², Σj·x (x = lnC - anchor; the anchor cancels)."""
     n = float(min(t + 1, WINDOWS[w]))
     sx = wsum(cs, SUMS_P, KP, w, F_X)

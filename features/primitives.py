@@ -21,9 +21,16 @@ from numba import njit
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-# No fastmath (results must be exact and reproducible); numpy's error model turns the zero
-# checks on every division into plain IEEE semantics, which the guards below make unreachable.
-kernel = njit(cache=True, error_model="numpy")
+# Options of every kernel. No fastmath: results must be exact and reproducible. numpy's error
+# model turns the zero checks on every division into plain IEEE semantics (the guards below keep
+# them unreachable). Kernels never allocate (callers pass scratch space), so numba's
+# reference-counting runtime is off (`_nrt=False`): otherwise every array view and call pays
+# atomic refcount updates, which cost more than the features themselves.
+KERNEL_OPTIONS = {"error_model": "numpy", "_nrt": False}
+# Only the engine's entry point is cached (`cache=True`, see engine): numba keys a cached function
+# on its own source file alone, so cached helpers would survive edits of the constants they
+# inline from other modules. Helpers compile into the entry point's cached object instead.
+kernel = njit(**KERNEL_OPTIONS)
 
 RING = 64  # records per ring: a power of two above the longest window plus its longest lag
 MASK = RING - 1
@@ -124,16 +131,19 @@ def slot(ring: int, k: int, t: int, lag: int) -> int:
 
 
 @kernel
-def advance_sums(s: np.ndarray, ring: int, sums: int, k: int, t: int) -> None:
-    """Fold bar t's record (already written) into the sums; exact recount once per ring cycle."""
+def advance_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) -> None:
+    """Fold bar t's record (already written) into the sums; exact recount once per ring cycle.
+
+    nf[w] = how many leading fields window w sums: fields are ordered so that each window's
+    fields form a prefix, and no bar pays for sums nothing reads."""
     if (t & MASK) == MASK:
-        resync_sums(s, ring, sums, k, t)
+        resync_sums(s, ring, sums, k, nf, t)
     else:
-        roll_sums(s, ring, sums, k, t)
+        roll_sums(s, ring, sums, k, nf, t)
 
 
 @kernel
-def roll_sums(s: np.ndarray, ring: int, sums: int, k: int, t: int) -> None:
+def roll_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) -> None:
     """Add bar t's record to every window sum and drop the record leaving the window."""
     new = slot(ring, k, t, 0)
     for w in range(N_WINDOWS):
@@ -141,23 +151,35 @@ def roll_sums(s: np.ndarray, ring: int, sums: int, k: int, t: int) -> None:
         base = sums + w * k
         if t >= win:
             old = slot(ring, k, t, win)
-            for f in range(k):
+            for f in range(nf[w]):
                 s[base + f] += s[new + f] - s[old + f]
         else:
-            for f in range(k):
+            for f in range(nf[w]):
                 s[base + f] += s[new + f]
 
 
 @kernel
-def resync_sums(s: np.ndarray, ring: int, sums: int, k: int, t: int) -> None:
+def resync_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) -> None:
     for w in range(N_WINDOWS):
         base = sums + w * k
-        for f in range(k):
+        for f in range(nf[w]):
             s[base + f] = 0.0
         for lag in range(min(WINDOWS[w], t + 1)):
             rec = slot(ring, k, t, lag)
-            for f in range(k):
+            for f in range(nf[w]):
                 s[base + f] += s[rec + f]
+
+
+@kernel
+def fill_means(
+    s: np.ndarray, sums: int, k: int, nf: tuple, t: int, dst: np.ndarray, off: int
+) -> None:
+    """dst[off + w*k + f] = mean of field f over window w: one vectorized pass per bar instead
+    of a division at every use."""
+    for w in range(N_WINDOWS):
+        inv = 1.0 / min(t + 1, WINDOWS[w])
+        for f in range(nf[w]):
+            dst[off + w * k + f] = s[sums + w * k + f] * inv
 
 
 @kernel
@@ -195,14 +217,18 @@ def extreme(
     Ties resolve to the most recent bar, so "bars since the high" counts from the freshest touch.
     """
     x = rs[slot(ring, k, t, 0) + f]
-    better = x >= ts[trk] if hi else x <= ts[trk]
-    if t == 0 or better:
+    if t == 0 or (x >= ts[trk] if hi else x <= ts[trk]):
         ts[trk] = x
         ts[trk + 1] = t
-        return
-    if t - int(ts[trk + 1]) < win:
-        return
-    best = x
+    elif t - int(ts[trk + 1]) >= win:
+        rescan(ts, trk, rs, ring, k, f, t, win, hi)
+
+
+@kernel
+def rescan(
+    ts: np.ndarray, trk: int, rs: np.ndarray, ring: int, k: int, f: int, t: int, win: int, hi: bool
+) -> None:
+    best = rs[slot(ring, k, t, 0) + f]
     at = t
     for lag in range(1, min(win, t + 1)):
         v = rs[slot(ring, k, t, lag) + f]

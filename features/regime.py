@@ -25,14 +25,32 @@ WARMUP = 20
 LN3 = math.log(3.0)
 
 SPECS = (
-    spec("p_stay", WARMUP, "P[s][s]: probability the current state persists",
-         flat_k=FLAT_K, decay=DECAY, prior=PRIOR),  # fmt: skip
+    spec(
+        "p_stay",
+        WARMUP,
+        "P[s][s]: probability the current state persists",
+        flat_k=FLAT_K,
+        decay=DECAY,
+        prior=PRIOR,
+    ),
     spec("p_up_next", WARMUP, "P[s][up]", flat_k=FLAT_K, decay=DECAY, prior=PRIOR),
     spec("p_down_next", WARMUP, "P[s][down]", flat_k=FLAT_K, decay=DECAY, prior=PRIOR),
-    spec("row_entropy", WARMUP, "-Σ_j P[s][j] ln P[s][j] / ln 3", flat_k=FLAT_K, decay=DECAY,
-         prior=PRIOR),  # fmt: skip
-    spec("p_stay_mean", WARMUP, "(P[down][down] + P[flat][flat] + P[up][up]) / 3",
-         flat_k=FLAT_K, decay=DECAY, prior=PRIOR),  # fmt: skip
+    spec(
+        "row_entropy",
+        WARMUP,
+        "-Σ_j P[s][j] ln P[s][j] / ln 3",
+        flat_k=FLAT_K,
+        decay=DECAY,
+        prior=PRIOR,
+    ),
+    spec(
+        "p_stay_mean",
+        WARMUP,
+        "(P[down][down] + P[flat][flat] + P[up][up]) / 3",
+        flat_k=FLAT_K,
+        decay=DECAY,
+        prior=PRIOR,
+    ),
 )
 
 LAYOUT = Layout("regime")
@@ -49,9 +67,14 @@ def classify(r: float, ewma_var_before: float) -> int:
 
 
 @kernel
-def prob(gs: np.ndarray, i: int, j: int) -> float:
-    row = gs[COUNTS + 3 * i] + gs[COUNTS + 3 * i + 1] + gs[COUNTS + 3 * i + 2]
-    return (gs[COUNTS + 3 * i + j] + PRIOR) / (row + 3.0 * PRIOR)
+def prob(gs: np.ndarray, i: int, j: int, row: float) -> float:
+    """P[i][j] given row = Σ_j N[i][j] + 3·PRIOR."""
+    return (gs[COUNTS + 3 * i + j] + PRIOR) / row
+
+
+@kernel
+def row_total(gs: np.ndarray, i: int) -> float:
+    return gs[COUNTS + 3 * i] + gs[COUNTS + 3 * i + 1] + gs[COUNTS + 3 * i + 2] + 3.0 * PRIOR
 
 
 @kernel
@@ -64,9 +87,12 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
         gs[COUNTS + 3 * int(gs[STATE]) + s] += 1.0
     gs[STATE] = s
     o = FIRST
-    p0, p1, p2 = prob(gs, s, DOWN), prob(gs, s, FLAT), prob(gs, s, UP)
+    rows = (row_total(gs, DOWN), row_total(gs, FLAT), row_total(gs, UP))
+    row = rows[s]
+    p0, p1, p2 = prob(gs, s, DOWN, row), prob(gs, s, FLAT, row), prob(gs, s, UP, row)
     out[o] = (p0, p1, p2)[s]
     out[o + 1] = p2
     out[o + 2] = p0
     out[o + 3] = -(p0 * math.log(p0) + p1 * math.log(p1) + p2 * math.log(p2)) / LN3
-    out[o + 4] = (prob(gs, DOWN, DOWN) + prob(gs, FLAT, FLAT) + prob(gs, UP, UP)) / 3.0
+    stay = prob(gs, DOWN, DOWN, rows[0]) + prob(gs, FLAT, FLAT, rows[1]) + prob(gs, UP, UP, rows[2])
+    out[o + 4] = stay / 3.0

@@ -47,9 +47,19 @@ GROUP_RANGES: dict[str, tuple[int, int]] = {  # inclusive index ranges, from the
     "adaptive strategy metrics": (221, 224),
 }
 MODULES: tuple[ModuleType, ...] = (
-    basic, price_trend, price_osc, timefeat, volume, stats, micro, norm, cusum, adx, regime,
+    basic,
+    price_trend,
+    price_osc,
+    timefeat,
+    volume,
+    stats,
+    micro,
+    norm,
+    cusum,
+    adx,
+    regime,
     adaptive,
-)  # fmt: skip
+)
 # Engine-wide constants that shape many features at once.
 ENGINE_PARAMS: dict[str, object] = {
     "windows": [int(w) for w in WINDOWS],
@@ -74,7 +84,7 @@ class Feature:
 def collect(modules: tuple[ModuleType, ...] = MODULES) -> tuple[Feature, ...]:
     features: list[Feature] = []
     for module in modules:
-        if module.FIRST != len(features):
+        if len(features) != module.FIRST:
             raise RuntimeError(
                 f"{module.__name__}.FIRST = {module.FIRST} but {len(features)} features precede "
                 "it: fix FIRST or the SPECS of the modules before it"
@@ -110,8 +120,9 @@ def fingerprint(
     payload = {
         "code_version": code_version,
         "engine": engine_params,
-        "features": [[f.index, f.name, f.group, f.warmup, [list(p) for p in f.params]]
-                     for f in features],  # fmt: skip
+        "features": [
+            [f.index, f.name, f.group, f.warmup, [list(p) for p in f.params]] for f in features
+        ],
     }
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

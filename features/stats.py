@@ -32,7 +32,8 @@ from features.core import (
     F_UP2,
     KP,
     RING_P,
-    SUMS_P,
+    mp,
+    varp,
 )
 from features.primitives import (
     VAR_FLOOR,
@@ -49,8 +50,6 @@ from features.primitives import (
     ratio,
     slot,
     sqrt0,
-    wmean,
-    wvar,
 )
 from features.spec import spec
 
@@ -62,19 +61,45 @@ FOUR_LN2 = 4.0 * math.log(2.0)
 
 SPECS = (
     *(spec(f"rv_{n}", n, f"std of r over {n}", window=n) for n in (5, 10, 20, 60)),
-    *(spec(f"parkinson_{n}", n - 1, f"sqrt(mean (lnH - lnL)² / 4ln2) over {n}", window=n)
-      for n in (20, 60)),  # fmt: skip
-    *(spec(f"garman_klass_{n}", n - 1, f"sqrt(mean 0.5(lnH/L)² - (2ln2 - 1)(lnC/O)²) over {n}",
-           window=n) for n in (20, 60)),  # fmt: skip
-    *(spec(f"rogers_satchell_{n}", n - 1, f"sqrt(mean ln(H/C)ln(H/O) + ln(L/C)ln(L/O)) over {n}",
-           window=n) for n in (20, 60)),  # fmt: skip
-    *(spec(f"yang_zhang_{n}", n, f"sqrt(σ²(ln O/C[-1]) + kσ²(ln C/O) + (1-k)σ²_RS) over {n}, "
-           "k = 0.34 / (1.34 + (n+1)/(n-1))", window=n) for n in (20, 60)),  # fmt: skip
+    *(
+        spec(f"parkinson_{n}", n - 1, f"sqrt(mean (lnH - lnL)² / 4ln2) over {n}", window=n)
+        for n in (20, 60)
+    ),
+    *(
+        spec(
+            f"garman_klass_{n}",
+            n - 1,
+            f"sqrt(mean 0.5(lnH/L)² - (2ln2 - 1)(lnC/O)²) over {n}",
+            window=n,
+        )
+        for n in (20, 60)
+    ),
+    *(
+        spec(
+            f"rogers_satchell_{n}",
+            n - 1,
+            f"sqrt(mean ln(H/C)ln(H/O) + ln(L/C)ln(L/O)) over {n}",
+            window=n,
+        )
+        for n in (20, 60)
+    ),
+    *(
+        spec(
+            f"yang_zhang_{n}",
+            n,
+            f"sqrt(σ²(ln O/C[-1]) + kσ²(ln C/O) + (1-k)σ²_RS) over {n}, "
+            "k = 0.34 / (1.34 + (n+1)/(n-1))",
+            window=n,
+        )
+        for n in (20, 60)
+    ),
     spec("vol_ratio_5_60", 60, "rv_5 / rv_60; 0 if rv_60 = 0"),
     spec("vol_ratio_20_60", 60, "rv_20 / rv_60; 0 if rv_60 = 0"),
     *(spec(f"skew_{n}", n, f"skewness of r over {n}; 0 if flat", window=n) for n in (20, 60)),
-    *(spec(f"kurt_{n}", n, f"excess kurtosis of r over {n}; 0 if flat", window=n)
-      for n in (20, 60)),  # fmt: skip
+    *(
+        spec(f"kurt_{n}", n, f"excess kurtosis of r over {n}; 0 if flat", window=n)
+        for n in (20, 60)
+    ),
     spec("ac1_20", 21, "autocorrelation of r at lag 1 over 20"),
     spec("ac1_60", 61, "autocorrelation of r at lag 1 over 60"),
     spec("ac2_60", 62, "autocorrelation of r at lag 2 over 60"),
@@ -87,13 +112,25 @@ SPECS = (
     spec("downside_share_20", 20, "Σ r² over down bars / Σ r² over 20; 0.5 if flat"),
     spec("updown_vol_diff_20", 20, "(sqrt(mean r²⁺) - sqrt(mean r²⁻)) / sqrt(mean r²) over 20"),
     spec("range_ratio_20", 19, "ln(H/L) / mean ln(H/L) over 20"),
-    spec("ewma_vol_fast", EWMA_WARMUP, "sqrt(EWMA r², λ = 0.94), bias-corrected",
-         decay=core.EWMA_FAST),  # fmt: skip
-    spec("ewma_vol_slow", EWMA_WARMUP, "sqrt(EWMA r², λ = 0.99), bias-corrected",
-         decay=core.EWMA_SLOW),  # fmt: skip
+    spec(
+        "ewma_vol_fast",
+        EWMA_WARMUP,
+        "sqrt(EWMA r², λ = 0.94), bias-corrected",
+        decay=core.EWMA_FAST,
+    ),
+    spec(
+        "ewma_vol_slow",
+        EWMA_WARMUP,
+        "sqrt(EWMA r², λ = 0.99), bias-corrected",
+        decay=core.EWMA_SLOW,
+    ),
     spec("up_fraction_20", 20, "share of up bars over 20"),
-    spec("run_length", 1, f"signed count of consecutive same-sign returns / {RUN_CAP}, clipped",
-         cap=RUN_CAP),  # fmt: skip
+    spec(
+        "run_length",
+        1,
+        f"signed count of consecutive same-sign returns / {RUN_CAP}, clipped",
+        cap=RUN_CAP,
+    ),
     spec("max_abs_ret_ratio_20", 20, "max |r| over 20 / rv_20"),
     spec("ewma_vol_ratio", EWMA_WARMUP, "ewma_vol_fast / ewma_vol_slow"),
     spec("absret_cv_20", 20, "std |r| / mean |r| over 20"),
@@ -109,12 +146,12 @@ SIZE = LAYOUT.size
 
 
 @kernel
-def moments(cs: np.ndarray, w: int, t: int) -> tuple[float, float, float]:
+def moments(ctx: np.ndarray, w: int) -> tuple[float, float, float]:
     """(variance, skewness, excess kurtosis) of r over window w from raw power sums."""
-    m1 = wmean(cs, SUMS_P, KP, w, F_R, t)
-    m2 = wmean(cs, SUMS_P, KP, w, F_R2, t)
-    m3 = wmean(cs, SUMS_P, KP, w, F_R3, t)
-    m4 = wmean(cs, SUMS_P, KP, w, F_R4, t)
+    m1 = mp(ctx, w, F_R)
+    m2 = mp(ctx, w, F_R2)
+    m3 = mp(ctx, w, F_R3)
+    m4 = mp(ctx, w, F_R4)
     var = m2 - m1 * m1
     if var <= VAR_FLOOR:
         return 0.0, 0.0, 0.0
@@ -124,24 +161,24 @@ def moments(cs: np.ndarray, w: int, t: int) -> tuple[float, float, float]:
 
 
 @kernel
-def autocorr(cs: np.ndarray, w: int, f_prod: int, t: int) -> float:
-    m = wmean(cs, SUMS_P, KP, w, F_R, t)
-    var = wmean(cs, SUMS_P, KP, w, F_R2, t) - m * m
+def autocorr(ctx: np.ndarray, w: int, f_prod: int) -> float:
+    m = mp(ctx, w, F_R)
+    var = mp(ctx, w, F_R2) - m * m
     if var <= VAR_FLOOR:
         return 0.0
-    return clip((wmean(cs, SUMS_P, KP, w, f_prod, t) - m * m) / var, -1.0, 1.0)
+    return clip((mp(ctx, w, f_prod) - m * m) / var, -1.0, 1.0)
 
 
 @kernel
-def yang_zhang(cs: np.ndarray, w: int, t: int) -> float:
+def yang_zhang(ctx: np.ndarray, w: int, t: int) -> float:
     n = count(t, w)
     if n < 2:
         return 0.0
     k = 0.34 / (1.34 + (n + 1.0) / (n - 1.0))
     scale = n / (n - 1.0)  # sample variances
-    var_on = wvar(cs, SUMS_P, KP, w, F_ON, F_ON2, t) * scale
-    var_oc = wvar(cs, SUMS_P, KP, w, F_OC, F_OC2, t) * scale
-    var_rs = max(wmean(cs, SUMS_P, KP, w, F_RS, t), 0.0)
+    var_on = varp(ctx, w, F_ON, F_ON2) * scale
+    var_oc = varp(ctx, w, F_OC, F_OC2) * scale
+    var_rs = max(mp(ctx, w, F_RS), 0.0)
     return sqrt0(var_on + k * var_oc + (1.0 - k) * var_rs)
 
 
@@ -150,54 +187,54 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     t = int(ctx[core.X_T])
     r = ctx[core.X_R]
     o = FIRST
-    rv5 = sqrt0(wvar(cs, SUMS_P, KP, W5, F_R, F_R2, t))
-    rv20 = sqrt0(wvar(cs, SUMS_P, KP, W20, F_R, F_R2, t))
-    rv60 = sqrt0(wvar(cs, SUMS_P, KP, W60, F_R, F_R2, t))
+    rv5 = sqrt0(varp(ctx, W5, F_R, F_R2))
+    rv20 = sqrt0(varp(ctx, W20, F_R, F_R2))
+    rv60 = sqrt0(varp(ctx, W60, F_R, F_R2))
     out[o], out[o + 2], out[o + 3] = rv5, rv20, rv60
-    out[o + 1] = sqrt0(wvar(cs, SUMS_P, KP, W10, F_R, F_R2, t))
+    out[o + 1] = sqrt0(varp(ctx, W10, F_R, F_R2))
     o += 4
     park20 = 0.0
     for i in range(2):
         w = (W20, W60)[i]
-        park = sqrt0(wmean(cs, SUMS_P, KP, w, F_RNG2, t) / FOUR_LN2)
+        park = sqrt0(mp(ctx, w, F_RNG2) / FOUR_LN2)
         park20 = park if i == 0 else park20
         out[o + i] = park
-        out[o + 2 + i] = sqrt0(wmean(cs, SUMS_P, KP, w, F_GK, t))
-        out[o + 4 + i] = sqrt0(wmean(cs, SUMS_P, KP, w, F_RS, t))
-        out[o + 6 + i] = yang_zhang(cs, w, t)
+        out[o + 2 + i] = sqrt0(mp(ctx, w, F_GK))
+        out[o + 4 + i] = sqrt0(mp(ctx, w, F_RS))
+        out[o + 6 + i] = yang_zhang(ctx, w, t)
     o += 8
     out[o] = ratio(rv5, rv60, 0.0)
     out[o + 1] = ratio(rv20, rv60, 0.0)
     o += 2
-    _, skew20, kurt20 = moments(cs, W20, t)
-    _, skew60, kurt60 = moments(cs, W60, t)
+    _, skew20, kurt20 = moments(ctx, W20)
+    _, skew60, kurt60 = moments(ctx, W60)
     out[o], out[o + 1], out[o + 2], out[o + 3] = skew20, skew60, kurt20, kurt60
     o += 4
-    out[o] = autocorr(cs, W20, F_RR1, t)
-    out[o + 1] = autocorr(cs, W60, F_RR1, t)
-    out[o + 2] = autocorr(cs, W60, F_RR2, t)
-    out[o + 3] = autocorr(cs, W60, F_RR5, t)
+    out[o] = autocorr(ctx, W20, F_RR1)
+    out[o + 1] = autocorr(ctx, W60, F_RR1)
+    out[o + 2] = autocorr(ctx, W60, F_RR2)
+    out[o + 3] = autocorr(ctx, W60, F_RR5)
     o += 4
     for i in range(2):
         w = (W20, W60)[i]
         sd = rv20 if i == 0 else rv60
         n = count(t, w)
-        out[o + i] = ratio(wmean(cs, SUMS_P, KP, w, F_R, t) * n, sd * math.sqrt(n), 0.0)
+        out[o + i] = ratio(mp(ctx, w, F_R) * n, sd * math.sqrt(n), 0.0)
         out[o + 2 + i] = ratio(r, sd, 0.0)
     o += 4
 
-    ms = wmean(cs, SUMS_P, KP, W20, F_R2, t)
-    mabs = wmean(cs, SUMS_P, KP, W20, F_AR, t)
-    mup2 = wmean(cs, SUMS_P, KP, W20, F_UP2, t)
+    ms = mp(ctx, W20, F_R2)
+    mabs = mp(ctx, W20, F_AR)
+    mup2 = mp(ctx, W20, F_UP2)
     rms = sqrt0(ms)
     out[o] = ratio(mabs, rms, 0.0)
     out[o + 1] = (ms - mup2) / ms if ms > VAR_FLOOR else 0.5
     out[o + 2] = ratio(sqrt0(mup2) - sqrt0(ms - mup2), rms, 0.0)
     rng = cs[slot(RING_P, KP, t, 0) + F_RNG]
-    out[o + 3] = ratio(rng, wmean(cs, SUMS_P, KP, W20, F_RNG, t), 0.0)
+    out[o + 3] = ratio(rng, mp(ctx, W20, F_RNG), 0.0)
     evf, evs = sqrt0(ctx[core.X_EVF]), sqrt0(ctx[core.X_EVS])
     out[o + 4], out[o + 5] = evf, evs
-    out[o + 6] = wmean(cs, SUMS_P, KP, W20, F_UP, t)
+    out[o + 6] = mp(ctx, W20, F_UP)
     o += 7
 
     run = gs[RUN]
@@ -210,7 +247,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     var_abs = ms - mabs * mabs
     out[o + 3] = ratio(sqrt0(var_abs), mabs, 0.0)
     out[o + 4] = (
-        clip((wmean(cs, SUMS_P, KP, W20, F_ARR1, t) - mabs * mabs) / var_abs, -1.0, 1.0)
+        clip((mp(ctx, W20, F_ARR1) - mabs * mabs) / var_abs, -1.0, 1.0)
         if var_abs > VAR_FLOOR
         else 0.0
     )

@@ -10,6 +10,7 @@ import numpy as np
 
 from features import core, flow
 from features.flow import (
+    KV,
     SUMS_V,
     V_CLVV,
     V_LV,
@@ -24,9 +25,9 @@ from features.flow import (
     V_TPV,
     V_UPV,
     V_V,
-    KV,
+    mv,
 )
-from features.primitives import VAR_FLOOR, W5, W14, W20, W60, Layout, kernel, ratio, wmean, wsum
+from features.primitives import VAR_FLOOR, W5, W14, W20, W60, Layout, kernel, ratio, wsum
 from features.spec import spec
 
 GROUP = "volume"
@@ -60,20 +61,20 @@ SIZE = LAYOUT.size
 def update(fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray, real: bool) -> None:
     if real:
         compute(fs, ctx, gs[HELD : HELD + N])
-    out[FIRST : FIRST + N] = gs[HELD : HELD + N]
+    for i in range(N):
+        out[FIRST + i] = gs[HELD + i]
 
 
 @kernel
 def compute(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
-    tv = int(fs[flow.NV]) - 1  # the bar just folded in
     c, v = ctx[core.X_C], ctx[core.X_V]
-    mv20 = wmean(fs, SUMS_V, KV, W20, V_V, tv)
-    mv60 = wmean(fs, SUMS_V, KV, W60, V_V, tv)
+    mv20 = mv(ctx, W20, V_V)
+    mv60 = mv(ctx, W60, V_V)
     sv20 = wsum(fs, SUMS_V, KV, W20, V_V)
     res[0] = ratio(v, mv20, 0.0)
     res[1] = ratio(v, mv60, 0.0)
-    m = wmean(fs, SUMS_V, KV, W20, V_LV, tv)
-    var = wmean(fs, SUMS_V, KV, W20, V_LV2, tv) - m * m
+    m = mv(ctx, W20, V_LV)
+    var = mv(ctx, W20, V_LV2) - m * m
     res[2] = (math.log1p(v) - m) / math.sqrt(var) if var > VAR_FLOOR else 0.0
     res[3] = ratio(wsum(fs, SUMS_V, KV, W20, V_SV), sv20, 0.0)
     vwap = ratio(wsum(fs, SUMS_V, KV, W20, V_TPV), sv20, 0.0)
@@ -86,21 +87,21 @@ def compute(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
     res[7] = ratio(wsum(fs, SUMS_V, KV, W20, V_CLVV), sv20, 0.0)
     res[8] = ratio(fs[flow.ADL_E] - fs[flow.ADL_E + 1], mv20, 0.0)
     res[9] = ratio(fs[flow.FORCE_E], mv20, 0.0)
-    res[10] = ratio(wmean(fs, SUMS_V, KV, W5, V_V, tv), mv20, 0.0) - 1.0 if mv20 > 0.0 else 0.0
+    res[10] = ratio(mv(ctx, W5, V_V), mv20, 0.0) - 1.0 if mv20 > 0.0 else 0.0
     res[11] = ratio(wsum(fs, SUMS_V, KV, W20, V_UPV), sv20, 0.0)
-    res[12] = correlation(fs, tv, V_R, V_R2, V_LV, V_LV2, V_RLV)
+    res[12] = correlation(ctx, V_R, V_R2, V_LV, V_LV2, V_RLV)
     res[13] = wsum(fs, SUMS_V, KV, W20, V_NVR)
-    res[14] = wmean(fs, SUMS_V, KV, W5, V_LV, tv) - m
+    res[14] = mv(ctx, W5, V_LV) - m
 
 
 @kernel
-def correlation(fs: np.ndarray, tv: int, fx: int, fxx: int, fy: int, fyy: int, fxy: int) -> float:
+def correlation(ctx: np.ndarray, fx: int, fxx: int, fy: int, fyy: int, fxy: int) -> float:
     """Pearson correlation over 20 real bars from window sums; 0 if either side is flat."""
-    mx = wmean(fs, SUMS_V, KV, W20, fx, tv)
-    my = wmean(fs, SUMS_V, KV, W20, fy, tv)
-    vx = wmean(fs, SUMS_V, KV, W20, fxx, tv) - mx * mx
-    vy = wmean(fs, SUMS_V, KV, W20, fyy, tv) - my * my
+    mx = mv(ctx, W20, fx)
+    my = mv(ctx, W20, fy)
+    vx = mv(ctx, W20, fxx) - mx * mx
+    vy = mv(ctx, W20, fyy) - my * my
     if vx <= VAR_FLOOR or vy <= VAR_FLOOR:
         return 0.0
-    cov = wmean(fs, SUMS_V, KV, W20, fxy, tv) - mx * my
+    cov = mv(ctx, W20, fxy) - mx * my
     return max(min(cov / math.sqrt(vx * vy), 1.0), -1.0)

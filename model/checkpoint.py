@@ -80,6 +80,7 @@ def save(directory: Path, model: TemporalFusionTransformer, meta: CheckpointMeta
     weights = directory / WEIGHTS
     tmp = weights.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={"format": FORMAT})
+    tmp.chmod(0o644)  # safetensors creates it owner-only; workers may run as another user
     os.replace(tmp, weights)
     digest = file_sha256(weights)
     values = meta.to_dict() | {

@@ -134,7 +134,7 @@ def future_covariates(ts_event: np.ndarray, horizon: int) -> np.ndarray:
     local = pd.DatetimeIndex(future.astype("datetime64[ns]"), tz="UTC").tz_convert(EXCHANGE_TZ)
     minute_of_hour = local.minute.to_numpy().astype(np.float64)
     minute_of_day = local.hour.to_numpy() * 60.0 + minute_of_hour
-    weekday = local.dayofweek.to_numpy().astype(np.float64)
+    weekday = local.day_of_week.to_numpy().astype(np.float64)
     is_weekday = weekday < 5
     day = 2 * np.pi * minute_of_day / 1440.0
     hour = 2 * np.pi * minute_of_hour / 60.0

@@ -151,11 +151,21 @@ def window_ends(panel: Panel, split: Split, part: Part, lookback: int, horizon: 
 
 @dataclass
 class Batch:
+    """Windows as their distinct feature rows: overlapping windows share most rows, and the
+    model encodes each row once (`TemporalFusionTransformer.forward_shared`)."""
+
     symbol: torch.Tensor  # (B,) int64 embedding rows
     static_reals: torch.Tensor  # (B, n_static - 1)
-    x_hist: torch.Tensor  # (B, lookback, n_hist)
+    rows: torch.Tensor  # (U, n_hist) distinct normalized feature rows
+    index: torch.Tensor  # (B, lookback) each window's rows, oldest first
+    row_window: torch.Tensor  # (U,) a window holding each row
     x_future: torch.Tensor  # (B, horizon, n_future)
     y: torch.Tensor  # (B, horizon) log returns / target_scale
+
+    @property
+    def x_hist(self) -> torch.Tensor:
+        """The windows materialized, `(B, lookback, n_hist)`."""
+        return self.rows[self.index]
 
 
 class WindowData:
@@ -175,14 +185,20 @@ class WindowData:
         row_symbol = torch.from_numpy(panel.row_symbol)
         self.symbol = torch.from_numpy(ids)[row_symbol]
         self.static_reals = torch.from_numpy(reals)[row_symbol]
-        self._steps = torch.arange(-lookback + 1, 1)
+        self._steps = np.arange(-lookback + 1, 1)
 
     def batch(self, ends: np.ndarray) -> Batch:
-        t = torch.from_numpy(np.asarray(ends, dtype=np.int64))
+        ends = np.asarray(ends, dtype=np.int64)
+        rows, inverse = np.unique(ends[:, None] + self._steps, return_inverse=True)
+        row_window = np.empty(len(rows), dtype=np.int64)
+        row_window[inverse.ravel()] = np.repeat(np.arange(len(ends)), self.lookback)
+        t = torch.from_numpy(ends)
         return Batch(
             symbol=self.symbol[t],
             static_reals=self.static_reals[t],
-            x_hist=self.features[t[:, None] + self._steps],
+            rows=self.features[torch.from_numpy(rows)],
+            index=torch.from_numpy(inverse.reshape(len(ends), self.lookback)),
+            row_window=torch.from_numpy(row_window),
             x_future=self.future[t],
             y=self.targets[t],
         )

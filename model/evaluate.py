@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from model import plots
 from model.bars import data_fingerprint, load_bars
@@ -131,37 +132,52 @@ def evaluation_windows(
 def run_model(
     forecaster: Forecaster, panel: Panel, ends: np.ndarray, batch_size: int
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Quantile forecasts `(n, H, Q)` of every window, plus attention/selection summaries."""
+    """Quantile forecasts `(n, H, Q)` of every window, plus attention/selection summaries.
+
+    Runs the worker's incremental path: every feature row is encoded once, then each window's
+    encodings are gathered and forecast (`Forecaster.encode` + `predict_encoded`).
+    """
     lookback = forecaster.config.lookback
-    steps = np.arange(-lookback + 1, 1)
+    first, last = int(ends.min()) - lookback + 1, int(ends.max())
     row_symbol = panel.row_symbol
-    out, hist, static, future, entropy, uniform = [], 0.0, 0.0, 0.0, 0.0, 0.0
+    encoded, weights = [], []
+    for start in range(first, last + 1, batch_size * 8):
+        rows = np.arange(start, min(start + batch_size * 8, last + 1))
+        enc, w = forecaster.encode([panel.symbols[i] for i in row_symbol[rows]],
+                                   panel.features[rows, None, :])
+        encoded.append(enc[:, 0])
+        weights.append(w[:, 0])
+        _progress(f"{forecaster.name} encode", rows[-1] - first + 1, last - first + 1)
+    all_encoded = torch.cat(encoded)
+    hist = (torch.cat(weights)[torch.from_numpy(ends - first)]).mean(0).cpu().numpy()
+    steps = np.arange(-lookback + 1, 1)
+    out, static, future, entropy, uniform = [], 0.0, 0.0, 0.0, 0.0
     for start in range(0, len(ends), batch_size):
         t = ends[start : start + batch_size]
         batch = ForecastBatch(
             symbols=[panel.symbols[i] for i in row_symbol[t]],
             ts_event=panel.ts[t],
             close=panel.close[t],
-            features=panel.features[t[:, None] + steps],
         )
-        result = forecaster.predict(batch, explain=True)
+        result = forecaster.predict_encoded(
+            batch, all_encoded[torch.from_numpy(t[:, None] + steps - first)], explain=True
+        )
         out.append(result.quantiles)
         ex = result.explain
-        assert ex is not None and ex.hist_weights is not None
+        assert ex is not None
         attention = ex.attention.float().cpu().numpy()
         n = len(t)
         entropy += attention_entropy(attention) * n
         uniform += float(np.log((attention > 0).sum(-1)).mean()) * n
-        hist += ex.hist_weights.float().mean(1).sum(0).cpu().numpy()
         static += ex.static_weights.float().sum(0).cpu().numpy()
         future += ex.future_weights.float().mean(1).sum(0).cpu().numpy()
-        _progress(forecaster.name, start + n, len(ends))
+        _progress(f"{forecaster.name} forecast", start + n, len(ends))
     sys.stderr.write("\n")
     n = len(ends)
     return np.concatenate(out), {
         "attention_entropy": entropy / n,
         "attention_entropy_uniform": uniform / n,
-        "hist": hist / n,
+        "hist": hist,
         "static": static / n,
         "future": future / n,
     }

@@ -113,17 +113,20 @@ class Forecaster:
         return self._forecast(batch, out._replace(hist_weights=hist_weights), explain)
 
     @torch.inference_mode()
-    def encode(self, symbols: list[str], features: np.ndarray) -> torch.Tensor:
+    def encode(self, symbols: list[str], features: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Encodings `(B, T, hidden)` of raw feature rows `(B, T, n_hist)`, any T (1 for the
-        newest bar); row i uses symbol[i]'s static context. Stays on the model's device."""
+        newest bar), and their variable-selection weights `(B, T, n_hist)`; row i uses
+        symbol[i]'s static context. Both stay on the model's device, in float32."""
         x = self._check_window(features, None)
         with autocast_for(self.device):
             static = self._static(symbols)
-            encoded, _ = self.model.encode_history(x, static.selection)
-        return encoded.float()
+            encoded, weights = self.model.encode_history(x, static.selection)
+        return encoded.float(), weights.float()
 
     @torch.inference_mode()
-    def predict_encoded(self, batch: ForecastBatch, encoded: torch.Tensor) -> Forecast:
+    def predict_encoded(
+        self, batch: ForecastBatch, encoded: torch.Tensor, explain: bool = False
+    ) -> Forecast:
         """Forecast from cached encodings `(B, lookback, hidden)` (from `encode`)."""
         if encoded.shape[1] != self.config.lookback:
             raise ValueError(f"encoded windows hold {encoded.shape[1]} steps; the model needs "
@@ -133,7 +136,7 @@ class Forecaster:
             out = self.model.forward_encoded(
                 encoded.to(self.device), static, self._future(batch.ts_event)
             )
-        return self._forecast(batch, out, explain=False)
+        return self._forecast(batch, out, explain)
 
     def _forecast(self, batch: ForecastBatch, out: TFTOutput, explain: bool) -> Forecast:
         quantiles = out.quantiles.float().cpu().numpy().astype(np.float64) * self.meta.target_scale

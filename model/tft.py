@@ -123,6 +123,18 @@ class TemporalFusionTransformer(nn.Module):
         encoded, hist_weights = self.encode_history(x_hist, static.selection)
         return self.forward_encoded(encoded, static, x_future)._replace(hist_weights=hist_weights)
 
+    def forward_shared(
+        self, symbol: Tensor, static_reals: Tensor, rows: Tensor, index: Tensor,
+        row_window: Tensor, x_future: Tensor,
+    ) -> TFTOutput:
+        """`forward` for overlapping windows given as their distinct feature rows: each row is
+        encoded once. rows `(U, n_hist)`; index `(B, lookback)` picks each window's rows;
+        row_window `(U,)` names a window holding each row (for its static context)."""
+        static = self.static_context(symbol, static_reals)
+        encoded, weights = self.encode_history(rows.unsqueeze(1), static.selection[row_window])
+        out = self.forward_encoded(encoded[:, 0][index], static, x_future)
+        return out._replace(hist_weights=weights[:, 0][index])
+
     @staticmethod
     def _select_over_time(
         selection: VariableSelection, x: Tensor, context: Tensor

@@ -26,6 +26,7 @@ from model.bars import data_fingerprint, load_bars
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import (
+    Batch,
     Panel,
     Part,
     Split,
@@ -36,7 +37,7 @@ from model.dataset import (
     window_ends,
 )
 from model.forecaster import autocast_for, resolve_device
-from model.tft import TemporalFusionTransformer
+from model.tft import TemporalFusionTransformer, TFTOutput
 
 
 class TrainingError(RuntimeError):
@@ -57,6 +58,8 @@ class TrainConfig:
     test_fraction: float = 0.25
     embargo: int = 0  # bars between splits; 0 means lookback + horizon
     windows_per_epoch: int = 0  # random training windows per epoch; 0 means all
+    chunk: int = 8  # batches are random runs of this many consecutive windows: they share
+    # most feature rows, which the model then encodes once (~7x fewer rows at batch 64)
     symbol_dropout: float = 0.1  # trains embedding row 0, used for symbols unseen in training
     device: str = "auto"
     progress: bool = True
@@ -185,7 +188,8 @@ def fit(
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         started = time.perf_counter()
-        order = rng.permutation(train_ends)[:per_epoch]
+        before = [p.detach().clone() for p in model.parameters()]
+        order = epoch_order(train_ends, cfg.chunk, rng)[:per_epoch]
         loss_sum, grad_sum = 0.0, 0.0
         for step in range(steps_per_epoch):
             batch = data.batch(order[step * cfg.batch_size : (step + 1) * cfg.batch_size])
@@ -193,8 +197,7 @@ def fit(
                 torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0
             )
             with autocast_for(device):
-                out = model(symbol.to(device), batch.static_reals.to(device),
-                            batch.x_hist.to(device), batch.x_future.to(device))
+                out = forward_batch(model, batch, symbol, device)
                 loss = pinball_loss(out.quantiles.float(), batch.y.to(device), levels)
             if not torch.isfinite(loss):
                 raise TrainingError(f"epoch {epoch} step {step + 1}: training loss is "
@@ -221,6 +224,9 @@ def fit(
             "seconds": time.perf_counter() - started,
             "peak_memory_mb": peak_memory_mb(device),
         }
+        if all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)):
+            raise TrainingError(f"epoch {epoch}: no weight changed — the optimizer is not "
+                                "updating the model (learning rate 0? frozen parameters?)")
         check_epoch(record, history)
         history.append(record)
         _log(cfg, f"epoch {epoch}: train {record['train_loss']:.5f} val {val_loss:.5f} "
@@ -237,6 +243,22 @@ def fit(
     return history, best_state
 
 
+def epoch_order(ends: np.ndarray, chunk: int, rng: np.random.Generator) -> np.ndarray:
+    """Every window once, as runs of `chunk` consecutive windows in random order."""
+    starts = rng.permutation(np.arange(0, len(ends), chunk))
+    index = (starts[:, None] + np.arange(chunk)).ravel()
+    return ends[index[index < len(ends)]]
+
+
+def forward_batch(
+    model: TemporalFusionTransformer, batch: Batch, symbol: torch.Tensor, device: torch.device
+) -> TFTOutput:
+    return model.forward_shared(
+        symbol.to(device), batch.static_reals.to(device), batch.rows.to(device),
+        batch.index.to(device), batch.row_window.to(device), batch.x_future.to(device),
+    )
+
+
 def check_epoch(record: dict[str, Any], history: list[dict[str, Any]]) -> None:
     """The failures of the old TFT report, caught as they happen."""
     if not math.isfinite(record["val_loss"]):
@@ -246,10 +268,10 @@ def check_epoch(record: dict[str, Any], history: list[dict[str, Any]]) -> None:
             f"epoch {record['epoch']}: validation loss is exactly 0 — the labels leak into the "
             "inputs or the metric is broken; no real forecast is perfect"
         )
-    if history and record["train_loss"] == history[-1]["train_loss"]:
+    if history and math.isclose(record["train_loss"], history[-1]["train_loss"], rel_tol=1e-9):
         raise TrainingError(
-            f"epoch {record['epoch']}: training loss {record['train_loss']} is exactly the "
-            "previous epoch's — the weights are not updating (learning rate 0? frozen model?)"
+            f"epoch {record['epoch']}: training loss {record['train_loss']} is the previous "
+            "epoch's — the model is not learning (inputs ignored? loss detached?)"
         )
 
 
@@ -264,8 +286,7 @@ def evaluate_loss(
     for start in range(0, len(ends), batch_size):
         batch = data.batch(ends[start : start + batch_size])
         with autocast_for(device):
-            out = model(batch.symbol.to(device), batch.static_reals.to(device),
-                        batch.x_hist.to(device), batch.x_future.to(device))
+            out = forward_batch(model, batch, batch.symbol, device)
         loss = pinball_loss(out.quantiles.float(), batch.y.to(device), levels)
         total += loss.item() * len(batch.y)
     return total / len(ends)

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from features import engine as feature_engine
 from model.checkpoint import CheckpointError
@@ -59,9 +58,8 @@ def replay(
 
 def test_incremental_equals_full_over_a_long_replay(tmp_path: Path, feature_rows) -> None:
     make_checkpoint(tmp_path / "a")
-    cpu = torch.device("cpu")
-    cached = ForecastEngine(tmp_path / "a", cpu)
-    full = ForecastEngine(tmp_path / "a", cpu)
+    cached = ForecastEngine(tmp_path / "a")
+    full = ForecastEngine(tmp_path / "a")
     a = replay(cached, feature_rows, 60, 460, batch=7)
     b = replay(full, feature_rows, 60, 460, batch=7, incremental=False)
     assert a.shape == (1200, 10, 3)
@@ -72,19 +70,17 @@ def test_incremental_equals_full_over_a_long_replay(tmp_path: Path, feature_rows
 
 def test_a_forecast_does_not_depend_on_its_micro_batch(tmp_path: Path, feature_rows) -> None:
     make_checkpoint(tmp_path / "a")
-    cpu = torch.device("cpu")
-    one = replay(ForecastEngine(tmp_path / "a", cpu), feature_rows, 60, 160, batch=1)
-    many = replay(ForecastEngine(tmp_path / "a", cpu), feature_rows, 60, 160, batch=64)
+    one = replay(ForecastEngine(tmp_path / "a"), feature_rows, 60, 160, batch=1)
+    many = replay(ForecastEngine(tmp_path / "a"), feature_rows, 60, 160, batch=64)
     assert np.array_equal(one, many)
 
 
 def test_restart_and_hot_reload_start_from_a_fresh_cache(tmp_path: Path, feature_rows) -> None:
     make_checkpoint(tmp_path / "a", seed=1)
     make_checkpoint(tmp_path / "b", seed=2)
-    cpu = torch.device("cpu")
-    engine = ForecastEngine(tmp_path / "a", cpu)
+    engine = ForecastEngine(tmp_path / "a")
     replay(engine, feature_rows, 60, 200, batch=16)
-    restarted = ForecastEngine(tmp_path / "a", cpu)
+    restarted = ForecastEngine(tmp_path / "a")
     assert (
         np.abs(
             replay(engine, feature_rows, 200, 260, batch=5)
@@ -93,7 +89,7 @@ def test_restart_and_hot_reload_start_from_a_fresh_cache(tmp_path: Path, feature
         <= 1e-5
     )
     engine.swap(engine.prepare(tmp_path / "b"))
-    reference = ForecastEngine(tmp_path / "b", cpu)
+    reference = ForecastEngine(tmp_path / "b")
     after = replay(engine, feature_rows, 260, 320, batch=9)
     assert (
         np.abs(after - replay(reference, feature_rows, 260, 320, batch=9, incremental=False)).max()
@@ -105,4 +101,4 @@ def test_restart_and_hot_reload_start_from_a_fresh_cache(tmp_path: Path, feature
 def test_a_checkpoint_for_another_feature_set_is_refused(tmp_path: Path) -> None:
     make_checkpoint(tmp_path / "old", fingerprint="0" * 16)
     with pytest.raises(CheckpointError, match="feature set 0000000000000000"):
-        ForecastEngine(tmp_path / "old", torch.device("cpu"))
+        ForecastEngine(tmp_path / "old")

@@ -19,7 +19,7 @@ import pytest
 from streams import schema
 from streams.broker import free_port
 from streams.ingest import replay_cli
-from streams.ingest.convert import write_dbn
+from streams.ingest.convert import ohlcv_metadata, write_dbn
 from streams.ingest.errors import ExitCode
 from streams.ingest.replay import Pacer
 from streams.settings import REPO_ROOT, Settings
@@ -60,6 +60,25 @@ def test_pacer_releases_each_timestamp_at_its_scaled_time() -> None:
     released = [(start, stop, now[0]) for start, stop in pacer.groups(ts)]
     assert [(a, b) for a, b, _ in released] == [(0, 2), (2, 3), (3, 4)]
     assert [t - 100.0 for _, _, t in released] == pytest.approx([0.0, 1.0, 3.0])
+
+
+def test_dry_run_accounts_for_every_record_by_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ids 7 ESU4, 8 NQU4, 9 the ESU4-ESZ4 spread, 10 unknown to the metadata; 10 minutes each.
+    records = sample_records(40, (7, 8, 9, 10))
+    symbols = {"ESU4": 7, "NQU4": 8, "ESU4-ESZ4": 9}
+    metadata = ohlcv_metadata(symbols, T0, T0 + 86_400 * 10**9)
+    path = write_dbn(tmp_path / "mixed.dbn.zst", metadata, records)
+    code, summary, _ = replay(
+        capsys, path, "--dry-run", "--symbols", "ES.FUT",
+        "--start", "2024-01-01T00:02", "--end", "2024-01-01T00:07",
+    )  # fmt: skip
+    assert code == ExitCode.OK
+    assert summary["skipped"] == {
+        "unmapped": 10, "symbol_filter": 10, "spread": 10, "time_range": 5, "non_ohlcv": 0
+    }  # fmt: skip
+    assert (summary["read"], summary["encoded"], summary["produced"]) == (40, 5, 0)
 
 
 @pytest.mark.integration

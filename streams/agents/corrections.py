@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -17,13 +19,14 @@ from streams.agents.io import (
     BAR_HEADERS,
     CONTROL_HEADERS,
     Out,
-    batches,
+    each_batch,
     is_control_event,
     publish,
     raw_topic,
 )
 from streams.agents.state import StateTable
 from streams.corrections import (
+    SYNTHETIC,
     CorrectionConfig,
     CorrectionStats,
     Status,
@@ -34,7 +37,7 @@ from streams.corrections import (
 )
 from streams.metrics import Outcome as BarOutcome
 from streams.metrics import Stage
-from streams.schema import RECEIVED_HEADER, decode
+from streams.schema import RECEIVED_HEADER, Control, decode, is_control
 
 if TYPE_CHECKING:
     from faust.types import EventT
@@ -52,6 +55,9 @@ DLQ_OFFSET = "__connect.errors.offset"
 DLQ_REASON = "__connect.errors.exception.class.name"
 DLQ_MESSAGE = "__connect.errors.exception.message"
 
+# Outcomes of input bars; synthetic gap fills answer no input and are not among them.
+OUTCOMES = (BarOutcome.CLEAN, BarOutcome.CORRECTED, BarOutcome.DUPLICATE, BarOutcome.REJECTED)
+
 
 class CorrectionsBatch:
     """One take() batch: loads each symbol's state once, runs the rules, collects outputs."""
@@ -61,10 +67,22 @@ class CorrectionsBatch:
     ) -> None:
         self.states, self.config, self.stats = states, config, stats
         self.clean_topic, self.dlq_topic = settings.topic_clean, settings.topic_dlq
+        self.now_ns = time.time_ns()
+        # When the bars entered barcast: a header, so values stay comparable across restarts.
+        self.headers = [*BAR_HEADERS, (RECEIVED_HEADER, str(self.now_ns).encode())]
         self.loaded: dict[bytes, tuple[int, SymbolState]] = {}
         self.touched: dict[bytes, int] = {}  # key -> partition
         self.outputs: list[Out] = []
         self.steps: list[Step] = []
+
+    def add(self, event: EventT) -> None:
+        if is_control_event(event):
+            until = control_ts(event.value)
+            if until is not None:
+                self.control(event, until)
+                return
+        # A bar, or a record only claiming to be a control one: the rules reject it if malformed.
+        self.bar(event)
 
     def state(self, key: bytes) -> tuple[int, SymbolState]:
         """(offset of the last source event applied, state) for `key`."""
@@ -74,27 +92,28 @@ class CorrectionsBatch:
             self.loaded[key] = (offset, state)
         return self.loaded[key]
 
-    def bar(self, event: EventT, received: bytes) -> None:
+    def bar(self, event: EventT) -> None:
         message = event.message
         key = event.key or b""
         applied, state = self.state(key)
         if message.offset <= applied:  # applied before a crash: its outputs are already out
             return
         ref = [message.topic, message.partition, message.offset]
-        step = correct(event.value, state, self.config, self.stats, ref=ref, now_ns=time.time_ns())
+        step = correct(event.value, state, self.config, self.stats, ref=ref, now_ns=self.now_ns)
         self.loaded[key] = (message.offset, state)
-        self._emit(key, step, message.partition, received)
+        self._emit(key, step, message.partition)
 
-    def control(self, event: EventT) -> None:
+    def control(self, event: EventT, until: int) -> None:
         """END_OF_INTERVAL: decide held spike candidates of this partition that timed out,
         then pass the record on so the forecast worker can flush the minute."""
         message = event.message
-        until = decode(event.value).get("ts_event")
-        for key in self.states.keys_in(message.partition):
+        partition = message.partition
+        keys = [*self.states.keys_in(partition)]
+        keys += [key for key, p in self.touched.items() if p == partition]
+        for key in dict.fromkeys(keys):
             _, state = self.state(key)
             if state.held is not None:
-                step = flush(state, self.config, self.stats, until_ts=until)
-                self._emit(key, step, message.partition, b"")
+                self._emit(key, flush(state, self.config, self.stats, until_ts=until), partition)
         self.outputs.append(
             Out(
                 self.clean_topic,
@@ -102,14 +121,13 @@ class CorrectionsBatch:
                 event.value,
                 message.timestamp * 1000.0,
                 CONTROL_HEADERS,
-                message.partition,
+                partition,
             )
         )
 
-    def _emit(self, key: bytes, step: Step, partition: int, received: bytes) -> None:
+    def _emit(self, key: bytes, step: Step, partition: int) -> None:
         self.steps.append(step)
         self.touched[key] = partition
-        headers = [*BAR_HEADERS, (RECEIVED_HEADER, received)]
         for outcome in step.outcomes:
             if outcome.status is Status.REJECTED:
                 self.outputs.append(self._dead_letter(key, outcome, partition))
@@ -120,7 +138,7 @@ class CorrectionsBatch:
                     key,
                     orjson.dumps(bar),
                     bar["ts_event"] / 1e6,
-                    headers,
+                    self.headers,
                     partition,
                 )
             )
@@ -143,22 +161,46 @@ class CorrectionsBatch:
             self.states.put(key, partition, offset, state.to_bytes())
 
     def record(self, metrics: Metrics) -> None:
+        """Add the batch's outcomes to the metrics, one increment per series."""
+        bars: Counter[BarOutcome] = Counter()
+        rules: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
+        gaps = gap_minutes = 0
         for step in self.steps:
             for outcome in step.outcomes:
-                metrics.bar(Stage.CORRECTIONS, BarOutcome.IN)
-                metrics.bar(Stage.CORRECTIONS, BarOutcome(outcome.status.value))
+                bars[BarOutcome(outcome.status.value)] += 1
                 if outcome.status is Status.CORRECTED:
-                    for rule in {change.rule for change in outcome.changes}:
-                        metrics.corrections.labels(rule=rule.value).inc()
+                    rules.update({change.rule.value for change in outcome.changes})
                 elif outcome.status is Status.REJECTED:
-                    metrics.rejections.labels(reason=outcome.reason.value).inc()
-                    metrics.dlq.inc()
-            for gap in step.gaps:
-                metrics.gaps.inc()
-                metrics.gap_minutes.inc(gap.missing)
-            synthetic = sum(1 for bar in step.clean if bar.get("status") == "synthetic")
-            if synthetic:
-                metrics.bar(Stage.CORRECTIONS, BarOutcome.SYNTHETIC, synthetic)
+                    reasons[outcome.reason.value] += 1
+            gaps += len(step.gaps)
+            gap_minutes += sum(gap.missing for gap in step.gaps)
+            bars[BarOutcome.SYNTHETIC] += sum(1 for bar in step.clean if bar["status"] == SYNTHETIC)
+        bars[BarOutcome.IN] = sum(bars[o] for o in OUTCOMES)
+        for outcome, n in bars.items():
+            if n:
+                metrics.bar(Stage.CORRECTIONS, outcome, n)
+        for rule, n in rules.items():
+            metrics.corrections.labels(rule=rule).inc(n)
+        for reason, n in reasons.items():
+            metrics.rejections.labels(reason=reason).inc(n)
+        if reasons:
+            metrics.dlq.inc(sum(reasons.values()))
+        if gaps:
+            metrics.gaps.inc(gaps)
+            metrics.gap_minutes.inc(gap_minutes)
+
+
+def control_ts(value: bytes) -> int | None:
+    """ts_event of an END_OF_INTERVAL record, or None if `value` is not a valid one."""
+    try:
+        record = decode(value)
+    except orjson.JSONDecodeError:
+        return None
+    if not is_control(record) or record.get("control") != Control.END_OF_INTERVAL:
+        return None
+    until = record.get("ts_event")
+    return until if type(until) is int else None
 
 
 def register(app: BarcastApp) -> None:
@@ -170,19 +212,17 @@ def register(app: BarcastApp) -> None:
     config = CorrectionConfig(fill_gaps=settings.fill_gaps)
     stats = CorrectionStats()
 
+    async def handle(events: Sequence[EventT]) -> None:
+        batch = CorrectionsBatch(states, config, stats, settings)
+        for event in events:
+            batch.add(event)
+        await publish(app, batch.outputs)
+        batch.store()
+        batch.record(app.metrics)
+
     @app.agent(source, name="corrections")
     async def correct_bars(stream):  # type: ignore[no-untyped-def]
-        async for events in batches(stream):
-            received = str(time.time_ns()).encode()
-            batch = CorrectionsBatch(states, config, stats, settings)
-            for event in events:
-                if is_control_event(event):
-                    batch.control(event)
-                else:
-                    batch.bar(event, received)
-            await publish(app, batch.outputs)
-            batch.store()
-            batch.record(app.metrics)
+        await each_batch(stream, handle)
 
     @app.timer(SUMMARY_INTERVAL_S)
     async def log_summary() -> None:

@@ -1,7 +1,16 @@
-"""`bars.clean` → `features`: the Numba engine, one call per `take()` batch for all symbols."""
+"""`bars.clean` → `features`: the Numba engine, one call per `take()` batch for all symbols.
+
+Each symbol's table entry is its engine state plus the ts_event of its last bar. A bar at or
+before that ts_event is a repeat that an upstream restart re-published (bars.clean carries each
+symbol's bars in strictly increasing time otherwise); it was applied already and is skipped, so
+the feature rows stay exactly those of an uninterrupted run.
+"""
 
 from __future__ import annotations
 
+import logging
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +22,13 @@ from streams.agents.io import (
     CONTROL_HEADERS,
     Out,
     bar_headers,
-    batches,
+    each_batch,
     is_control_event,
     publish,
     raw_topic,
 )
 from streams.agents.state import StateTable
+from streams.corrections import SYNTHETIC
 from streams.metrics import Outcome, Stage
 from streams.schema import PRICE_SCALE, encode_feature_values
 
@@ -27,7 +37,11 @@ if TYPE_CHECKING:
 
     from streams.faust_app import BarcastApp
 
+log = logging.getLogger("barcast.features")
+
 PRICE_FIELDS = ("open", "high", "low", "close")
+_LAST_TS = struct.Struct("<q")  # ts_event of the symbol's last bar, before the engine state
+NO_TS = -(2**63)
 
 
 @dataclass(slots=True)
@@ -45,10 +59,160 @@ def feature_message(bar: dict[str, Any], values: np.ndarray, warm: bool) -> byte
             "close": bar["close"] * PRICE_SCALE,
             "fingerprint": engine.FINGERPRINT,
             "warm": warm,
-            "synthetic": bar.get("status") == "synthetic",
+            "synthetic": bar.get("status") == SYNTHETIC,
             "values": encode_feature_values(values),
         }
     )
+
+
+def decode_bar(value: bytes) -> dict[str, Any] | None:
+    """A `bars.clean` value with the fields the engine reads, or None."""
+    try:
+        bar = orjson.loads(value)
+        if (
+            all(type(bar[name]) is int for name in ("ts_event", *PRICE_FIELDS))
+            and type(bar["volume"]) in (int, float)
+            and isinstance(bar["symbol"], str)
+        ):
+            return bar
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        pass
+    return None
+
+
+class FeaturesBatch:
+    """One take() batch: each symbol's state loaded once, one engine call for every bar."""
+
+    def __init__(self, states: StateTable, topic: str) -> None:
+        self.states, self.topic = states, topic
+        self.rows: dict[bytes, int] = {}
+        self.applied: list[int] = []  # offset of the last source event each state reflects
+        self.last_ts: list[int] = []
+        self.vectors: list[np.ndarray] = []
+        self.partitions: list[int] = []
+        self.touched: set[int] = set()
+        self.state = engine.new_states(0)
+        self.items: list[EventT | _Bar] = []
+        self.bars: list[_Bar] = []
+        self.malformed = 0
+        self.refused = 0
+
+    def add(self, event: EventT) -> None:
+        if is_control_event(event):
+            self.items.append(event)
+            return
+        message = event.message
+        row = self._row(event.key or b"", message.partition)
+        if message.offset <= self.applied[row]:  # applied before a crash: its row is out
+            return
+        self.applied[row] = message.offset
+        self.touched.add(row)
+        bar = decode_bar(event.value)
+        if bar is None:
+            self.malformed += 1
+            log.error(
+                "features: %s[%d]@%d is not a bars.clean bar; skipped: %.200r",
+                message.topic,
+                message.partition,
+                message.offset,
+                event.value,
+            )
+            return
+        if bar["ts_event"] <= self.last_ts[row]:  # re-published upstream: applied already
+            return
+        self.last_ts[row] = bar["ts_event"]
+        item = _Bar(event, bar, row)
+        self.items.append(item)
+        self.bars.append(item)
+
+    def _row(self, key: bytes, partition: int) -> int:
+        row = self.rows.get(key)
+        if row is None:
+            offset, payload = self.states.get(key)
+            row = self.rows[key] = len(self.vectors)
+            self.applied.append(offset)
+            self.partitions.append(partition)
+            if payload is None:
+                self.last_ts.append(NO_TS)
+                self.vectors.append(engine.new_states(1)[0])
+            else:
+                self.last_ts.append(_LAST_TS.unpack_from(payload)[0])
+                self.vectors.append(engine.state_from_bytes(payload[_LAST_TS.size :]))
+        return row
+
+    def compute(self) -> list[Out]:
+        """Advance the states; the batch's outputs in arrival order."""
+        if self.vectors:
+            self.state = np.stack(self.vectors)
+        rows = self._update() if self.bars else {}
+        outputs = []
+        for item in self.items:
+            if not isinstance(item, _Bar):
+                outputs.append(_forward(item, self.topic))
+            elif id(item) in rows:
+                values, warm = rows[id(item)]
+                event = item.event
+                outputs.append(
+                    Out(
+                        self.topic,
+                        event.key,
+                        feature_message(item.value, values, warm),
+                        event.message.timestamp * 1000.0,
+                        bar_headers(event),
+                        event.message.partition,
+                    )
+                )
+        return outputs
+
+    def _update(self) -> dict[int, tuple[np.ndarray, bool]]:
+        """Feature rows by id(bar): all bars in one engine call; should the engine refuse the
+        batch (it validates every bar before it moves any state), bar by bar, skipping and
+        logging the bars it refuses."""
+        bars = self.bars
+        columns = (
+            np.array([b.value["ts_event"] for b in bars], dtype=np.int64),
+            *(
+                np.array([b.value[f] for b in bars], dtype=np.float64) * PRICE_SCALE
+                for f in PRICE_FIELDS
+            ),
+            np.array([b.value["volume"] for b in bars], dtype=np.float64),
+            np.array([b.value.get("status") == SYNTHETIC for b in bars], dtype=np.bool_),
+        )
+        rows = np.array([b.row for b in bars], dtype=np.int64)
+        try:
+            values, warm = engine.update_many(self.state, rows, *columns)
+            return {id(b): (values[i], bool(warm[i])) for i, b in enumerate(bars)}
+        except ValueError:
+            pass
+        out: dict[int, tuple[np.ndarray, bool]] = {}
+        for i, bar in enumerate(bars):
+            row = bar.row
+            try:
+                values, warm = engine.update_many(
+                    self.state[row : row + 1],
+                    np.zeros(1, np.int64),
+                    *(c[i : i + 1] for c in columns),
+                )
+            except ValueError as exc:
+                self.refused += 1
+                message = bar.event.message
+                log.error(
+                    "features: %s[%d]@%d refused by the engine; skipped: %s",
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    exc,
+                )
+                continue
+            out[id(bar)] = (values[0], bool(warm[0]))
+        return out
+
+    def store(self) -> None:
+        """Write the state of every symbol this batch advanced (once its outputs are acked)."""
+        for key, row in self.rows.items():
+            if row in self.touched:
+                payload = _LAST_TS.pack(self.last_ts[row]) + engine.state_to_bytes(self.state[row])
+                self.states.put(key, self.partitions[row], self.applied[row], payload)
 
 
 def register(app: BarcastApp) -> None:
@@ -57,74 +221,18 @@ def register(app: BarcastApp) -> None:
     raw_topic(app, settings.topic_features)
     states = StateTable(app, "features-state")
 
+    async def handle(events: Sequence[EventT]) -> None:
+        batch = FeaturesBatch(states, settings.topic_features)
+        for event in events:
+            batch.add(event)
+        await publish(app, batch.compute())
+        batch.store()
+        app.metrics.bar(Stage.FEATURES, Outcome.IN, len(batch.bars) + batch.malformed)
+        app.metrics.bar(Stage.FEATURES, Outcome.OUT, len(batch.bars) - batch.refused)
+
     @app.agent(source, name="features")
     async def compute_features(stream):  # type: ignore[no-untyped-def]
-        async for events in batches(stream):
-            outputs, updates, bars = process_batch(events, states, settings.topic_features)
-            await publish(app, outputs)
-            for key, (partition, offset, payload) in updates.items():
-                states.put(key, partition, offset, payload)
-            app.metrics.bar(Stage.FEATURES, Outcome.IN, bars)
-            app.metrics.bar(Stage.FEATURES, Outcome.OUT, bars)
-
-
-def process_batch(
-    events: list[EventT], states: StateTable, topic: str
-) -> tuple[list[Out], dict[bytes, tuple[int, int, bytes]], int]:
-    """Outputs in arrival order, the new state per symbol, and how many bars were computed."""
-    keys: dict[bytes, int] = {}
-    applied: list[int] = []
-    loaded: list[np.ndarray] = []
-    items: list[EventT | _Bar] = []
-    for event in events:
-        if is_control_event(event):
-            items.append(event)
-            continue
-        if event.key not in keys:
-            offset, payload = states.get(event.key)
-            keys[event.key] = len(loaded)
-            applied.append(offset)
-            loaded.append(
-                engine.new_states(1)[0] if payload is None else engine.state_from_bytes(payload)
-            )
-        row = keys[event.key]
-        if event.message.offset > applied[row]:  # else: applied before a crash, output is out
-            items.append(_Bar(event, orjson.loads(event.value), row))
-    bars = [item for item in items if isinstance(item, _Bar)]
-    if not bars:
-        return [_forward(e, topic) for e in items if not isinstance(e, _Bar)], {}, 0
-    state = np.stack(loaded)
-    values, warm = engine.update_many(
-        state,
-        np.array([b.row for b in bars], dtype=np.int64),
-        np.array([b.value["ts_event"] for b in bars], dtype=np.int64),
-        *(
-            np.array([b.value[f] for b in bars], dtype=np.float64) * PRICE_SCALE
-            for f in PRICE_FIELDS
-        ),
-        np.array([b.value["volume"] for b in bars], dtype=np.float64),
-        np.array([b.value.get("status") == "synthetic" for b in bars], dtype=np.bool_),
-    )
-    index = {id(b): i for i, b in enumerate(bars)}
-    outputs = [
-        _forward(item, topic)
-        if not isinstance(item, _Bar)
-        else Out(
-            topic,
-            item.event.key,
-            feature_message(item.value, values[index[id(item)]], bool(warm[index[id(item)]])),
-            item.event.message.timestamp * 1000.0,
-            bar_headers(item.event),
-            item.event.message.partition,
-        )
-        for item in items
-    ]
-    last = {b.event.key: b.event.message for b in bars}
-    updates = {
-        key: (message.partition, message.offset, engine.state_to_bytes(state[keys[key]]))
-        for key, message in last.items()
-    }
-    return outputs, updates, len(bars)
+        await each_batch(stream, handle)
 
 
 def _forward(event: EventT, topic: str) -> Out:

@@ -22,7 +22,7 @@ from model.checkpoint import CheckpointError
 from streams.agents.io import BAR_HEADERS, Out, header, is_control_event, publish, raw_topic
 from streams.agents.state import StateTable
 from streams.forecast.batcher import MicroBatcher
-from streams.forecast.checkpoints import CheckpointWatcher
+from streams.forecast.checkpoints import CheckpointMissing, CheckpointWatcher
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_message
 from streams.forecast.windows import SymbolWindow, meta_key, slot_key
@@ -215,7 +215,12 @@ def register(app: BarcastApp) -> None:
     source = raw_topic(app, settings.topic_features)
     raw_topic(app, settings.topic_forecasts)
     watcher = CheckpointWatcher(settings.model_dir)
-    engine = ForecastEngine.from_settings(watcher.require_initial(), settings)
+    try:
+        engine = ForecastEngine.from_settings(watcher.require_initial(), settings)
+    except (CheckpointMissing, CheckpointError) as exc:
+        # Serving without a model, or with one trained on other features, is never right:
+        # refuse to start, with the reason on one line instead of a traceback.
+        raise SystemExit(f"barcast forecast worker: {exc}") from None
     service = ForecastService(app, engine)
     app.metrics.set_model(engine.model_id, engine.fingerprint)
     log.info("serving checkpoint %s on %s", engine.model_id, engine.device)

@@ -9,7 +9,9 @@ writes its table state only after its outputs are durable, so a crash can repeat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +22,11 @@ if TYPE_CHECKING:
 
     from streams.faust_app import BarcastApp
 
+log = logging.getLogger("barcast.agents")
+
 BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.002
+EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: the orchestrator restarts the worker
 
 CONTROL_HEADERS = [(KIND_HEADER, Kind.CONTROL.value.encode())]
 BAR_HEADERS = [(KIND_HEADER, Kind.BAR.value.encode())]
@@ -69,9 +74,28 @@ def is_control_event(event: EventT) -> bool:
     return header(event, KIND_HEADER) == CONTROL_HEADERS[0][1]
 
 
-async def batches(stream: StreamT) -> AsyncIterator[Sequence[EventT]]:
+async def each_batch(
+    stream: StreamT, handle: Callable[[Sequence[EventT]], Awaitable[None]]
+) -> None:
+    """Run `handle` on every take() batch; should it raise, end the process at once.
+
+    Faust acks a take() batch when the loop moves on even if the body raised, and its
+    supervisor restarts the agent at the next batch: the failed batch's offsets would be
+    committed and its outputs never published. Exiting without a commit makes the restart
+    replay the batch instead (and, on a bug that repeats, fail loudly rather than drop bars).
+    """
     async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-        yield events
+        try:
+            await handle(events)
+        except Exception:
+            log.critical(
+                "agent failed on a batch of %d events; exiting without committing it, so a "
+                "restarted worker processes it again",
+                len(events),
+                exc_info=True,
+            )
+            logging.shutdown()
+            os._exit(EXIT_AGENT_FAILED)
 
 
 async def publish(app: BarcastApp, records: Sequence[Out]) -> None:

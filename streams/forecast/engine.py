@@ -14,12 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from features import engine as feature_engine
-from model import checkpoint
-from model.checkpoint import CheckpointMeta
 from model.covariates import future_covariates
+from model.forecaster import Forecaster, autocast_for
 from model.tft import StaticContext, TemporalFusionTransformer
 from streams.settings import Settings
 
@@ -27,8 +26,8 @@ from streams.settings import Settings
 # on fixed-size row chunks, padded, makes every forecast bit-identical whatever else shared its
 # micro-batch: a restarted worker, a replay with other timing or max_batch=1 all agree exactly,
 # and a step encoded incrementally equals the same step encoded within a whole window.
-ENCODE_ROWS = 128
-FORWARD_ROWS = 32
+ENCODE_ROWS = 16
+FORWARD_ROWS = 16
 
 
 @dataclass(slots=True)
@@ -51,11 +50,9 @@ class _Cached:
 
 @dataclass
 class Served:
-    """A validated checkpoint placed on its device."""
+    """A validated checkpoint on its device, with the caches that belong to its weights."""
 
-    model: nn.Module
-    meta: CheckpointMeta
-    model_id: str
+    forecaster: Forecaster
     path: Path
     cache: dict[str, _Cached] = field(default_factory=dict)
     static: dict[str, StaticContext] = field(default_factory=dict)
@@ -83,97 +80,77 @@ def _head(out, n: int):  # type: ignore[no-untyped-def]
     return out[:n]
 
 
-def pick_device(setting: str) -> torch.device:
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("BARCAST_DEVICE=cuda but torch sees no CUDA device; use auto or cpu")
-    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
 class ForecastEngine:
-    def __init__(self, path: Path, device: torch.device, int8: bool = False) -> None:
-        self.device = device
-        self.int8 = int8 and device.type == "cpu"  # CUDA serves bf16
+    def __init__(self, path: Path, device: str = "cpu", cpu_precision: str = "fp32") -> None:
+        self.device_setting = device
+        self.cpu_precision = cpu_precision
         self.served = self.prepare(path)
 
     @classmethod
     def from_settings(cls, path: Path, settings: Settings) -> ForecastEngine:
-        return cls(path, pick_device(settings.device), settings.cpu_precision == "int8")
+        return cls(path, settings.device, settings.cpu_precision)
 
     def prepare(self, path: Path) -> Served:
         """Load and validate a checkpoint (refusing another feature set) onto our device."""
-        model, meta, model_id = checkpoint.load(path, feature_engine.FINGERPRINT)
-        if self.int8:
-            model = torch.ao.quantization.quantize_dynamic(
-                model, {nn.Linear, nn.LSTM}, dtype=torch.qint8
-            )
-        return Served(model.to(self.device).eval(), meta, model_id, path)
+        forecaster = Forecaster(
+            path,
+            device=self.device_setting,
+            cpu_precision=self.cpu_precision,
+            expected_fingerprint=feature_engine.FINGERPRINT,
+        )
+        return Served(forecaster, path)
 
     def swap(self, served: Served) -> None:
         self.served = served  # the new one starts with an empty step-encoding cache
 
     @property
+    def device(self) -> torch.device:
+        return self.served.forecaster.device
+
+    @property
     def model_id(self) -> str:
-        return self.served.model_id
+        return self.served.forecaster.model_id
 
     @property
     def fingerprint(self) -> str:
-        return self.served.meta.feature_fingerprint
+        return self.served.forecaster.fingerprint
 
     @property
     def lookback(self) -> int:
-        return self.served.meta.config.lookback
+        return self.served.forecaster.config.lookback
 
     @property
     def horizon(self) -> int:
-        return self.served.meta.config.horizon
+        return self.served.forecaster.config.horizon
 
     @property
     def quantiles(self) -> tuple[float, ...]:
-        return self.served.meta.config.quantiles
+        return self.served.forecaster.config.quantiles
 
     @property
     def n_features(self) -> int:
-        return self.served.meta.config.n_hist
+        return self.served.forecaster.config.n_hist
 
     def predict(self, batch: list[WindowRequest], incremental: bool = True) -> np.ndarray:
         """Quantiles of the cumulative log return, `(B, horizon, n_quantiles)` float64.
 
-        A symbol may appear several times in one batch (a replay); its requests are taken in
-        order, each in a later round, so every one can reuse the previous one's encodings.
+        A symbol may appear several times in one batch (a replay catching up); every row that
+        any of its windows needs is encoded once, then each window is a slice of those rows.
         """
         served = self.served
-        out = np.empty((len(batch), self.horizon, len(self.quantiles)), dtype=np.float64)
-        rounds: list[list[int]] = []
-        seen: dict[str, int] = {}
-        for i, request in enumerate(batch):
-            depth = seen.get(request.symbol, 0)
-            seen[request.symbol] = depth + 1
-            if depth == len(rounds):
-                rounds.append([])
-            rounds[depth].append(i)
-        with torch.inference_mode(), self._autocast():
-            for indices in rounds:
-                requests = [batch[i] for i in indices]
-                out[indices] = self._forecast(served, requests, incremental)
-        return out
-
-    def _forecast(
-        self, served: Served, requests: list[WindowRequest], incremental: bool
-    ) -> np.ndarray:
-        model: TemporalFusionTransformer = served.model  # type: ignore[assignment]
-        meta = served.meta
-        static = self._static(model, served, [r.symbol for r in requests])
-        encoded = self._encodings(model, served, requests, static, incremental)
-        future = future_covariates(np.array([r.ts_event for r in requests]), self.horizon)
-        quantiles = _chunked(
-            FORWARD_ROWS,
-            lambda e, f, *s: model.forward_encoded(e, StaticContext(*s), f).quantiles,
-            encoded,
-            self._tensor(future),
-            *static,
-        )
+        model = served.forecaster.model
+        meta = served.forecaster.meta
+        with torch.inference_mode(), autocast_for(self.device):
+            static = self._static(model, served, [r.symbol for r in batch])
+            encoded = self._windows(model, served, batch, incremental)
+            future = future_covariates(np.array([r.ts_event for r in batch]), self.horizon)
+            quantiles = _chunked(
+                FORWARD_ROWS,
+                lambda e, f, *s: model.forward_encoded(e, StaticContext(*s), f).quantiles,
+                encoded,
+                self._tensor(future),
+                *static,
+            )
         return quantiles.float().cpu().numpy().astype(np.float64) * meta.target_scale
 
     def _static(
@@ -183,48 +160,64 @@ class ForecastEngine:
         position in the batch, so each symbol's is computed alone in a chunk of its own."""
         for symbol in dict.fromkeys(symbols):
             if symbol not in served.static:
-                ids, reals = served.meta.vocab.encode([symbol] * FORWARD_ROWS)
+                ids, reals = served.forecaster.meta.vocab.encode([symbol] * FORWARD_ROWS)
                 context = model.static_context(self._tensor(ids), self._tensor(reals))
                 served.static[symbol] = StaticContext(*(t[:1] for t in context))
         rows = [served.static[symbol] for symbol in symbols]
         return StaticContext(*(torch.cat(parts) for parts in zip(*rows, strict=True)))
 
-    def _encodings(
+    def _windows(
         self,
         model: TemporalFusionTransformer,
         served: Served,
-        requests: list[WindowRequest],
-        static: StaticContext,
+        batch: list[WindowRequest],
         incremental: bool,
     ) -> Tensor:
-        """(B, lookback, hidden): cached steps plus the new ones, or whole windows on a miss."""
-        normalize = served.meta.normalizer.apply
-        step, full = [], []
-        for i, request in enumerate(requests):
-            cached = served.cache.get(request.symbol) if incremental else None
-            if cached is not None and cached.count == request.count - 1:
-                step.append(i)
-            elif cached is None or cached.count != request.count:
-                full.append(i)
-        windows: dict[int, Tensor] = {}
-        if full:
-            x = self._tensor(normalize(np.stack([requests[i].values for i in full])))
-            encoded = self._encode(model, x, static.selection[full])
-            windows.update(zip(full, encoded, strict=True))
-        if step:
-            x = self._tensor(normalize(np.stack([requests[i].values[-1:] for i in step])))
-            encoded = self._encode(model, x, static.selection[step])
-            for i, new in zip(step, encoded, strict=True):
-                old = served.cache[requests[i].symbol].encoded
-                windows[i] = torch.cat([old[1:], new], dim=0)
-        stacked = []
-        for i, request in enumerate(requests):
-            window = windows.get(i)
-            if window is None:
-                window = served.cache[request.symbol].encoded
-            served.cache[request.symbol] = _Cached(request.count, window)
-            stacked.append(window)
-        return torch.stack(stacked)
+        """(B, lookback, hidden): per symbol, the cached step encodings plus every new row of
+        the batch's windows, encoded in one call across symbols; each window is a slice."""
+        lookback = self.lookback
+        by_symbol: dict[str, list[WindowRequest]] = {}
+        for request in batch:
+            by_symbol.setdefault(request.symbol, []).append(request)
+        rows: dict[str, dict[int, Tensor]] = {}
+        todo: list[tuple[str, int, np.ndarray]] = []  # (symbol, row number, features)
+        for symbol, requests in by_symbol.items():
+            cached = served.cache.get(symbol) if incremental else None
+            known: dict[int, Tensor] = {}
+            if cached is not None:
+                first = cached.count - lookback + 1
+                known = {first + j: cached.encoded[j] for j in range(lookback)}
+            rows[symbol] = known
+            wanted: dict[int, np.ndarray] = {}
+            for request in requests:
+                first = request.count - lookback + 1
+                for j in range(lookback):
+                    if first + j not in known:
+                        wanted.setdefault(first + j, request.values[j])
+            todo += [(symbol, row, values) for row, values in sorted(wanted.items())]
+        if todo:
+            selection = torch.cat([served.static[symbol].selection for symbol, _, _ in todo])
+            x = self._tensor(
+                served.forecaster.meta.normalizer.apply(
+                    np.stack([values for _, _, values in todo])[:, None, :]
+                )
+            )
+            for (symbol, row, _), encoded in zip(
+                todo, self._encode(model, x, selection), strict=True
+            ):
+                rows[symbol][row] = encoded[0]
+        windows = []
+        for request in batch:
+            known = rows[request.symbol]
+            windows.append(
+                torch.stack([known[request.count - lookback + 1 + j] for j in range(lookback)])
+            )
+        for symbol, requests in by_symbol.items():
+            last = requests[-1].count
+            served.cache[symbol] = _Cached(
+                last, torch.stack([rows[symbol][last - lookback + 1 + j] for j in range(lookback)])
+            )
+        return torch.stack(windows)
 
     def _encode(self, model: TemporalFusionTransformer, x: Tensor, selection: Tensor) -> Tensor:
         """(n, T, F) -> (n, T, hidden), every step encoded on its own in fixed-size chunks."""
@@ -239,8 +232,3 @@ class ForecastEngine:
         if tensor.is_floating_point():
             tensor = tensor.float()
         return tensor.to(self.device)
-
-    def _autocast(self) -> torch.autocast:
-        return torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"
-        )

@@ -3,7 +3,8 @@
 OHLCV records are fixed-size, so a run of them is one `np.frombuffer` view on the decoded
 bytes: no per-record Python objects on the hot path. Anything else (symbol mappings,
 definitions, system messages in live recordings) is handed to databento_dbn's own decoder, a run
-at a time, and comes back as record objects in file order between the bar arrays.
+at a time, and comes back as record objects (upgraded to DBN v3) in file order between the bar
+arrays.
 
 A damaged file yields every complete record before the damage, then raises `CorruptDbn` with the
 decoded byte offset where reading stopped.

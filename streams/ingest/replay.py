@@ -84,8 +84,8 @@ class ReplaySummary:
 class Pacer:
     """Holds bars back until their `ts_event`, scaled by `speed`, has come on the wall clock.
 
-    The clock is anchored at the first bar and re-anchored if event time goes backwards (a new
-    file starting earlier), so each file plays at the requested speed.
+    The clock is anchored at the first bar and re-anchored if event time goes backwards, so
+    bars out of order are sent at once instead of stalling the replay.
     """
 
     def __init__(
@@ -242,24 +242,15 @@ class Replay:
             summary.skipped[reason] += count
         if not keep.all():
             bars, index = bars[keep], index[keep]
-        if pacer is None:
-            self._send(bars, index, book, sink, source)
-            return
-        for lo, hi in pacer.groups(bars["ts_event"]):
-            self._send(bars[lo:hi], index[lo:hi], book, sink, source)
-
-    def _send(
-        self,
-        bars: np.ndarray,
-        index: np.ndarray,
-        book: SymbolBook,
-        sink: BarProducer | None,
-        source: np.ndarray,
-    ) -> None:
         values, keys, timestamps = encode_bars(bars, index, book, source)
-        if sink is not None:
-            sink.send_bars(values, keys, timestamps)
-        self.summary.encoded += len(values)
+        summary.encoded += len(values)
+        if pacer is None:
+            groups: Iterator[tuple[int, int]] = iter([(0, len(values))])
+        else:
+            groups = pacer.groups(bars["ts_event"])
+        for lo, hi in groups:
+            if sink is not None:
+                sink.send_bars(values[lo:hi], keys[lo:hi], timestamps[lo:hi])
 
     def _report_unmapped(self) -> None:
         if self._unmapped:

@@ -183,9 +183,8 @@ class SymbolBook:
 
     def add_record(self, record: Any) -> bool:
         """Learn from a SymbolMappingMsg or an instrument definition; False for other records."""
-        if isinstance(record, databento_dbn.SymbolMappingMsg | databento_dbn.SymbolMappingMsgV1):
-            stype_in = getattr(record, "stype_in", None)
-            if stype_in == databento_dbn.SType.RAW_SYMBOL:
+        if isinstance(record, databento_dbn.SymbolMappingMsg):
+            if record.stype_in == databento_dbn.SType.RAW_SYMBOL:
                 self.set(record.instrument_id, record.stype_in_symbol)
             else:
                 self.set(record.instrument_id, record.stype_out_symbol)

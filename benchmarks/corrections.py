@@ -1,0 +1,174 @@
+"""Corrections throughput, one run: the pure rules on one core, the corrections agent through
+the embedded broker, and the pass-through agent (same topics, no work) as the anchor.
+
+The 6EH4 month is tiled over `--symbols` symbols (one message per symbol per minute, as a live
+feed interleaves them) and pre-loaded into `bars.raw` with the ingest producer; then a worker
+starts and a plain librdkafka consumer times the first to the last message on `bars.clean`.
+bars/s = input bars over that window, so start-up and table recovery are not counted. The two
+agents run `--repeats` times, alternating, each on a fresh embedded broker; the best run of
+each is reported (the machine is shared: the best run is the least disturbed one).
+
+    .venv/bin/python benchmarks/corrections.py [--symbols 4] [--repeats 2]
+
+Writes benchmarks/results/corrections.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from itertools import chain
+from pathlib import Path
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from streams.broker import EmbeddedBroker
+from streams.corrections import CorrectionConfig, CorrectionStats, SymbolState, correct
+from streams.corrections.history import bars_from_frame
+from streams.ingest.convert import SIXE_CSV, read_bar_csv
+from streams.ingest.producer import BarProducer
+from streams.kafka import ensure_topics, pipeline_topics
+from streams.process import WorkerProcess
+from streams.settings import REPO_ROOT, Settings
+
+RESULTS = REPO_ROOT / "benchmarks" / "results" / "corrections.json"
+GOAL = 0.8  # agent bars/s over pass-through bars/s
+
+
+def tiled_records(settings: Settings, symbols: int) -> list[tuple[bytes, bytes, int]]:
+    """(key, value, timestamp ms): the 6EH4 month once per symbol (6E00, 6E01, ...),
+    interleaved minute by minute."""
+    frame = read_bar_csv(settings.data_dir / SIXE_CSV)
+    per_symbol = [
+        [
+            (name.encode(), orjson.dumps(bar), bar["ts_event"] // 1_000_000)
+            for bar in bars_from_frame(frame, symbol=name)
+        ]
+        for name in (f"6E{i:02d}" for i in range(symbols))
+    ]
+    return list(chain.from_iterable(zip(*per_symbol, strict=True)))
+
+
+def pure_run(records: list[tuple[bytes, bytes, int]]) -> tuple[float, int]:
+    """(bars/s of `correct` on this core, `bars.clean` values it releases)."""
+    config, stats = CorrectionConfig(), CorrectionStats()
+    states: dict[bytes, SymbolState] = {}
+    released = 0
+    start = time.perf_counter()
+    for offset, (key, value, _) in enumerate(records):
+        state = states.get(key) or states.setdefault(key, SymbolState())
+        step = correct(value, state, config, stats, ref=["bars.raw", 0, offset])
+        released += len(step.clean)
+    return len(records) / (time.perf_counter() - start), released
+
+
+class OutputClock:
+    """Counts messages arriving on a topic from a background thread, with the arrival times
+    of the first and the last one."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, expected: int) -> None:
+        self.expected = expected
+        self.count = 0
+        self.first = self.last = 0.0
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
+        )
+        self.consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while self.count < self.expected:
+            messages = self.consumer.consume(10000, timeout=0.05)
+            if messages:
+                now = time.perf_counter()
+                self.first = self.first or now
+                self.last = now
+                self.count += sum(1 for m in messages if not m.error())
+
+    def wait(self, timeout_s: float) -> float:
+        """Seconds from the first output to the last."""
+        self.thread.join(timeout_s)
+        self.consumer.close()
+        if self.count < self.expected:
+            raise RuntimeError(f"{self.count} of {self.expected} outputs in {timeout_s:.0f}s")
+        return self.last - self.first
+
+
+def agent_run(
+    base: Settings, role: str, records: list[tuple[bytes, bytes, int]], outputs: int
+) -> float:
+    """bars/s of a `role` worker over the records, pre-loaded into a fresh embedded broker."""
+    with (
+        tempfile.TemporaryDirectory(prefix=f"barcast-bench-{role}-") as tmp,
+        EmbeddedBroker(Path(tmp) / "broker") as broker,
+    ):
+        settings = replace(
+            base, broker=broker.bootstrap, work_dir=Path(tmp), role=role, app_id="bench"
+        )
+        ensure_topics(settings, pipeline_topics(settings))
+        producer = BarProducer(settings, settings.topic_raw)
+        keys, values, timestamps = (list(column) for column in zip(*records, strict=True))
+        producer.send_bars(values, keys, timestamps)
+        if producer.flush():
+            producer.check()
+        clock = OutputClock(broker.bootstrap, settings.topic_clean, settings.partitions, outputs)
+        with WorkerProcess(settings, role):
+            seconds = clock.wait(timeout_s=600.0)
+    return len(records) / seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--symbols", type=int, default=4, help="copies of the 6EH4 month")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each agent (best kept)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    base = Settings.from_env()
+    records = tiled_records(base, args.symbols)
+    pure_bps, released = pure_run(records)
+    runs: dict[str, list[float]] = {"passthrough": [], "corrections": []}
+    for _ in range(args.repeats):
+        runs["passthrough"].append(agent_run(base, "passthrough", records, len(records)))
+        runs["corrections"].append(agent_run(base, "corrections", records, released))
+    passthrough_bps, agent_bps = max(runs["passthrough"]), max(runs["corrections"])
+
+    ratio = agent_bps / passthrough_bps
+    result = {
+        "bars": len(records),
+        "symbols": args.symbols,
+        "repeats": args.repeats,
+        "pure_bps": round(pure_bps),
+        "agent_bps": round(agent_bps),
+        "passthrough_bps": round(passthrough_bps),
+        "agent_over_passthrough": round(ratio, 3),
+        "goal_agent_over_passthrough": GOAL,
+        "runs_bps": {role: [round(bps) for bps in bps_list] for role, bps_list in runs.items()},
+    }
+    print(f"corrections: {len(records):,} bars ({args.symbols} symbols x the 6EH4 month)")
+    print(f"{'measure':<34}{'bars/s':>10}  runs")
+    print(f"{'pure correct() (one core)':<34}{pure_bps:>10,.0f}")
+    for label, role in (
+        ("pass-through agent (anchor)", "passthrough"),
+        ("corrections agent", "corrections"),
+    ):
+        shown = ", ".join(f"{bps:,.0f}" for bps in runs[role])
+        print(f"{label:<34}{max(runs[role]):>10,.0f}  {shown}")
+    verdict = "meets" if ratio >= GOAL else "misses"
+    print(f"agent / pass-through = {ratio:.3f} ({verdict} the goal of {GOAL})")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Checkpoints hold every weight, reload to identical predictions, and refuse to load wrong."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from model import checkpoint
+from model.checkpoint import CheckpointError, CheckpointMeta
+from model.config import TFTConfig
+from model.covariates import SymbolVocab
+from model.normalization import Normalizer
+from model.tft import TemporalFusionTransformer
+
+torch.set_num_threads(1)
+
+CONFIG = TFTConfig(lookback=8, horizon=3, hidden=16, heads=2, lstm_layers=2, n_hist=225,
+                   var_dim=4, n_symbols=2)  # fmt: skip
+
+
+def meta(config: TFTConfig = CONFIG) -> CheckpointMeta:
+    return CheckpointMeta(
+        config=config,
+        feature_fingerprint="features-v1",
+        normalizer=Normalizer(np.zeros(config.n_hist), np.ones(config.n_hist)),
+        target_scale=2e-4,
+        vocab=SymbolVocab(("ES",)),
+        persistence_quantiles=np.zeros((config.horizon, 3)),
+    )
+
+
+def inputs(config: TFTConfig = CONFIG) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    return (torch.tensor([0, 1, 1]), torch.randn(3, 9, generator=g),
+            torch.randn(3, config.lookback, config.n_hist, generator=g),
+            torch.randn(3, config.horizon, config.n_future, generator=g))  # fmt: skip
+
+
+@pytest.fixture()
+def saved(tmp_path: Path) -> tuple[Path, TemporalFusionTransformer, str]:
+    torch.manual_seed(0)
+    model = TemporalFusionTransformer(CONFIG).eval()
+    model_id = checkpoint.save(tmp_path, model, meta())
+    return tmp_path, model, model_id
+
+
+def test_checkpoint_holds_every_parameter(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
+    directory, model, model_id = saved
+    weights = directory / checkpoint.WEIGHTS
+    assert weights.stat().st_size >= model.n_params() * 4  # float32: not a 16-byte stub
+    stored = load_file(str(weights))
+    assert set(stored) == set(model.state_dict())
+    assert sum(t.numel() for t in stored.values()) == model.n_params()
+    assert model_id == hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+    header_len = struct.unpack("<Q", weights.read_bytes()[:8])[0]
+    assert weights.read_bytes()[8:9] == b"{" and header_len < weights.stat().st_size
+    config = json.loads((directory / checkpoint.CONFIG).read_text())
+    assert config["weights"]["n_params"] == model.n_params()
+    assert config["feature_fingerprint"] == "features-v1"
+
+
+def test_reload_gives_identical_predictions_without_pickle(
+    saved: tuple[Path, TemporalFusionTransformer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory, model, model_id = saved
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("checkpoint loading must not unpickle")
+
+    monkeypatch.setattr(torch, "load", forbidden)
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    loaded, loaded_meta, loaded_id = checkpoint.load(directory, "features-v1")
+    assert loaded_id == model_id and not loaded.training
+    assert loaded_meta.config == CONFIG and loaded_meta.target_scale == 2e-4
+    with torch.inference_mode():
+        assert torch.equal(loaded(*inputs()).quantiles, model(*inputs()).quantiles)
+
+
+def test_refuses_a_feature_set_mismatch(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
+    with pytest.raises(CheckpointError, match="trained on feature set features-v1.*features-v2"):
+        checkpoint.load(saved[0], "features-v2")
+
+
+def _rewrite_weights(directory: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Replace the weights and record their hash, so only the tensor check can object."""
+    weights = directory / checkpoint.WEIGHTS
+    save_file(tensors, str(weights))
+    config = json.loads((directory / checkpoint.CONFIG).read_text())
+    config["weights"]["sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+    (directory / checkpoint.CONFIG).write_text(json.dumps(config))
+
+
+def test_refuses_a_missing_tensor(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
+    directory, model, _ = saved
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+    del tensors["head.proj.weight"]
+    _rewrite_weights(directory, tensors)
+    with pytest.raises(CheckpointError, match=r"missing tensors \['head.proj.weight'\]"):
+        checkpoint.load(directory)
+
+
+def test_refuses_a_shape_mismatch(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
+    directory, model, _ = saved
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+    tensors["head.proj.weight"] = torch.zeros(3, 17)
+    _rewrite_weights(directory, tensors)
+    with pytest.raises(CheckpointError, match=r"head.proj.weight has shape \(3, 17\)"):
+        checkpoint.load(directory)
+
+
+def test_refuses_weights_that_do_not_match_the_config(
+    saved: tuple[Path, TemporalFusionTransformer, str],
+) -> None:
+    directory = saved[0]
+    with (directory / checkpoint.WEIGHTS).open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(CheckpointError, match="does not match"):
+        checkpoint.load(directory)
+
+
+def test_refuses_a_missing_file(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
+    (saved[0] / checkpoint.CONFIG).unlink()
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        checkpoint.load(saved[0])

@@ -1,0 +1,158 @@
+"""Windows, splits and the embargo, leakage, normalization, labels and covariates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from model.bars import DataError
+from model.covariates import (
+    FUTURE_NAMES,
+    N_FUTURE,
+    AssetClass,
+    SymbolVocab,
+    future_covariates,
+    product_root,
+    static_reals,
+)
+from model.dataset import (
+    Part,
+    Split,
+    WindowData,
+    fit_normalizer,
+    forward_returns,
+    panel_from_arrays,
+    window_ends,
+)
+from model.normalization import Normalizer
+from model.synthetic import START_NS, synthetic_panel
+
+LOOKBACK, HORIZON = 20, 5
+MIN = 60_000_000_000
+
+
+def splits(panel, embargo: int = LOOKBACK + HORIZON) -> tuple[Split, dict[Part, np.ndarray]]:
+    split = Split.from_fractions(panel.ts, 0.2, 0.2, embargo)
+    return split, {p: window_ends(panel, split, p, LOOKBACK, HORIZON) for p in Part}
+
+
+def window_rows(ends: np.ndarray) -> np.ndarray:
+    """Every row a window touches: inputs and label."""
+    return ends[:, None] + np.arange(-LOOKBACK + 1, HORIZON + 1)
+
+
+def test_embargo_separates_every_split() -> None:
+    panel = synthetic_panel(n_bars=1500, symbols=("ESH4", "NQH4"), horizon=HORIZON)
+    split, ends = splits(panel)
+    parts = split.part_of(panel.ts)
+    symbol = panel.row_symbol
+    for part, e in ends.items():
+        assert len(e) > 100
+        rows = window_rows(e)
+        assert np.all(parts[rows] == part), "a window crosses a split boundary"
+        assert np.all(symbol[rows] == symbol[e][:, None]), "a window mixes symbols"
+    for earlier, later in ((Part.TRAIN, Part.VAL), (Part.VAL, Part.TEST)):
+        for s in range(2):
+            last = window_rows(ends[earlier][symbol[ends[earlier]] == s]).max()
+            first = window_rows(ends[later][symbol[ends[later]] == s]).min()
+            assert first - last > LOOKBACK + HORIZON
+
+
+def test_embargo_shorter_than_a_window_is_refused() -> None:
+    panel = synthetic_panel(n_bars=500, horizon=HORIZON)
+    with pytest.raises(DataError, match="embargo"):
+        splits(panel, embargo=LOOKBACK + HORIZON - 1)
+
+
+def test_planted_marker_never_reaches_validation() -> None:
+    """Each row carries its own index as a marker feature; the rows and labels that training
+    windows use and those validation windows use are disjoint, and so are their markers."""
+    panel = synthetic_panel(n_bars=1200, n_features=4, horizon=HORIZON)
+    panel.features[:, 3] = np.arange(len(panel.ts))
+    split, ends = splits(panel)
+    normalizer = Normalizer(np.zeros(4), np.ones(4), clip=1e9)
+    data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0)
+    seen = {}
+    for part in (Part.TRAIN, Part.VAL):
+        batch = data.batch(ends[part])
+        markers = set(batch.x_hist[..., 3].flatten().int().tolist())
+        label_rows = set((ends[part][:, None] + np.arange(1, HORIZON + 1)).ravel().tolist())
+        seen[part] = markers | label_rows
+    assert not seen[Part.TRAIN] & seen[Part.VAL]
+    # Planting a huge return right after training's last label must not move any train label.
+    last_label = window_rows(ends[Part.TRAIN]).max()
+    panel.close[last_label + 1 :] *= 2.0
+    moved = forward_returns(panel.ts, panel.close, HORIZON)
+    np.testing.assert_array_equal(moved[ends[Part.TRAIN]], panel.targets[ends[Part.TRAIN]])
+
+
+def test_normalizer_is_fitted_on_training_rows_only() -> None:
+    panel = synthetic_panel(n_bars=1200, n_features=5, horizon=HORIZON)
+    split, ends = splits(panel)
+    parts = split.part_of(panel.ts)
+    panel.features[parts != Part.TRAIN, 2] = 1e6  # a regime change the model must not see
+    panel.features[:, 4] = 7.0  # zero variance
+    normalizer = fit_normalizer(panel, ends[Part.TRAIN], LOOKBACK)
+    assert abs(normalizer.center[2]) < 1 and normalizer.scale[2] < 10
+    assert normalizer.constant.tolist() == [False, False, False, False, True]
+    z = normalizer.apply(panel.features)
+    assert z.dtype == np.float32 and np.all(np.isfinite(z))
+    assert np.all(z[:, 4] == 0) and z[parts != Part.TRAIN, 2].max() == normalizer.clip
+    assert normalizer.apply(np.full((1, 5), np.nan)).tolist() == [[0.0] * 5]
+    restored = Normalizer.from_dict(normalizer.to_dict())
+    np.testing.assert_array_equal(restored.apply(panel.features), z)
+
+
+def test_labels_are_cumulative_log_returns_and_stop_at_gaps() -> None:
+    ts = START_NS + np.array([0, 1, 2, 3, 70, 71, 72]) * MIN
+    close = np.array([100.0, 101.0, 99.0, 100.0, 105.0, 104.0, 104.0])
+    y = forward_returns(ts, close, 2)
+    np.testing.assert_allclose(y[0], [np.log(1.01), np.log(0.99)])
+    assert np.isnan(y[2, 1]) and np.isnan(y[3]).all(), "labels must not span the 66-min gap"
+    np.testing.assert_allclose(y[4], [np.log(104 / 105), np.log(104 / 105)])
+    assert np.isnan(y[6]).all()
+
+
+def test_cold_rows_start_no_window() -> None:
+    panel = synthetic_panel(n_bars=600, horizon=HORIZON)
+    panel.warm[:100] = False
+    panel.warm[300] = False
+    split = Split(train_end=int(panel.ts.max()) + 1, val_end=int(panel.ts.max()) + 1, embargo=25)
+    ends = window_ends(panel, split, Part.TRAIN, LOOKBACK, HORIZON)
+    rows = ends[:, None] + np.arange(-LOOKBACK + 1, 1)
+    assert panel.warm[rows].all() and ends.min() == 100 + LOOKBACK - 1
+
+
+def test_static_covariates_from_the_symbol() -> None:
+    assert product_root("6EH4") == "6E" and product_root("ZNH24") == "ZN"
+    assert product_root("ESU4") == "ES" and product_root("ESU4-ESZ4") == "ESU4-ESZ4"
+    six_e = static_reals("6EH4")
+    assert six_e[AssetClass.FX] == 1 and six_e[: len(AssetClass)].sum() == 1
+    assert six_e[len(AssetClass)] == pytest.approx(np.log10(0.00005))
+    assert static_reals("XYZH4")[AssetClass.OTHER] == 1
+    vocab = SymbolVocab.from_symbols(["ESU4", "NQU4", "ESH4"])
+    ids, reals = vocab.encode(["ESZ4", "NQU4", "CLZ4"])
+    assert vocab.size == 3 and ids.tolist() == [1, 2, 0] and reals.shape == (3, 9)
+
+
+def test_future_covariates_follow_exchange_time() -> None:
+    # 13:29 UTC is 07:29 in Chicago in January (CST) and 08:29 in July (CDT).
+    winter = int(np.datetime64("2024-01-10T13:29", "ns").astype(np.int64))
+    summer = int(np.datetime64("2024-07-10T13:29", "ns").astype(np.int64))
+    cov = future_covariates(np.array([winter, summer]), 3)
+    assert cov.shape == (2, 3, N_FUTURE) and cov.dtype == np.float32
+    rth = FUTURE_NAMES.index("us_regular_hours")
+    assert cov[0, :, rth].tolist() == [0, 0, 0]  # 07:30..07:32 CST
+    assert cov[1, :, rth].tolist() == [1, 1, 1]  # 08:30..08:32 CDT
+    step = FUTURE_NAMES.index("horizon_step")
+    np.testing.assert_allclose(cov[0, :, step], [1 / 3, 2 / 3, 1])
+
+
+def test_panel_concatenates_symbols_in_order() -> None:
+    ts = START_NS + np.arange(4) * MIN
+    rows = [(ts, np.full(4, 1.0 + i), np.full((4, 2), float(i)), np.ones(4, bool))
+            for i in range(2)]  # fmt: skip
+    panel = panel_from_arrays(["A", "B"], rows, 1)
+    assert panel.offsets.tolist() == [0, 4, 8]
+    assert panel.row_symbol.tolist() == [0] * 4 + [1] * 4
+    assert np.isnan(panel.targets[3, 0]) and panel.targets[0, 0] == 0.0

@@ -1,0 +1,118 @@
+"""Training learns, fails loudly when it does not, fits batch 32 / hidden 256 on the CPU, and
+`barcast train` + `barcast evaluate` run end to end on a slice of the real 6EH4 month."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model import checkpoint, cli
+from model.config import TFTConfig
+from model.synthetic import synthetic_panel
+from model.train import TrainConfig, TrainingError, check_epoch, train, train_on_panel
+
+torch.set_num_threads(1)
+
+TINY = TFTConfig(lookback=30, horizon=10, hidden=16, heads=2, lstm_layers=1, n_hist=16,
+                 var_dim=4, dropout=0.0)  # fmt: skip
+QUIET = TrainConfig(epochs=5, batch_size=32, lr=3e-3, val_fraction=0.2, test_fraction=0.0,
+                    progress=False)  # fmt: skip
+
+
+def test_training_on_a_learnable_signal_cuts_the_loss_by_a_large_factor(tmp_path: Path) -> None:
+    panel = synthetic_panel(n_bars=2000, n_features=16)
+    metrics = train_on_panel(panel, tmp_path, TINY, QUIET, "synthetic", {"files": {}})
+    history = json.loads((tmp_path / "metrics.json").read_text())
+    assert len(history) == 5
+    assert history[-1]["train_loss"] < history[0]["train_loss"] / 5
+    assert history[-1]["val_loss"] < history[0]["val_loss"] / 2
+    assert metrics["val_pinball"] == min(h["val_loss"] for h in history) > 0
+    for name in ("metrics.csv", "training_curve.png", checkpoint.WEIGHTS, checkpoint.CONFIG):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_a_model_that_does_not_learn_is_an_error(tmp_path: Path) -> None:
+    panel = synthetic_panel(n_bars=600, n_features=16)
+    frozen = TrainConfig(epochs=3, lr=0.0, val_fraction=0.2, test_fraction=0.0, progress=False)
+    with pytest.raises(TrainingError, match="no weight changed"):
+        train_on_panel(panel, tmp_path, TINY, frozen, "synthetic", {"files": {}})
+    assert not (tmp_path / checkpoint.WEIGHTS).exists()
+
+
+@pytest.mark.parametrize(
+    ("val_loss", "message"), [(0.0, "exactly 0"), (float("nan"), "nan"), (float("inf"), "inf")]
+)
+def test_impossible_validation_losses_are_errors(val_loss: float, message: str) -> None:
+    with pytest.raises(TrainingError, match=message):
+        check_epoch({"epoch": 2, "train_loss": 0.3, "val_loss": val_loss}, [])
+
+
+def test_a_constant_training_loss_is_an_error() -> None:
+    """The old report's loss sat at 0.094957 for 10 epochs and was reported as success."""
+    previous = [{"epoch": 1, "train_loss": 0.094957, "val_loss": 0.2}]
+    with pytest.raises(TrainingError, match="not learning"):
+        check_epoch({"epoch": 2, "train_loss": 0.094957, "val_loss": 0.2}, previous)
+    check_epoch({"epoch": 2, "train_loss": 0.0949, "val_loss": 0.2}, previous)
+
+
+def sixe_slice(sixe_csv: Path, path: Path, bars: int) -> Path:
+    """The first `bars` bars of the real 6EH4 month as a CSV of the same layout."""
+    with gzip.open(sixe_csv, "rt") as f:
+        lines = [next(f) for _ in range(bars + 1)]
+    path.write_text("".join(lines))
+    return path
+
+
+def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_225_features(
+    sixe_csv: Path, tmp_path: Path
+) -> None:
+    """The configuration that ran out of memory in the old report, on real bars through the
+    corrections and the feature engine; reports its peak memory."""
+    from features.engine import FINGERPRINT, N_FEATURES
+
+    data = sixe_slice(sixe_csv, tmp_path / "6EH4.slice.csv", 800)
+    config = TFTConfig(hidden=256, heads=8, lstm_layers=2, var_dim=8)
+    run = TrainConfig(epochs=1, batch_size=32, windows_per_epoch=96, val_fraction=0.3,
+                      test_fraction=0.0, progress=False)  # fmt: skip
+    metrics = train([data], tmp_path / "ckpt", config, run)
+    print(f"batch 32 / hidden 256: {metrics['n_params']} parameters, "
+          f"peak memory {metrics['peak_memory_mb']:.0f} MB")
+    assert metrics["epochs_run"] == 1 and metrics["peak_memory_mb"] > 0
+    model, meta, _ = checkpoint.load(tmp_path / "ckpt", FINGERPRINT)
+    assert meta.config.n_hist == N_FEATURES == 225
+    assert model.hist_selection.real_grn.w_glu.shape[0] == 225
+    assert model.hist_selection.combine.in_features == 225 * 8
+
+
+def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path) -> None:
+    data = sixe_slice(sixe_csv, tmp_path / "6EH4.slice.csv", 2500)
+    parser = argparse.ArgumentParser(prog="barcast")
+    cli.register(parser.add_subparsers(required=True))
+    out = tmp_path / "ckpt"
+    args = parser.parse_args([
+        "train", "--data", str(data), "--out", str(out), "--epochs", "2", "--hidden", "16",
+        "--heads", "2", "--lstm-layers", "1", "--var-dim", "4", "--windows-per-epoch", "256",
+        "--test-fraction", "0.3",
+    ])  # fmt: skip
+    assert args.func(args) == 0
+    args = parser.parse_args(["evaluate", "--checkpoint", str(out), "--data", str(data)])
+    assert args.func(args) == 0
+    report = json.loads((out / "evaluation" / "evaluation.json").read_text())
+    assert report["n_windows"] > 300 and report["part"] == "test"
+    assert set(report["baselines"]) == {"persistence", "rolling_quantiles"}
+    for result in (report["model"], *report["baselines"].values()):
+        assert result["mean_pinball"] > 0 and 0 < result["coverage_interval"] <= 1
+        assert len(result["pinball_per_horizon"]) == 10
+    assert report["attention_entropy"] > 0
+    assert report["importance"]["n_historical_inputs"] == 225
+    assert np.isfinite(report["int8"]["change"])
+    for name in ("calibration.png", "fan_chart.png"):
+        assert (out / "evaluation" / name).stat().st_size > 1000
+    args = parser.parse_args(["evaluate", "--checkpoint", str(tmp_path), "--data", str(data)])
+    assert args.func(args) == 2  # not a checkpoint: one clear line, no traceback
