@@ -2,8 +2,9 @@
 
 TA-Lib sums the first 13 one-bar DMs and TRs, then smooths with Wilder's x - x/14 + new; DI
 and DX print from bar 14. ADX is the mean of the 14 DX of bars 14..27 (a DX is skipped, not
-zeroed, when TR or +DI + -DI is within TA_IS_ZERO of 0), then (ADX·13 + DX) / 14. Where TR is
-~0, +DI/-DI print 0 and DX repeats its last value. ADXR = (ADX + ADX 13 bars ago) / 2.
+zeroed, when TR or +DI + -DI is exactly 0: TA-Lib 0.8 keeps dividing down to subnormal TRs),
+then (ADX·13 + DX) / 14. Where TR is 0, +DI/-DI print 0 and DX repeats its last value.
+ADXR = (ADX + ADX 13 bars ago) / 2.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from features.spec import spec
 GROUP = "ADX family"
 FIRST = 211
 PERIOD = 14
-TA_EPSILON = 1e-14  # TA-Lib 0.8's TA_IS_ZERO band
 ADX_WARMUP = 2 * PERIOD - 1
 ADXR_WARMUP = ADX_WARMUP + PERIOD - 1
 ADXR_RING = 16  # power of two above the ADXR lag
@@ -51,7 +51,7 @@ SIZE = LAYOUT.size
 
 @kernel
 def is_zero(v: float) -> bool:
-    return -TA_EPSILON < v < TA_EPSILON
+    return v == 0.0
 
 
 @kernel

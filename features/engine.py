@@ -138,7 +138,8 @@ def _validate(
         r = rows[i]
         if r < 0 or r >= states.shape[0]:
             return 4 * i + _BAD_ROW
-        ok = 0.0 < lo[i] <= min(o[i], c[i]) and max(o[i], c[i]) <= h[i] < np.inf
+        # Written out so that a NaN anywhere fails (min/max would skip it)
+        ok = 0.0 < lo[i] <= o[i] <= h[i] < np.inf and lo[i] <= c[i] <= h[i]
         if not ok:
             return 4 * i + _BAD_PRICE
         if not (0.0 <= v[i] < np.inf):
@@ -191,6 +192,8 @@ def _build_kernel(source_key: str):  # type: ignore[no-untyped-def]
 def _source_key() -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.name == "cli.py":  # presentation only: editing it must not force a recompile
+            continue
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -350,6 +353,7 @@ __all__ = [
     "MAX_WARMUP",
     "N_FEATURES",
     "STATE_SIZE",
+    "WARMUPS",
     "compute_batch",
     "new_states",
     "state_from_bytes",

@@ -28,10 +28,10 @@ EWMA_FAST = core.EWMA_FAST
 # W20: all).
 FIELDS = (
     "v", "lv", "mfp", "mfn", "lv2", "r", "ar", "bvc", "sg", "sg2", "rsg",
-    "tpv", "sv", "clvv", "upv", "frc", "r2", "rlv", "nvr",
+    "tpv", "sv", "clvv", "upv", "frc", "r2", "rlv", "nvr", "rng",
 )  # fmt: skip
 (V_V, V_LV, V_MFP, V_MFN, V_LV2, V_R, V_AR, V_BVC, V_SG, V_SG2, V_RSG,
- V_TPV, V_SV, V_CLVV, V_UPV, V_FRC, V_R2, V_RLV, V_NVR) = range(len(FIELDS))  # fmt: skip
+ V_TPV, V_SV, V_CLVV, V_UPV, V_FRC, V_R2, V_RLV, V_NVR, V_RNG) = range(len(FIELDS))  # fmt: skip
 KV = len(FIELDS)
 NF = (V_LV + 1, V_LV + 1, V_MFN + 1, KV, V_RSG + 1)
 XV = core.XM + N_WINDOWS * core.KP  # ctx[XV + w*KV + f]: mean of volume field f (see mv)
@@ -89,6 +89,7 @@ def update(fs: np.ndarray, ctx: np.ndarray) -> int:
     fs[rec + V_SG], fs[rec + V_SG2], fs[rec + V_RSG] = sg, sg * sg, r * sg
     fs[rec + V_AR] = abs(r)
     fs[rec + V_NVR] = r if not first and v < fs[PV] else 0.0
+    fs[rec + V_RNG] = ctx[core.X_LH] - ctx[core.X_LL]
     advance_sums(fs, RING_V, SUMS_V, KV, NF, tv)
     fill_means(fs, SUMS_V, KV, NF, tv, ctx, XV)
 

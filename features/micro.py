@@ -40,7 +40,7 @@ from features.core import (
     mp,
     varp,
 )
-from features.flow import KV, SUMS_V, V_AR, V_BVC, V_FRC, V_R, V_RSG, V_SG, V_SG2, V_V, mv
+from features.flow import KV, SUMS_V, V_AR, V_BVC, V_FRC, V_R, V_RNG, V_RSG, V_SG, V_SG2, V_V, mv
 from features.primitives import (
     VAR_FLOOR,
     W20,
@@ -91,7 +91,7 @@ SPECS = (
     spec("higher_high", 1, "1 if H > H[-1]"),
     spec("lower_low", 1, "1 if L < L[-1]"),
     spec("range_efficiency_20", 20, "|ln(C / C[-20])| / Σ ln(H/L) over 20"),
-    spec("vol_per_range", 19, "ln((1 + V / mean V20) / (1 + ln(H/L) / mean ln(H/L) over 20))"),
+    spec("vol_per_range", 19, "ln((1 + V / mean V) / (1 + ln(H/L) / mean ln(H/L))), 20 real bars"),
     spec("abdi_ranaldo_20", 20, "sqrt(max(mean 4(c[-1] - η[-1])(c[-1] - η), 0)), η = ln√(HL), 20"),
     spec("abdi_ranaldo_60", 60, "Abdi–Ranaldo spread over 60"),
     spec("impact_now", 60, "|r| / (V / mean V60) of this real bar; 0 if V = 0"),
@@ -130,7 +130,6 @@ def update(
     h, lo_, c = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C]
     ph, pl = ctx[core.X_PH], ctx[core.X_PL]
     rec = slot(RING_P, KP, t, 0)
-    rng = cs[rec + F_RNG]
     rng20 = wsum(cs, SUMS_P, KP, W20, F_RNG)
     rng60 = wsum(cs, SUMS_P, KP, W60, F_RNG)
     mrng20 = mp(ctx, W20, F_RNG)
@@ -140,7 +139,7 @@ def update(
     out[o + 2] = mp(ctx, W20, F_CS)
     out[o + 3] = mp(ctx, W60, F_CS)
     if real:
-        flow_features(fs, ctx, rng, mrng20, gs[HELD : HELD + len(FLOW_OUT)])
+        flow_features(fs, ctx, gs[HELD : HELD + len(FLOW_OUT)])
     for i in range(len(FLOW_OUT)):
         out[o + FLOW_OUT[i]] = gs[HELD + i]
     out[o + 10] = mp(ctx, W20, F_CLV)
@@ -188,9 +187,7 @@ def update(
 
 
 @kernel
-def flow_features(
-    fs: np.ndarray, ctx: np.ndarray, rng: float, mrng20: float, res: np.ndarray
-) -> None:
+def flow_features(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
     """The FLOW_OUT members, in that order, from the real-bar block."""
     tv = int(fs[flow.NV]) - 1
     v = ctx[core.X_V]
@@ -203,7 +200,7 @@ def flow_features(
     res[4] = ratio(wsum(fs, SUMS_V, KV, W20, V_BVC), wsum(fs, SUMS_V, KV, W20, V_V), 0.0)
     res[5] = ratio(wsum(fs, SUMS_V, KV, W60, V_BVC), wsum(fs, SUMS_V, KV, W60, V_V), 0.0)
     rel_v = ratio(v, mv20, 0.0)
-    rel_rng = ratio(rng, mrng20, 0.0)
+    rel_rng = ratio(ctx[core.X_LH] - ctx[core.X_LL], mv(ctx, W20, V_RNG), 0.0)
     res[6] = math.log((1.0 + rel_v) / (1.0 + rel_rng))
     r = fs[slot(flow.RING_V, KV, tv, 0) + V_R]
     res[7] = ratio(abs(r) * mv60, v, 0.0)

@@ -41,7 +41,6 @@ FIRST = 46
 RSI_PERIODS = (7, 14, 28)
 STOCH_D = 3
 LN14 = math.log(14.0)
-TA_EPSILON = 1e-14  # TA-Lib 0.8's TA_IS_ZERO band, mirrored for bit-exact RSI
 # Rolling max log high / min log low ("channels") over these windows
 CHANNELS = (14, 20, 60)
 C14, C20, C60 = range(len(CHANNELS))
@@ -88,30 +87,23 @@ SIZE = LAYOUT.size
 
 @kernel
 def wilder_rsi(gs: np.ndarray, off: int, diff: float, t: int, n: int) -> float:
-    """TA-Lib's RSI after the diff of bar t (t >= 1): plain means of gains and losses over the
-    first n diffs, then Wilder's x·(n-1), +diff, /n, exactly as TA_RSI orders them."""
-    if t <= n:
-        if diff < 0.0:
-            gs[off + 1] -= diff
-        else:
-            gs[off] += diff
-        if t < n:
-            return 0.0
-        gs[off] /= n
-        gs[off + 1] /= n
-    else:
+    """TA-Lib 0.8's RSI after the diff of bar t (t >= 1): plain means of gains and losses over
+    the first n diffs, then Wilder's x·(n-1), +diff, ·(1/n), in TA_RSI's order (0.8 scales by
+    the reciprocal of n where earlier releases divided by n)."""
+    inv = 1.0 / n
+    if t > n:
         gs[off] *= n - 1
         gs[off + 1] *= n - 1
-        if diff < 0.0:
-            gs[off + 1] -= diff
-        else:
-            gs[off] += diff
-        gs[off] /= n
-        gs[off + 1] /= n
-    total = gs[off] + gs[off + 1]
-    if -TA_EPSILON < total < TA_EPSILON:
+    if diff < 0.0:
+        gs[off + 1] -= diff
+    else:
+        gs[off] += diff
+    if t < n:
         return 0.0
-    return 100.0 * (gs[off] / total)
+    gs[off] *= inv
+    gs[off + 1] *= inv
+    total = gs[off] + gs[off + 1]
+    return 100.0 * (gs[off] / total) if total != 0.0 else 0.0
 
 
 @kernel

@@ -41,7 +41,6 @@ N_WINDOWS = len(WINDOWS)
 # Variances of one-minute log returns below this are float residue, not movement: one tick on
 # any listed future is a log return above 1e-6, i.e. a variance above 1e-14 in a 60-bar window.
 VAR_FLOOR = 1e-20
-LOG_FLOOR = 1e-12  # log-price spans (ranges, channel widths) below this count as flat
 
 
 class Layout:
@@ -196,14 +195,6 @@ def wsum(s: np.ndarray, sums: int, k: int, w: int, f: int) -> float:
 @kernel
 def wmean(s: np.ndarray, sums: int, k: int, w: int, f: int, t: int) -> float:
     return s[sums + w * k + f] / count(t, w)
-
-
-@kernel
-def wvar(s: np.ndarray, sums: int, k: int, w: int, f: int, f2: int, t: int) -> float:
-    """Population variance from the window sums of x (field f) and x² (field f2), never < 0."""
-    n = count(t, w)
-    m = s[sums + w * k + f] / n
-    return max(s[sums + w * k + f2] / n - m * m, 0.0)
 
 
 @kernel

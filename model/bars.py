@@ -18,6 +18,7 @@ import pandas as pd
 
 from model.checkpoint import file_sha256
 from streams.corrections import SYNTHETIC, CorrectionConfig, bars_from_frame, correct_history
+from streams.ingest.convert import read_bar_csv
 from streams.schema import PRICE_SCALE
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
@@ -49,7 +50,7 @@ def read_frame(path: Path) -> pd.DataFrame:
     """Raw bars of one file: columns ts_event (int64 ns, bar open), open..close, volume, symbol.
 
     CSV: the 6EH4 layout (timestamp_utc = bar close, so ts_event = timestamp - 1 min), symbol
-    from a `symbol` column or the file name (`6EH4.XCME_1min_bars...` -> `6EH4`).
+    from the file name (`6EH4.XCME_1min_bars...` -> `6EH4`).
     DBN: OHLCV-1m records read with `databento.DBNStore.from_file`.
     """
     name = path.name.lower()
@@ -66,20 +67,13 @@ def read_frame(path: Path) -> pd.DataFrame:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    frame = pd.read_csv(path)
-    missing = {"timestamp_utc", "open", "high", "low", "close", "volume"} - set(frame.columns)
-    if missing:
-        raise DataError(f"--data {path}: CSV lacks columns {sorted(missing)}")
-    close_time = pd.to_datetime(frame["timestamp_utc"], utc=True).dt.as_unit("ns")
-    out = pd.DataFrame(
-        {
-            "ts_event": (close_time - pd.Timedelta("1min")).astype("int64").to_numpy(),
-            **{c: frame[c].astype("float64").to_numpy() for c in ("open", "high", "low", "close")},
-            "volume": frame["volume"].astype("float64").to_numpy(),
-        }
-    )
-    out["symbol"] = frame["symbol"] if "symbol" in frame.columns else path.name.split(".")[0]
-    return out
+    try:
+        frame = read_bar_csv(path)
+    except (KeyError, ValueError) as exc:
+        raise DataError(f"--data {path}: not a bar CSV with columns timestamp_utc,open,high,"
+                        f"low,close,volume ({exc})") from None
+    frame["symbol"] = path.name.split(".")[0]
+    return frame
 
 
 def _read_dbn(path: Path) -> pd.DataFrame:

@@ -23,7 +23,7 @@ class TFTConfig:
     n_future: int = 10  # known-future calendar variables per future bar
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
     n_symbols: int = 1  # rows of the symbol embedding; row 0 is "unknown symbol"
-    var_dim: int = 16  # width of each variable's own embedding/GRN inside variable selection
+    var_dim: int = 8  # width of each variable's own embedding/GRN inside variable selection
 
     def __post_init__(self) -> None:
         # JSON round trips turn the tuple into a list; the config must stay hashable.

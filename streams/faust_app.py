@@ -34,6 +34,10 @@ class BarcastApp(faust.App):
         if self.barcast.embedded:
             await asyncio.to_thread(self._start_embedded_broker)
         await self._wait_for_broker()
+        if self.barcast.role in ("all", "stream"):
+            # Compiling the feature kernels (once per code version, then cached) takes long
+            # enough to miss consumer-group heartbeats: do it before joining the group.
+            await asyncio.to_thread(warm_up_features)
 
     async def on_stop(self) -> None:
         await super().on_stop()
@@ -69,6 +73,19 @@ class BarcastApp(faust.App):
                 log.error("%s; retrying in %.0fs", exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+def warm_up_features() -> None:
+    import numpy as np
+
+    from features import engine
+
+    first, minute = 1_704_150_000_000_000_000, 60_000_000_000
+    engine.compute_batch(
+        np.array([first, first + minute], dtype=np.int64),
+        *(np.ones(2) for _ in range(5)),
+        np.zeros(2, dtype=np.bool_),
+    )
 
 
 def _credentials(settings: Settings) -> Any:

@@ -63,9 +63,14 @@ class CorrectionsBatch:
     """One take() batch: loads each symbol's state once, runs the rules, collects outputs."""
 
     def __init__(
-        self, states: StateTable, config: CorrectionConfig, stats: CorrectionStats, settings: Any
+        self,
+        states: StateTable,
+        decoded: dict[bytes, tuple[int, SymbolState]],
+        config: CorrectionConfig,
+        stats: CorrectionStats,
+        settings: Any,
     ) -> None:
-        self.states, self.config, self.stats = states, config, stats
+        self.states, self.decoded, self.config, self.stats = states, decoded, config, stats
         self.clean_topic, self.dlq_topic = settings.topic_clean, settings.topic_dlq
         self.now_ns = time.time_ns()
         # When the bars entered barcast: a header, so values stay comparable across restarts.
@@ -85,12 +90,17 @@ class CorrectionsBatch:
         self.bar(event)
 
     def state(self, key: bytes) -> tuple[int, SymbolState]:
-        """(offset of the last source event applied, state) for `key`."""
-        if key not in self.loaded:
-            offset, payload = self.states.get(key)
-            state = SymbolState() if payload is None else SymbolState.from_bytes(payload)
-            self.loaded[key] = (offset, state)
-        return self.loaded[key]
+        """(offset of the last source event applied, state) for `key`; the agent's decoded
+        copy when it is of the stored state (same offset), else decoded from the table."""
+        loaded = self.loaded.get(key)
+        if loaded is None:
+            loaded = self.decoded.get(key)
+            if loaded is None or loaded[0] != self.states.offset(key):
+                offset, payload = self.states.get(key)
+                state = SymbolState() if payload is None else SymbolState.from_bytes(payload)
+                loaded = (offset, state)
+            self.loaded[key] = loaded
+        return loaded
 
     def bar(self, event: EventT) -> None:
         message = event.message
@@ -157,7 +167,7 @@ class CorrectionsBatch:
 
     def store(self) -> None:
         for key, partition in self.touched.items():
-            offset, state = self.loaded[key]
+            offset, state = self.decoded[key] = self.loaded[key]
             self.states.put(key, partition, offset, state.to_bytes())
 
     def record(self, metrics: Metrics) -> None:
@@ -211,9 +221,11 @@ def register(app: BarcastApp) -> None:
     states = StateTable(app, "corrections-state")
     config = CorrectionConfig(fill_gaps=settings.fill_gaps)
     stats = CorrectionStats()
+    # Decoded states by key, so a symbol's JSON state is parsed once, not once per batch.
+    decoded: dict[bytes, tuple[int, SymbolState]] = {}
 
     async def handle(events: Sequence[EventT]) -> None:
-        batch = CorrectionsBatch(states, config, stats, settings)
+        batch = CorrectionsBatch(states, decoded, config, stats, settings)
         for event in events:
             batch.add(event)
         await publish(app, batch.outputs)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
+import torch
 
 from model.checkpoint import CheckpointError
 from streams.agents.io import BAR_HEADERS, Out, header, is_control_event, publish, raw_topic
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("barcast.forecast")
 RELOAD_INTERVAL_S = 2.0
+SWITCH_INTERVAL_S = 0.0001
 
 
 class ForecastService:
@@ -212,6 +216,13 @@ class ForecastService:
 
 def register(app: BarcastApp) -> None:
     settings = app.barcast
+    # The model runs in a thread: every torch op gives up the GIL and must win it back from
+    # the event loop, which by default holds it for 5 ms at a time. A short switch interval
+    # keeps a forward pass from waiting that long at each of its hundreds of ops.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # One core stays with the event loop (consumption, heartbeats, publishing); torch's
+    # worker threads spinning on it would slow both sides.
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     source = raw_topic(app, settings.topic_features)
     raw_topic(app, settings.topic_forecasts)
     watcher = CheckpointWatcher(settings.model_dir)

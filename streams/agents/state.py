@@ -32,10 +32,16 @@ class StateTable:
 
     def get(self, key: bytes) -> tuple[int, bytes | None]:
         """(offset of the last applied source event, state bytes), or (NO_OFFSET, None)."""
-        stored = self.table.get(key)
+        stored = self.table.data.get(key)
         if stored is None:
             return NO_OFFSET, None
         return _HEAD.unpack_from(stored)[0], stored[_HEAD.size :]
+
+    def offset(self, key: bytes) -> int:
+        """Offset of the last source event applied to `key`'s stored state, or NO_OFFSET: it
+        names that state exactly, so a decoded copy with the same offset can be reused."""
+        stored = self.table.data.get(key)
+        return NO_OFFSET if stored is None else _HEAD.unpack_from(stored)[0]
 
     def keys_in(self, partition: int) -> list[bytes]:
         """Keys whose source partition is `partition` (state this worker owns there)."""
