@@ -76,3 +76,18 @@ def encode_feature_values(values: np.ndarray) -> str:
 
 def decode_feature_values(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype="<f8")
+
+
+def engine_columns(bars: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
+    """`bars.clean` values as the feature engine's input columns: ts_event, open, high, low,
+    close (fixed-point to float), volume, synthetic. The features agent and offline replays
+    convert through this one function, so both feed the engine identical floats."""
+    return (
+        np.array([b["ts_event"] for b in bars], dtype=np.int64),
+        *(
+            np.array([b[f] for b in bars], dtype=np.float64) * PRICE_SCALE
+            for f in ("open", "high", "low", "close")
+        ),
+        np.array([b["volume"] for b in bars], dtype=np.float64),
+        np.array([b.get("status") == "synthetic" for b in bars], dtype=np.bool_),
+    )

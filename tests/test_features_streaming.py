@@ -48,7 +48,8 @@ def test_bar_by_bar_random_chunks_and_batch_are_bit_identical(month) -> None:
     one_by_one = stream(engine.new_states(1), 0, cols, [1] * n)
     rng = np.random.default_rng(5)
     sizes = rng.integers(1, 700, size=n)
-    chunks = list(sizes[np.cumsum(sizes) < n]) + [n - int(sizes[np.cumsum(sizes) < n].sum())]
+    chunks = [int(k) for k in sizes[np.cumsum(sizes) < n]]
+    chunks.append(n - sum(chunks))
     random_chunks = stream(engine.new_states(1), 0, cols, chunks)
     assert np.array_equal(one_by_one, batch, equal_nan=True)
     assert np.array_equal(random_chunks, batch, equal_nan=True)
@@ -139,7 +140,7 @@ def test_state_bytes_round_trip_and_rejections(month) -> None:
     with pytest.raises(ValueError, match="bad magic"):
         engine.state_from_bytes(b"XXXX" + blob[4:])
     foreign = blob.replace(engine.FINGERPRINT.encode(), b"0123456789abcdef", 1)
-    with pytest.raises(ValueError, match="feature set 0123456789abcdef.*replaying"):
+    with pytest.raises(ValueError, match=r"feature set 0123456789abcdef.*replaying"):
         engine.state_from_bytes(foreign)
     with pytest.raises(ValueError, match="shape"):
         engine.state_to_bytes(states[0][:-1])

@@ -211,7 +211,7 @@ class ForecastService:
         watcher.accept(path)
         self.app.metrics.model_reloads.inc()
         self.app.metrics.set_model(self.engine.model_id, self.engine.fingerprint)
-        log.info("serving checkpoint %s from %s", self.engine.model_id, watcher.current)
+        log.info("hot-reloaded checkpoint %s from %s", self.engine.model_id, watcher.current)
 
 
 def register(app: BarcastApp) -> None:

@@ -20,7 +20,7 @@ class CheckpointWatcher:
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
         self.current: Path | None = None
-        self._rejected: dict[Path, float] = {}
+        self._rejected: dict[Path, tuple[int, int, int]] = {}
 
     def newest(self) -> Path | None:
         if (self.model_dir / CONFIG).is_file():
@@ -52,8 +52,7 @@ class CheckpointWatcher:
         newest = self.newest()
         if newest is None or newest == self.current:
             return None
-        stamp = (newest / CONFIG).stat().st_mtime
-        if self._rejected.get(newest) == stamp:
+        if self._rejected.get(newest) == _signature(newest):
             return None
         return newest
 
@@ -61,5 +60,11 @@ class CheckpointWatcher:
         self.current = path
 
     def reject(self, path: Path) -> None:
-        """Remember a checkpoint that failed validation until its config changes again."""
-        self._rejected[path] = (path / CONFIG).stat().st_mtime
+        """Remember a checkpoint that failed validation until its files change again (one
+        caught half-copied is retried once the copy completes)."""
+        self._rejected[path] = _signature(path)
+
+
+def _signature(path: Path) -> tuple[int, int, int]:
+    config, weights = (path / CONFIG).stat(), (path / WEIGHTS).stat()
+    return config.st_mtime_ns, weights.st_mtime_ns, weights.st_size

@@ -1,0 +1,67 @@
+"""The worker's forecasts computed offline from a history of raw bars, exactly.
+
+The same corrections, feature engine, window rule and batch-invariant inference the streaming
+worker runs, in one process: the reference the end-to-end tests hold the worker to, and a way
+to backtest a checkpoint on history without a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from features import engine as feature_engine
+from streams.corrections import correct_history
+from streams.forecast.engine import ForecastEngine, WindowRequest
+from streams.schema import PRICE_SCALE, engine_columns
+
+Key = tuple[str, int]  # (symbol, ts_event)
+
+
+def clean_history(values: Iterable[bytes | dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """`bars.clean` values per symbol, in order (corrections with the default config)."""
+    by_symbol: dict[str, list[dict[str, Any]]] = {}
+    for bar in correct_history(values).clean:
+        by_symbol.setdefault(bar["symbol"], []).append(bar)
+    return by_symbol
+
+
+def window_requests(symbol: str, bars: list[dict[str, Any]], lookback: int) -> list[WindowRequest]:
+    """One request per real bar whose window holds `lookback` warm feature rows: the rule the
+    forecast agent applies."""
+    columns = engine_columns(bars)
+    values, warm = feature_engine.compute_batch(*columns)
+    synthetic = columns[-1]
+    requests = []
+    for i in range(lookback - 1, len(bars)):
+        if synthetic[i] or not warm[i - lookback + 1 : i + 1].all():
+            continue
+        requests.append(
+            WindowRequest(
+                symbol=symbol,
+                key=symbol.encode(),
+                partition=0,
+                count=i + 1,
+                values=values[i - lookback + 1 : i + 1],
+                ts_event=int(bars[i]["ts_event"]),
+                close=bars[i]["close"] * PRICE_SCALE,
+                received_ns=0,
+            )
+        )
+    return requests
+
+
+def forecast_history(
+    values: Iterable[bytes | dict[str, Any]], engine: ForecastEngine, batch: int = 256
+) -> dict[Key, np.ndarray]:
+    """Quantiles `(horizon, n_quantiles)` of every bar the worker would forecast."""
+    out: dict[Key, np.ndarray] = {}
+    for symbol, bars in clean_history(values).items():
+        requests = window_requests(symbol, bars, engine.lookback)
+        for start in range(0, len(requests), batch):
+            chunk = requests[start : start + batch]
+            for request, quantiles in zip(chunk, engine.predict(chunk), strict=True):
+                out[(symbol, request.ts_event)] = quantiles
+    return out

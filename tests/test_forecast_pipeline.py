@@ -1,0 +1,193 @@
+"""The whole pipeline through the real broker and real worker processes, held to the offline
+reference: the same corrections, features and batch-invariant inference in one process."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+
+from streams.corrections import bars_from_frame
+from streams.forecast.engine import ForecastEngine
+from streams.forecast.offline import Key, forecast_history
+from streams.ingest.convert import sixe_dbn
+from streams.ingest.producer import BarProducer
+from streams.ingest.replay import Replay, ReplayOptions
+from streams.kafka import ensure_topics, pipeline_topics
+from streams.settings import Settings
+from tests.checkpoints import make_checkpoint
+from tests.kafka_io import Message, produce, read_topic
+from tests.worker import Worker
+
+pytestmark = pytest.mark.integration
+QUANTILES = ("q10", "q50", "q90")
+
+
+def pipeline_settings(base: Settings, tmp_path: Path, seed: int = 0) -> Settings:
+    make_checkpoint(tmp_path / "models" / "first", seed=seed)
+    settings = replace(base, role="all", model_dir=tmp_path / "models")
+    ensure_topics(settings, pipeline_topics(settings))
+    return settings
+
+
+def end_of_data(settings: Settings) -> None:
+    """END_OF_INTERVAL on every partition: the last minute is complete."""
+    producer = BarProducer(settings, settings.topic_raw)
+    producer.send_control(time.time_ns())
+    assert producer.flush() == 0
+
+
+def forecasts_by_key(messages: list[Message]) -> dict[Key, dict]:
+    """De-duplicated by (symbol, ts_event, model id); one model per test run here."""
+    out: dict[Key, dict] = {}
+    for message in messages:
+        value = orjson.loads(message.value)
+        assert message.key == value["symbol"].encode()
+        out[(value["symbol"], value["ts_event"])] = value
+    return out
+
+
+def assert_matches(reference: dict[Key, np.ndarray], forecasts: dict[Key, dict]) -> None:
+    assert forecasts.keys() == reference.keys(), (
+        f"missing {sorted(reference.keys() - forecasts.keys())[:5]}, "
+        f"unexpected {sorted(forecasts.keys() - reference.keys())[:5]}"
+    )
+    for key, quantiles in reference.items():
+        got = np.array([forecasts[key][q] for q in QUANTILES]).T
+        assert np.array_equal(got, quantiles), key
+
+
+def raw_values(settings: Settings, files: tuple[Path, ...]) -> list[dict]:
+    """What a replay of `files` puts on bars.raw, as the offline reference reads it."""
+    import databento
+
+    values: list[dict] = []
+    for path in files:
+        frame = (
+            databento.DBNStore.from_file(path)
+            .to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
+            .reset_index()
+        )
+        values += bars_from_frame(frame)
+    return values
+
+
+def test_every_bar_past_warm_up_gets_exactly_one_forecast(
+    broker_settings: Settings, tmp_path: Path, dbn_files: list[Path]
+) -> None:
+    settings = pipeline_settings(broker_settings, tmp_path)
+    files = (sixe_dbn(settings), *[f for f in dbn_files if "esu4-nqu4" in f.name])
+    reference = forecast_history(
+        raw_values(settings, files), ForecastEngine(tmp_path / "models" / "first")
+    )
+    assert len(reference) > 25_000
+    with Worker(settings):
+        summary = Replay(settings, ReplayOptions(files=files, topic=settings.topic_raw)).run()
+        end_of_data(settings)
+        messages = read_topic(
+            settings.broker, settings.topic_forecasts, len(reference), timeout_s=400
+        )
+    assert summary.produced == 30_056
+    forecasts = forecasts_by_key(messages)
+    assert len(messages) == len(forecasts), "a forecast was published twice"
+    assert_matches(reference, forecasts)
+    sample = next(iter(forecasts.values()))
+    assert sample["horizons"] == list(range(1, 11))
+    assert np.allclose(sample["price_q50"], sample["close"] * np.exp(sample["q50"]))
+
+
+def test_a_killed_worker_resumes_with_the_same_forecasts(
+    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
+) -> None:
+    settings = pipeline_settings(broker_settings, tmp_path)
+    values = bars_from_frame(sixe_bars.iloc[:5000], symbol="6EH4", instrument_id=1)
+    reference = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
+    produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
+    worker = Worker(settings, name="first").start()
+    read_topic(settings.broker, settings.topic_forecasts, 500, timeout_s=120)
+    worker.kill()
+    with Worker(settings, name="second"):
+        end_of_data(settings)
+        messages = read_topic(
+            settings.broker, settings.topic_forecasts, len(reference), timeout_s=300, idle_s=10
+        )
+        time.sleep(3)  # anything published twice would show up now
+        messages = read_topic(settings.broker, settings.topic_forecasts, idle_s=2)
+    assert_matches(reference, forecasts_by_key(messages))
+
+
+def test_two_workers_split_the_partitions_and_agree_with_one(
+    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
+) -> None:
+    settings = pipeline_settings(broker_settings, tmp_path)
+    symbols = ("6EH4", "6EM4", "6EU4", "6EZ4")
+    values = [
+        v
+        for symbol in symbols
+        for v in bars_from_frame(sixe_bars.iloc[:1500], symbol=symbol, instrument_id=1)
+    ]
+    reference = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
+    produce(
+        settings.broker,
+        settings.topic_raw,
+        [(v["symbol"].encode(), orjson.dumps(v)) for v in values],
+    )
+    with Worker(settings, name="a") as a, Worker(settings, name="b") as b:
+        end_of_data(settings)
+        messages = read_topic(
+            settings.broker, settings.topic_forecasts, len(reference), timeout_s=300
+        )
+        logs = a.log() + b.log()
+    assert_matches(reference, forecasts_by_key(messages))
+    assert "forecast" in logs and len({m.partition for m in messages}) > 1
+
+
+def test_hot_reload_swaps_the_model_between_batches(
+    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
+) -> None:
+    settings = pipeline_settings(broker_settings, tmp_path)
+    values = bars_from_frame(sixe_bars.iloc[:3000], symbol="6EH4", instrument_id=1)
+    first = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
+    make_checkpoint(tmp_path / "staging", seed=5)
+    second = forecast_history(values, ForecastEngine(tmp_path / "staging"))
+    with Worker(settings) as worker:
+        produce(
+            settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values[:1500]]
+        )
+        before = read_topic(settings.broker, settings.topic_forecasts, 1, timeout_s=120)
+        shutil.copytree(tmp_path / "staging", tmp_path / "models" / "second")
+        worker.wait_for_log("hot-reloaded checkpoint", 30)
+        produce(
+            settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values[1500:]]
+        )
+        end_of_data(settings)
+        messages = read_topic(settings.broker, settings.topic_forecasts, len(first), timeout_s=300)
+    assert before
+    forecasts = forecasts_by_key(messages)
+    assert len(messages) == len(forecasts) == len(first)
+    models = [forecasts[k]["model_id"] for k in sorted(forecasts)]
+    switch = models.index(models[-1])
+    assert models[0] != models[-1] and set(models[switch:]) == {models[-1]}
+    for i, key in enumerate(sorted(forecasts)):
+        expected = first[key] if i < switch else second[key]
+        got = np.array([forecasts[key][q] for q in QUANTILES]).T
+        assert np.array_equal(got, expected), key
+
+
+def test_a_checkpoint_for_other_features_refuses_to_start(
+    broker_settings: Settings, tmp_path: Path
+) -> None:
+    make_checkpoint(tmp_path / "models" / "old", fingerprint="0123456789abcdef")
+    settings = replace(broker_settings, role="forecast", model_dir=tmp_path / "models")
+    worker = Worker(settings, name="refused")
+    with pytest.raises(AssertionError, match="worker exited"):
+        worker.start(ready_timeout_s=60)
+    lines = [line for line in worker.log().splitlines() if "feature set 0123456789abcdef" in line]
+    assert len(lines) == 1 and "retrain" in lines[0]
+    assert "Traceback" not in worker.log()
