@@ -30,12 +30,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file, this folder would shadow the `model` package
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from model.config import TFTConfig  # noqa: E402
-from model.forecaster import quantize_int8  # noqa: E402
-from model.tft import TemporalFusionTransformer  # noqa: E402
+from model.config import TFTConfig
+from model.forecaster import quantize_int8
+from model.tft import TemporalFusionTransformer
+from model.train import peak_rss_mb
 
 RESULTS = Path(__file__).resolve().parent / "results" / "model.json"
 BATCHES = (1, 8, 64, 256)
@@ -103,7 +104,9 @@ def barcast_inputs(config: TFTConfig, batch: int, device: str = "cpu") -> tuple[
     return tuple(t.to(device) for t in tensors)
 
 
-def cached_step(model: TemporalFusionTransformer, config: TFTConfig, batch: int) -> Callable[[], Any]:
+def cached_step(
+    model: TemporalFusionTransformer, config: TFTConfig, batch: int
+) -> Callable[[], Any]:
     """The worker's path: encode each window's newest bar, forecast from cached encodings."""
     symbol, static, hist, future = barcast_inputs(config, batch)
     with torch.inference_mode():
@@ -144,8 +147,9 @@ def train_step_peak_mb(which: str, config: TFTConfig, batch: int, threads: int) 
         f"{batch}, {threads})))"
     )
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
     return float(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -180,16 +184,16 @@ def _train_child(which: str, config_json: str, batch: int, threads: int) -> floa
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return peak - idle
+    return peak_rss_mb() - idle
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (both models)")
     parser.add_argument("--hidden", type=int, default=TFTConfig.hidden)
-    parser.add_argument("--budget-s", type=float, default=20.0,
-                        help="time budget per model and batch size")
+    parser.add_argument(
+        "--budget-s", type=float, default=20.0, help="time budget per model and batch size"
+    )
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -232,17 +236,23 @@ def main() -> None:
         row["speedup_vs_ptf"] = row["ptf_ms"] / row["barcast_ms"]
         row["int8_speedup_vs_ptf"] = row["ptf_ms"] / row["barcast_int8_ms"]
         rows[str(batch)] = row
-        print(f"batch {batch:>3}: barcast {row['barcast_ms']:9.2f} ms  int8 "
-              f"{row['barcast_int8_ms']:9.2f} ms  cached {row['barcast_cached_ms']:8.2f} ms  "
-              f"ptf {row['ptf_ms']:10.2f} ms  speedup {row['speedup_vs_ptf']:6.1f}x", flush=True)
+        print(
+            f"batch {batch:>3}: barcast {row['barcast_ms']:9.2f} ms  int8 "
+            f"{row['barcast_int8_ms']:9.2f} ms  cached {row['barcast_cached_ms']:8.2f} ms  "
+            f"ptf {row['ptf_ms']:10.2f} ms  speedup {row['speedup_vs_ptf']:6.1f}x",
+            flush=True,
+        )
 
     memory = {name: train_step_peak_mb(name, config, args.train_batch, args.threads)
               for name in ("barcast", "ptf")}  # fmt: skip
     result = {
         "config": config.to_dict(),
         "threads": args.threads,
-        "machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-                    "cuda": torch.cuda.get_device_name() if cuda else None},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name() if cuda else None,
+        },
         "units": "ms per forward call (p50; *_p99_ms: 99th percentile)",
         "params": {"barcast": barcast.n_params(), "ptf": sum(p.numel() for p in ptf.parameters())},
         "train_step_peak_mb": memory | {"batch_size": args.train_batch},
@@ -259,19 +269,29 @@ def main() -> None:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"\nTFT forward latency, p50 / p99 ms ({result['threads']} CPU thread(s), hidden "
-          f"{result['config']['hidden']}, lookback {result['config']['lookback']})")
-    print(f"{'batch':>5} | {'barcast fp32':>17} | {'barcast int8':>17} | {'cached (worker)':>17} "
-          f"| {'pytorch-forecasting':>21} | speedup")
+    print(
+        f"\nTFT forward latency, p50 / p99 ms ({result['threads']} CPU thread(s), hidden "
+        f"{result['config']['hidden']}, lookback {result['config']['lookback']})"
+    )
+    print(
+        f"{'batch':>5} | {'barcast fp32':>17} | {'barcast int8':>17} | {'cached (worker)':>17} "
+        f"| {'pytorch-forecasting':>21} | speedup"
+    )
     for batch, r in result["batches"].items():
-        cells = [f"{r[f'{n}_ms']:7.2f} / {r[f'{n}_p99_ms']:7.2f}"
-                 for n in ("barcast", "barcast_int8", "barcast_cached")]
-        print(f"{batch:>5} | {cells[0]:>17} | {cells[1]:>17} | {cells[2]:>17} | "
-              f"{r['ptf_ms']:9.2f} / {r['ptf_p99_ms']:9.2f} | {r['speedup_vs_ptf']:6.1f}x")
+        cells = [
+            f"{r[f'{n}_ms']:7.2f} / {r[f'{n}_p99_ms']:7.2f}"
+            for n in ("barcast", "barcast_int8", "barcast_cached")
+        ]
+        print(
+            f"{batch:>5} | {cells[0]:>17} | {cells[1]:>17} | {cells[2]:>17} | "
+            f"{r['ptf_ms']:9.2f} / {r['ptf_p99_ms']:9.2f} | {r['speedup_vs_ptf']:6.1f}x"
+        )
     p, m = result["params"], result["train_step_peak_mb"]
     print(f"parameters: barcast {p['barcast']:,}  pytorch-forecasting {p['ptf']:,}")
-    print(f"training step (batch {m['batch_size']}) peak memory: barcast {m['barcast']:.0f} MB  "
-          f"pytorch-forecasting {m['ptf']:.0f} MB")
+    print(
+        f"training step (batch {m['batch_size']}) peak memory: barcast {m['barcast']:.0f} MB  "
+        f"pytorch-forecasting {m['ptf']:.0f} MB"
+    )
     print(f"goals: {result['goals']}")
 
 

@@ -13,7 +13,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.np.numpy_support import from_dtype
 
 from features import (
     adaptive,
@@ -150,23 +151,28 @@ def _validate(
     return -1
 
 
+def _array(dtype: type, ndim: int = 1, readonly: bool = False) -> types.Array:
+    return types.Array(from_dtype(np.dtype(dtype)), ndim, "C", readonly=readonly)
+
+
+# Inputs are read-only in the signature, so read-only arrays (pandas' to_numpy) and writable ones
+# share the one compiled kernel; an input of another dtype or layout is converted, never
+# compiled for.
+_INPUT_NAMES = ("rows", "ts_event", "open", "high", "low", "close", "volume", "synthetic")
+_INPUT_DTYPES = (np.int64, np.int64, *[np.float64] * 5, np.bool_)
+_SIGNATURE = types.int64(
+    _array(np.float64, 2),  # states
+    *(_array(t, readonly=True) for t in _INPUT_DTYPES),
+    _array(np.float64, 2),  # out
+    _array(np.bool_),  # warm
+    _array(np.float64),  # ctx: per-bar scratch
+    _array(np.int64),  # last ts_event per state: validation scratch
+)
+
+
 def _build_kernel(source_key: str):  # type: ignore[no-untyped-def]
-    @njit(cache=True, **KERNEL_OPTIONS)
-    def run(
-        states: np.ndarray,
-        rows: np.ndarray,
-        ts: np.ndarray,
-        o: np.ndarray,
-        h: np.ndarray,
-        lo: np.ndarray,
-        c: np.ndarray,
-        v: np.ndarray,
-        syn: np.ndarray,
-        out: np.ndarray,
-        warm: np.ndarray,
-        ctx: np.ndarray,
-        last: np.ndarray,
-    ) -> int:
+    @njit(_SIGNATURE, cache=True, **KERNEL_OPTIONS)
+    def run(states, rows, ts, o, h, lo, c, v, syn, out, warm, ctx, last):  # type: ignore[no-untyped-def]
         # `source_key` (a hash of every module in this package) is captured only so that
         # numba's cache key changes with any callee's source: numba itself tracks only the
         # file defining the cached function, and would otherwise run stale inlined callees.
@@ -175,6 +181,7 @@ def _build_kernel(source_key: str):  # type: ignore[no-untyped-def]
         bad = _validate(states, rows, ts, o, h, lo, c, v, last)
         if bad >= 0:
             return bad
+        ctx[:] = np.nan  # poisoned: a read of a mean that no window sums shows up as NaN
         for i in range(len(rows)):
             s = states[rows[i]]
             t = int(s[B_CORE + core.N])
@@ -199,23 +206,15 @@ def _source_key() -> str:
 
 
 _run = _build_kernel(_source_key())
+_STATES_HELP = (
+    f"states must be a writable C-contiguous float64 array of shape (n, {STATE_SIZE}); "
+    "create it with features.engine.new_states(n)"
+)
 
 
 def new_states(n: int) -> np.ndarray:
     """States for n symbols, one row each, before their first bar."""
     return np.zeros((n, STATE_SIZE), dtype=np.float64)
-
-
-_F64, _I64, _BOOL = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)
-
-
-def _column(name: str, x: object, dtype: np.dtype, m: int) -> np.ndarray:
-    """x as a C-contiguous 1-D array of dtype with m entries (no copy when it already is)."""
-    if not (type(x) is np.ndarray and x.dtype is dtype and x.flags.c_contiguous):
-        x = np.ascontiguousarray(x, dtype=dtype)
-    if x.shape != (m,):
-        raise ValueError(f"{name} has shape {x.shape}; expected ({m},), one value per bar")
-    return x
 
 
 def update_many(
@@ -232,49 +231,42 @@ def update_many(
     """Advance states[rows[i]] by bar i, in order; returns (values (m, 225), warm (m,)).
 
     All inputs are validated before any state moves: a bad bar raises ValueError and leaves
-    every state untouched.
+    every state untouched. C-contiguous inputs of the kernel's dtypes (int64 rows and ts_event,
+    float64 prices and volume, bool synthetic) are used in place; others are converted.
     """
-    if not (
-        type(states) is np.ndarray
-        and states.dtype is _F64
-        and states.ndim == 2
-        and states.shape[1] == STATE_SIZE
-        and states.flags.c_contiguous
-        and states.flags.writeable
-    ):
-        raise ValueError(
-            f"states must be a writable C-contiguous float64 array of shape (n, {STATE_SIZE}); "
-            "create it with features.engine.new_states(n)"
-        )
+    inputs = (rows, ts_event, open, high, low, close, volume, synthetic)
     m = len(rows)
-    code = _run(
-        states,
-        _column("rows", rows, _I64, m),
-        _column("ts_event", ts_event, _I64, m),
-        _column("open", open, _F64, m),
-        _column("high", high, _F64, m),
-        _column("low", low, _F64, m),
-        _column("close", close, _F64, m),
-        _column("volume", volume, _F64, m),
-        _column("synthetic", synthetic, _BOOL, m),
-        out := np.empty((m, N_FEATURES)),
-        warm := np.empty(m, dtype=np.bool_),
-        np.full(N_CTX, np.nan),  # poisoned: a read of a mean no window sums shows as NaN
-        np.empty(len(states), dtype=np.int64),
-    )
+    if any(len(x) != m for x in inputs):
+        sizes = ", ".join(f"{n}={len(x)}" for n, x in zip(_INPUT_NAMES, inputs, strict=True))
+        raise ValueError(f"every input needs one entry per bar; got {sizes}")
+    if getattr(states, "shape", None) != (len(states), STATE_SIZE):
+        raise ValueError(_STATES_HELP)
+    out, warm = np.empty((m, N_FEATURES)), np.empty(m, dtype=np.bool_)
+    scratch = (np.empty(N_CTX), np.empty(len(states), dtype=np.int64))
+    try:
+        code = _run(states, *inputs, out, warm, *scratch)
+    except TypeError:  # another dtype or layout: convert (copies) and run the same kernel
+        if not (
+            isinstance(states, np.ndarray)
+            and states.dtype == np.float64
+            and states.flags.c_contiguous
+            and states.flags.writeable
+        ):
+            raise ValueError(_STATES_HELP) from None
+        pairs = zip(inputs, _INPUT_DTYPES, strict=True)
+        inputs = tuple(np.ascontiguousarray(x, dtype=t) for x, t in pairs)
+        if any(x.ndim != 1 for x in inputs):
+            raise ValueError("rows, ts_event, prices, volume and synthetic must be 1-D") from None
+        code = _run(states, *inputs, out, warm, *scratch)
     if code >= 0:
-        raise ValueError(
-            _describe_error(code, states, rows, ts_event, open, high, low, close, volume)
-        )
+        raise ValueError(_describe_error(code, states, *inputs))
     return out, warm
 
 
-def _describe_error(
-    code: int, states: np.ndarray, rows: object, ts: object, *columns: object
-) -> str:
+def _describe_error(code: int, states: np.ndarray, *inputs: object) -> str:
     i, kind = divmod(code, 4)
-    o, h, lo, c, v = (float(np.asarray(col)[i]) for col in columns)
-    where = f"bar {i} (row {int(np.asarray(rows)[i])}, ts_event {int(np.asarray(ts)[i])})"
+    row, ts, o, h, lo, c, v = (np.asarray(x)[i] for x in inputs[:7])
+    where = f"bar {i} (row {row}, ts_event {ts})"
     if kind == _BAD_ROW:
         return f"{where}: row is outside states (n = {states.shape[0]}); grow the states array"
     if kind == _BAD_PRICE:

@@ -70,8 +70,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
     try:
         frame = read_bar_csv(path)
     except (KeyError, ValueError) as exc:
-        raise DataError(f"--data {path}: not a bar CSV with columns timestamp_utc,open,high,"
-                        f"low,close,volume ({exc})") from None
+        raise DataError(
+            f"--data {path}: not a bar CSV with columns timestamp_utc,open,high,"
+            f"low,close,volume ({exc})"
+        ) from None
     frame["symbol"] = path.name.split(".")[0]
     return frame
 

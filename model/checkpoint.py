@@ -75,8 +75,9 @@ class CheckpointMeta:
 def save(directory: Path, model: TemporalFusionTransformer, meta: CheckpointMeta) -> str:
     """Write weights, then config (each atomically); returns the model id."""
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu", torch.float32).contiguous()
-               for k, v in model.state_dict().items()}
+    tensors = {
+        k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()
+    }
     weights = directory / WEIGHTS
     tmp = weights.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={"format": FORMAT})
@@ -111,12 +112,15 @@ def load(
     config_path, weights = directory / CONFIG, directory / WEIGHTS
     for path in (config_path, weights):
         if not path.is_file():
-            raise CheckpointError(f"checkpoint {directory}: {path.name} is missing; point "
-                                  "--checkpoint at a directory written by `barcast train`")
+            raise CheckpointError(
+                f"checkpoint {directory}: {path.name} is missing; point "
+                "--checkpoint at a directory written by `barcast train`"
+            )
     values = json.loads(config_path.read_text())
     if values.get("format") != FORMAT:
-        raise CheckpointError(f"{config_path}: not a barcast TFT checkpoint "
-                              f"(format {values.get('format')!r})")
+        raise CheckpointError(
+            f"{config_path}: not a barcast TFT checkpoint (format {values.get('format')!r})"
+        )
     meta = CheckpointMeta.from_dict(values)
     if expected_fingerprint is not None and meta.feature_fingerprint != expected_fingerprint:
         raise CheckpointError(
@@ -128,9 +132,11 @@ def load(
     digest = file_sha256(weights)
     recorded = values.get("weights", {}).get("sha256")
     if digest != recorded:
-        raise CheckpointError(f"{weights}: sha256 {digest[:16]} does not match {recorded!s:.16} "
-                              f"in {CONFIG}; the weights were replaced or partly written — "
-                              "copy the checkpoint directory again")
+        raise CheckpointError(
+            f"{weights}: sha256 {digest[:16]} does not match {recorded!s:.16} "
+            f"in {CONFIG}; the weights were replaced or partly written — "
+            "copy the checkpoint directory again"
+        )
     model = TemporalFusionTransformer(meta.config)
     expected = model.state_dict()
     with safe_open(str(weights), framework="pt") as f:

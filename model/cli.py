@@ -13,51 +13,85 @@ from model.config import TFTConfig
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     defaults = TFTConfig()
     train = subparsers.add_parser(
-        "train", help="train the TFT on bar files (CSV or DBN) and write a checkpoint",
+        "train",
+        help="train the TFT on bar files (CSV or DBN) and write a checkpoint",
         description="Bars -> corrections -> features -> windows (time splits with an embargo) "
-                    "-> TFT; writes model.safetensors, config.json, metrics.csv/json and "
-                    "training_curve.png into --out.",
+        "-> TFT; writes model.safetensors, config.json, metrics.csv/json and "
+        "training_curve.png into --out.",
     )
-    train.add_argument("--data", type=Path, nargs="+", required=True, metavar="PATH",
-                       help="bar files: 6EH4-style CSV (.csv/.csv.gz) or DBN ohlcv-1m")
-    train.add_argument("--out", type=Path, required=True, metavar="DIR",
-                       help="checkpoint directory")
+    train.add_argument(
+        "--data",
+        type=Path,
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="bar files: 6EH4-style CSV (.csv/.csv.gz) or DBN ohlcv-1m",
+    )
+    train.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="checkpoint directory"
+    )
     train.add_argument("--epochs", type=int, default=20)
     train.add_argument("--batch-size", type=int, default=64)
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--weight-decay", type=float, default=1e-4)
     train.add_argument("--patience", type=int, default=4, help="early-stopping patience")
-    train.add_argument("--windows-per-epoch", type=int, default=0,
-                       help="random training windows per epoch (0: all)")
-    train.add_argument("--val-fraction", type=float, default=0.1,
-                       help="share of the time span for validation (before the test span)")
-    train.add_argument("--test-fraction", type=float, default=0.25,
-                       help="share of the time span held out for `barcast evaluate`")
-    train.add_argument("--embargo", type=int, default=0,
-                       help="bars skipped between splits (0: lookback + horizon)")
+    train.add_argument(
+        "--windows-per-epoch",
+        type=int,
+        default=0,
+        help="random training windows per epoch (0: all)",
+    )
+    train.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        help="share of the time span for validation (before the test span)",
+    )
+    train.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.25,
+        help="share of the time span held out for `barcast evaluate`",
+    )
+    train.add_argument(
+        "--embargo", type=int, default=0, help="bars skipped between splits (0: lookback + horizon)"
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     for name in ("lookback", "horizon", "hidden", "heads", "lstm_layers", "var_dim"):
-        train.add_argument(f"--{name.replace('_', '-')}", type=int,
-                           default=getattr(defaults, name))
+        train.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     train.add_argument("--dropout", type=float, default=defaults.dropout)
     train.set_defaults(func=run_train)
 
     evaluate = subparsers.add_parser(
-        "evaluate", help="evaluate a checkpoint against baselines on held-out windows",
+        "evaluate",
+        help="evaluate a checkpoint against baselines on held-out windows",
         description="Pinball loss, q-risk, MAE, coverage vs persistence and rolling empirical "
-                    "quantiles; attention entropy, variable importances, INT8 change. Writes "
-                    "evaluation.json, calibration.png and fan_chart.png.",
+        "quantiles; attention entropy, variable importances, INT8 change. Writes "
+        "evaluation.json, calibration.png and fan_chart.png.",
     )
     evaluate.add_argument("--checkpoint", type=Path, required=True, metavar="DIR")
     evaluate.add_argument("--data", type=Path, nargs="+", required=True, metavar="PATH")
-    evaluate.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
-                          help="CPU precision of the reported model (the other is compared)")
-    evaluate.add_argument("--split", choices=("test", "val", "all"), default="test",
-                          help="the checkpoint's test or validation period, or every window")
+    evaluate.add_argument(
+        "--precision",
+        choices=("fp32", "int8"),
+        default="fp32",
+        help="CPU precision of the reported model (the other is compared)",
+    )
+    evaluate.add_argument(
+        "--split",
+        choices=("test", "val", "all"),
+        default="test",
+        help="the checkpoint's test or validation period, or every window",
+    )
     evaluate.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    evaluate.add_argument("--out", type=Path, default=None, metavar="DIR",
-                          help="report directory (default: CHECKPOINT/evaluation)")
+    evaluate.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="report directory (default: CHECKPOINT/evaluation)",
+    )
     evaluate.set_defaults(func=run_evaluate)
 
 
@@ -68,21 +102,34 @@ def run_train(args: argparse.Namespace) -> int:
     train_names = ("epochs", "batch_size", "lr", "weight_decay", "patience",
                    "windows_per_epoch", "val_fraction", "test_fraction", "embargo", "seed",
                    "device")  # fmt: skip
-    return _guarded("train", lambda: train(
-        args.data, args.out,
-        TFTConfig(**{n: getattr(args, n) for n in names}),
-        TrainConfig(**{n: getattr(args, n) for n in train_names}),
-    ))
+    return _guarded(
+        "train",
+        lambda: train(
+            args.data,
+            args.out,
+            TFTConfig(**{n: getattr(args, n) for n in names}),
+            TrainConfig(**{n: getattr(args, n) for n in train_names}),
+        ),
+    )
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from model.evaluate import evaluate
 
     def run() -> dict[str, object]:
-        report = evaluate(args.checkpoint, args.data, part=args.split,
-                          cpu_precision=args.precision, device=args.device, out_dir=args.out)
-        return {k: report[k] for k in ("model_id", "n_windows", "model", "baselines", "int8",
-                                       "attention_entropy")}
+        report = evaluate(
+            args.checkpoint,
+            args.data,
+            part=args.split,
+            cpu_precision=args.precision,
+            device=args.device,
+            out_dir=args.out,
+        )
+        return {
+            k: report[k]
+            for k in ("model_id", "n_windows", "model", "baselines", "int8", "attention_entropy")
+        }
+
     return _guarded("evaluate", run)
 
 
@@ -104,10 +151,14 @@ def _guarded(command: str, run: object) -> int:
 
 def _headline(result: dict[str, object]) -> dict[str, object]:
     """Drop the long per-horizon arrays from what is printed (the files hold everything)."""
+
     def short(value: object) -> object:
         if isinstance(value, dict):
-            return {k: short(v) for k, v in value.items()
-                    if k not in ("pinball", "coverage_interval_per_horizon", "train_config")}
+            return {
+                k: short(v)
+                for k, v in value.items()
+                if k not in ("pinball", "coverage_interval_per_horizon", "train_config")
+            }
         return value
 
     return short(result)  # type: ignore[return-value]

@@ -39,8 +39,17 @@ class TFTConfig:
         return self.quantiles.index(0.5)
 
     def validate(self) -> None:
-        positive = ("lookback", "horizon", "hidden", "heads", "lstm_layers", "n_hist", "n_future",
-                    "n_symbols", "var_dim")
+        positive = (
+            "lookback",
+            "horizon",
+            "hidden",
+            "heads",
+            "lstm_layers",
+            "n_hist",
+            "n_future",
+            "n_symbols",
+            "var_dim",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"TFTConfig.{name}={getattr(self, name)} must be >= 1")
@@ -68,6 +77,8 @@ class TFTConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown TFTConfig fields {unknown}; this checkpoint is from a "
-                              "newer barcast, upgrade barcast to load it")
+            raise ConfigError(
+                f"unknown TFTConfig fields {unknown}; this checkpoint is from a "
+                "newer barcast, upgrade barcast to load it"
+            )
         return cls(**values)

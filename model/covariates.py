@@ -43,8 +43,14 @@ def _products(*rows: tuple[str, AssetClass, float, float]) -> dict[str, Product]
     return {root: Product(root, cls, tick, mult) for root, cls, tick, mult in rows}
 
 
-_E, _R, _F, _N, _M, _A = (AssetClass.EQUITY, AssetClass.RATES, AssetClass.FX,
-                          AssetClass.ENERGY, AssetClass.METALS, AssetClass.AGRICULTURE)
+_E, _R, _F, _N, _M, _A = (
+    AssetClass.EQUITY,
+    AssetClass.RATES,
+    AssetClass.FX,
+    AssetClass.ENERGY,
+    AssetClass.METALS,
+    AssetClass.AGRICULTURE,
+)
 PRODUCTS = _products(
     ("ES", _E, 0.25, 50), ("MES", _E, 0.25, 5), ("NQ", _E, 0.25, 20), ("MNQ", _E, 0.25, 2),
     ("RTY", _E, 0.1, 50), ("M2K", _E, 0.1, 5), ("YM", _E, 1.0, 5), ("MYM", _E, 1.0, 0.5),

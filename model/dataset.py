@@ -39,7 +39,7 @@ class Split:
     def from_fractions(
         cls, ts: np.ndarray, val_fraction: float, test_fraction: float, embargo: int
     ) -> Split:
-        if not (0 < val_fraction and 0 <= test_fraction and val_fraction + test_fraction < 1):
+        if not (val_fraction > 0 and test_fraction >= 0 and val_fraction + test_fraction < 1):
             raise DataError(
                 f"--val-fraction {val_fraction} / --test-fraction {test_fraction}: need "
                 "val > 0, test >= 0 and val + test < 1"
@@ -53,8 +53,9 @@ class Split:
         )
 
     def part_of(self, ts: np.ndarray) -> np.ndarray:
-        return np.where(ts < self.train_end, Part.TRAIN, np.where(ts < self.val_end, Part.VAL,
-                                                                   Part.TEST)).astype(np.int8)
+        return np.where(
+            ts < self.train_end, Part.TRAIN, np.where(ts < self.val_end, Part.VAL, Part.TEST)
+        ).astype(np.int8)
 
     def to_dict(self) -> dict[str, int]:
         return {"train_end": self.train_end, "val_end": self.val_end, "embargo": self.embargo}
@@ -91,8 +92,10 @@ def build_panel(bars: list[CleanBars], horizon: int) -> Panel:
             b.ts_event, b.open, b.high, b.low, b.close, b.volume, b.synthetic
         )
         if values.shape != (len(b), N_FEATURES):
-            raise DataError(f"feature engine returned {values.shape} for {b.symbol}; "
-                            f"expected ({len(b)}, {N_FEATURES})")
+            raise DataError(
+                f"feature engine returned {values.shape} for {b.symbol}; "
+                f"expected ({len(b)}, {N_FEATURES})"
+            )
         rows.append((b.ts_event, b.close, values, np.asarray(warm, dtype=bool)))
     return panel_from_arrays([b.symbol for b in bars], rows, horizon)
 
@@ -130,8 +133,10 @@ def forward_returns(ts: np.ndarray, close: np.ndarray, horizon: int) -> np.ndarr
 def window_ends(panel: Panel, split: Split, part: Part, lookback: int, horizon: int) -> np.ndarray:
     """Global rows t of every valid window of `part` (see the module docstring)."""
     if split.embargo < lookback + horizon:
-        raise DataError(f"embargo {split.embargo} bars is shorter than lookback + horizon = "
-                        f"{lookback + horizon}; windows could straddle a split boundary")
+        raise DataError(
+            f"embargo {split.embargo} bars is shorter than lookback + horizon = "
+            f"{lookback + horizon}; windows could straddle a split boundary"
+        )
     parts = split.part_of(panel.ts)
     cold = np.concatenate([[0], np.cumsum(~panel.warm)])
     ends = []
@@ -173,8 +178,13 @@ class WindowData:
     per window (a month of 225-feature windows would not fit in memory materialized)."""
 
     def __init__(
-        self, panel: Panel, normalizer: Normalizer, vocab: SymbolVocab, lookback: int,
-        horizon: int, target_scale: float,
+        self,
+        panel: Panel,
+        normalizer: Normalizer,
+        vocab: SymbolVocab,
+        lookback: int,
+        horizon: int,
+        target_scale: float,
     ) -> None:
         self.panel = panel
         self.lookback, self.horizon, self.target_scale = lookback, horizon, target_scale
@@ -210,8 +220,6 @@ def fit_normalizer(panel: Panel, train_ends: np.ndarray, lookback: int) -> Norma
     return Normalizer.fit(panel.features[rows])
 
 
-def target_quantiles(
-    panel: Panel, ends: np.ndarray, quantiles: tuple[float, ...]
-) -> np.ndarray:
-    """`(horizon, n_quantiles)` empirical quantiles of the labels of `ends` (persistence baseline)."""
+def target_quantiles(panel: Panel, ends: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+    """`(horizon, n_quantiles)` quantiles of the labels of `ends` (the persistence baseline)."""
     return np.quantile(panel.targets[ends], quantiles, axis=0).T

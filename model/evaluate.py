@@ -43,20 +43,25 @@ def evaluate(
 ) -> dict[str, Any]:
     from features.engine import FEATURE_NAMES, FINGERPRINT
 
-    model = Forecaster(checkpoint_dir, device=device, cpu_precision=cpu_precision,
-                       expected_fingerprint=FINGERPRINT)
+    model = Forecaster(
+        checkpoint_dir, device=device, cpu_precision=cpu_precision, expected_fingerprint=FINGERPRINT
+    )
     other = "fp32" if model.precision == "int8" else "int8"
-    reference = Forecaster(checkpoint_dir, device="cpu", cpu_precision=other,
-                           expected_fingerprint=FINGERPRINT)
+    reference = Forecaster(
+        checkpoint_dir, device="cpu", cpu_precision=other, expected_fingerprint=FINGERPRINT
+    )
     config = model.config
     bars, data_report = load_bars(paths)
     panel = build_panel(bars, config.horizon)
-    ends = evaluation_windows(panel, Split.from_dict(model.meta.data["split"]), part,
-                              config.lookback, config.horizon)
+    ends = evaluation_windows(
+        panel, Split.from_dict(model.meta.data["split"]), part, config.lookback, config.horizon
+    )
     y = panel.targets[ends]
 
-    runs = {name: run_model(f, panel, ends, batch_size) for name, f in
-            ((model.name, model), (reference.name, reference))}
+    runs = {
+        name: run_model(f, panel, ends, batch_size)
+        for name, f in ((model.name, model), (reference.name, reference))
+    }
     q, explain = runs[model.name]
     int8_q = runs["cpu-int8"][0]
     fp32_q = runs[next(n for n in runs if n != "cpu-int8")][0]
@@ -143,8 +148,9 @@ def run_model(
     encoded, weights = [], []
     for start in range(first, last + 1, batch_size * 8):
         rows = np.arange(start, min(start + batch_size * 8, last + 1))
-        enc, w = forecaster.encode([panel.symbols[i] for i in row_symbol[rows]],
-                                   panel.features[rows, None, :])
+        enc, w = forecaster.encode(
+            [panel.symbols[i] for i in row_symbol[rows]], panel.features[rows, None, :]
+        )
         encoded.append(enc[:, 0])
         weights.append(w[:, 0])
         _progress(f"{forecaster.name} encode", rows[-1] - first + 1, last - first + 1)
@@ -209,8 +215,10 @@ def rolling_quantiles(
             rolled = groups.rolling(window, min_periods=window // 4).quantile(level)
             out[:, k - 1, j] = rolled.droplevel(0).sort_index().to_numpy()[ends]
     if np.isnan(out).any():
-        raise ValueError(f"the rolling baseline needs {window // 4} past bars before the first "
-                         "window; evaluate on data with more history")
+        raise ValueError(
+            f"the rolling baseline needs {window // 4} past bars before the first "
+            "window; evaluate on data with more history"
+        )
     return out
 
 
@@ -226,21 +234,29 @@ def write_report(
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "evaluation.json").write_text(json.dumps(report, indent=1))
-    plots.calibration(out_dir / "calibration.png", quantiles,
-                      {name: coverage(y, f)[0] for name, f in forecasts.items()})
+    plots.calibration(
+        out_dir / "calibration.png",
+        quantiles,
+        {name: coverage(y, f)[0] for name, f in forecasts.items()},
+    )
     # Fan chart: the middle 240 bars of the first evaluated symbol, a fan every 20 bars.
     symbol_ends = ends[panel.row_symbol[ends] == panel.row_symbol[ends[0]]]
     mid = len(symbol_ends) // 2
     shown = symbol_ends[max(0, mid - 120) : mid + 120]
     rows = np.arange(shown[0], shown[-1] + model.config.horizon + 1)
     origins = shown[::20]
-    prices = np.exp(forecasts["tft"][np.searchsorted(ends, origins)]) * panel.close[
-        origins, None, None
-    ]
-    plots.fan_chart(out_dir / "fan_chart.png", panel.ts[rows], panel.close[rows],
-                    origins - rows[0], prices,
-                    f"{panel.symbols[panel.row_symbol[ends[0]]]} from {_iso(panel.ts[rows[0]])}: "
-                    f"TFT q10-q90 forecasts vs realized close")
+    prices = (
+        np.exp(forecasts["tft"][np.searchsorted(ends, origins)]) * panel.close[origins, None, None]
+    )
+    plots.fan_chart(
+        out_dir / "fan_chart.png",
+        panel.ts[rows],
+        panel.close[rows],
+        origins - rows[0],
+        prices,
+        f"{panel.symbols[panel.row_symbol[ends[0]]]} from {_iso(panel.ts[rows[0]])}: "
+        f"TFT q10-q90 forecasts vs realized close",
+    )
 
 
 def _ranked(names: Any, weights: np.ndarray) -> dict[str, float]:

@@ -103,8 +103,10 @@ class Forecaster:
     def predict(self, batch: ForecastBatch, explain: bool = False) -> Forecast:
         """Forecast full windows of raw feature rows."""
         if batch.features is None:
-            raise ValueError("ForecastBatch.features is None; pass the windows' feature rows "
-                             "or use predict_encoded with cached encodings")
+            raise ValueError(
+                "ForecastBatch.features is None; pass the windows' feature rows "
+                "or use predict_encoded with cached encodings"
+            )
         features = self._check_window(batch.features, self.config.lookback)
         with autocast_for(self.device):
             static = self._static(batch.symbols)
@@ -129,8 +131,10 @@ class Forecaster:
     ) -> Forecast:
         """Forecast from cached encodings `(B, lookback, hidden)` (from `encode`)."""
         if encoded.shape[1] != self.config.lookback:
-            raise ValueError(f"encoded windows hold {encoded.shape[1]} steps; the model needs "
-                             f"lookback={self.config.lookback}")
+            raise ValueError(
+                f"encoded windows hold {encoded.shape[1]} steps; the model needs "
+                f"lookback={self.config.lookback}"
+            )
         with autocast_for(self.device):
             static = self._static(batch.symbols)
             out = self.model.forward_encoded(
@@ -145,11 +149,15 @@ class Forecaster:
 
     def _check_window(self, features: np.ndarray, steps: int | None) -> torch.Tensor:
         n_hist = self.config.n_hist
-        if features.ndim != 3 or features.shape[2] != n_hist or (
-            steps is not None and features.shape[1] != steps
+        if (
+            features.ndim != 3
+            or features.shape[2] != n_hist
+            or (steps is not None and features.shape[1] != steps)
         ):
-            raise ValueError(f"features have shape {features.shape}; expected (batch, "
-                             f"{steps or 'steps'}, {n_hist}) raw feature-engine rows")
+            raise ValueError(
+                f"features have shape {features.shape}; expected (batch, "
+                f"{steps or 'steps'}, {n_hist}) raw feature-engine rows"
+            )
         x = self.meta.normalizer.apply(features)
         return torch.from_numpy(x).to(self.device)
 

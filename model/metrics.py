@@ -21,8 +21,10 @@ def q_risk(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.nda
     """Normalized quantile loss per quantile, `(Q,)`: 2 * sum(QL) / sum(|y|) (Lim et al. 2021)."""
     total = np.abs(y).sum()
     if total == 0:
-        raise ValueError("q-risk is undefined when every realized return is 0; evaluate on "
-                         "windows where the price moved")
+        raise ValueError(
+            "q-risk is undefined when every realized return is 0; evaluate on "
+            "windows where the price moved"
+        )
     return 2.0 * pinball(y, q, quantiles).sum(axis=0) * len(y) / total
 
 
@@ -43,13 +45,13 @@ def summarize(
     return {
         "mean_pinball": float(loss.mean()),
         "pinball_per_horizon": loss.mean(axis=1).tolist(),
-        "pinball_per_quantile": dict(zip(map(str, quantiles), loss.mean(axis=0).tolist(),
-                                         strict=True)),
+        "pinball_per_quantile": dict(
+            zip(map(str, quantiles), loss.mean(axis=0).tolist(), strict=True)
+        ),
         "pinball": loss.tolist(),
         "q_risk": dict(zip(map(str, quantiles), q_risk(y, q, quantiles).tolist(), strict=True)),
         "mae_median": float(np.abs(y - q[..., median]).mean() * unit),
-        "coverage_below": dict(zip(map(str, quantiles), below.mean(axis=0).tolist(),
-                                   strict=True)),
+        "coverage_below": dict(zip(map(str, quantiles), below.mean(axis=0).tolist(), strict=True)),
         "coverage_interval": float(inside.mean()),
         "coverage_interval_per_horizon": inside.tolist(),
         "interval_nominal": quantiles[-1] - quantiles[0],

@@ -57,6 +57,8 @@ class Normalizer:
         center = np.asarray(values["center"], dtype=np.float64)
         scale = np.asarray(values["scale"], dtype=np.float64)
         if center.shape != scale.shape or center.ndim != 1 or not np.all(scale > 0):
-            raise ValueError("normalization stats are corrupt: center/scale must be equal-length "
-                             "vectors with positive scales; retrain the checkpoint")
+            raise ValueError(
+                "normalization stats are corrupt: center/scale must be equal-length "
+                "vectors with positive scales; retrain the checkpoint"
+            )
         return cls(center, scale, float(values["clip"]))

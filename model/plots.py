@@ -32,9 +32,7 @@ def training_curve(path: Path, history: list[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
-def calibration(
-    path: Path, quantiles: tuple[float, ...], observed: dict[str, np.ndarray]
-) -> None:
+def calibration(path: Path, quantiles: tuple[float, ...], observed: dict[str, np.ndarray]) -> None:
     """Observed fraction of outcomes below each forecast quantile, per forecaster `(H, Q)`."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 5))
@@ -69,13 +67,25 @@ def fan_chart(
     horizon = prices.shape[1]
     for i, (origin, fan) in enumerate(zip(origins, prices, strict=True)):
         x = minutes[origin] + np.arange(0, horizon + 1)
+
         def anchored(values: np.ndarray, o: int = origin) -> np.ndarray:
             return np.concatenate([[close[o]], values])
 
-        ax.fill_between(x, anchored(fan[:, 0]), anchored(fan[:, -1]), color="tab:blue",
-                        alpha=0.25, label="q10-q90" if i == 0 else None)
-        ax.plot(x, anchored(fan[:, fan.shape[1] // 2]), color="tab:blue", lw=1,
-                label="median" if i == 0 else None)
+        ax.fill_between(
+            x,
+            anchored(fan[:, 0]),
+            anchored(fan[:, -1]),
+            color="tab:blue",
+            alpha=0.25,
+            label="q10-q90" if i == 0 else None,
+        )
+        ax.plot(
+            x,
+            anchored(fan[:, fan.shape[1] // 2]),
+            color="tab:blue",
+            lw=1,
+            label="median" if i == 0 else None,
+        )
     ax.set_xlabel("minutes")
     ax.set_ylabel("price")
     ax.set_title(title)

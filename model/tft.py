@@ -72,8 +72,9 @@ class TemporalFusionTransformer(nn.Module):
 
     def static_context(self, symbol: Tensor, static_reals: Tensor) -> StaticContext:
         """symbol `(B,)` int64 embedding rows, static_reals `(B, n_static - 1)`."""
-        symbol_vec = self.symbol_embedding(symbol).unsqueeze(1)
-        zeta, weights = self.static_selection(static_reals, categorical=symbol_vec)
+        symbol_vec = self.symbol_embedding(symbol)[:, None, None, :]
+        zeta, weights = self.static_selection(static_reals.unsqueeze(1), categorical=symbol_vec)
+        zeta, weights = zeta[:, 0], weights[:, 0]
         return StaticContext(
             self.context_selection(zeta),
             self.context_enrichment(zeta),
@@ -85,16 +86,15 @@ class TemporalFusionTransformer(nn.Module):
     def encode_history(self, x_hist: Tensor, selection: Tensor) -> tuple[Tensor, Tensor]:
         """x_hist `(B, T, n_hist)`, selection context `(B, hidden)` -> encodings `(B, T, hidden)`
         and selection weights `(B, T, n_hist)`. Each step depends only on its own features."""
-        return self._select_over_time(self.hist_selection, x_hist, selection)
+        return self.hist_selection(x_hist, selection)
 
     def forward_encoded(
         self, encoded: Tensor, static: StaticContext, x_future: Tensor
     ) -> TFTOutput:
-        """encoded `(B, lookback, hidden)` from `encode_history`, x_future `(B, horizon, n_future)`."""
+        """encoded `(B, lookback, hidden)` (from `encode_history`), x_future `(B, horizon,
+        n_future)`."""
         c = self.config
-        future, future_weights = self._select_over_time(
-            self.future_selection, x_future, static.selection
-        )
+        future, future_weights = self.future_selection(x_future, static.selection)
 
         state = (
             static.state_h.unsqueeze(0).expand(c.lstm_layers, -1, -1).contiguous(),
@@ -124,8 +124,13 @@ class TemporalFusionTransformer(nn.Module):
         return self.forward_encoded(encoded, static, x_future)._replace(hist_weights=hist_weights)
 
     def forward_shared(
-        self, symbol: Tensor, static_reals: Tensor, rows: Tensor, index: Tensor,
-        row_window: Tensor, x_future: Tensor,
+        self,
+        symbol: Tensor,
+        static_reals: Tensor,
+        rows: Tensor,
+        index: Tensor,
+        row_window: Tensor,
+        x_future: Tensor,
     ) -> TFTOutput:
         """`forward` for overlapping windows given as their distinct feature rows: each row is
         encoded once. rows `(U, n_hist)`; index `(B, lookback)` picks each window's rows;
@@ -134,15 +139,6 @@ class TemporalFusionTransformer(nn.Module):
         encoded, weights = self.encode_history(rows.unsqueeze(1), static.selection[row_window])
         out = self.forward_encoded(encoded[:, 0][index], static, x_future)
         return out._replace(hist_weights=weights[:, 0][index])
-
-    @staticmethod
-    def _select_over_time(
-        selection: VariableSelection, x: Tensor, context: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        b, t, v = x.shape
-        rows_context = context.unsqueeze(1).expand(b, t, -1).reshape(b * t, -1)
-        out, weights = selection(x.reshape(b * t, v), rows_context)
-        return out.reshape(b, t, -1), weights.reshape(b, t, v)
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

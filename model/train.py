@@ -75,6 +75,18 @@ def peak_memory_mb(device: torch.device) -> float:
     """Peak resident memory of this process (CPU), or peak allocated GPU memory (CUDA)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    return peak_rss_mb()
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS. Linux's VmHWM counts this program only, where ru_maxrss also
+    inherits the peak of the parent a subprocess was forked from."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -91,8 +103,11 @@ def train(
     from features.engine import FINGERPRINT
 
     bars, report = load_bars(paths)
-    _log(train_config, f"bars: {report['bars_per_symbol']}; corrections: "
-                       f"{ {k: v for k, v in report['corrections'].items() if v} }")
+    _log(
+        train_config,
+        f"bars: {report['bars_per_symbol']}; corrections: "
+        f"{ {k: v for k, v in report['corrections'].items() if v} }",
+    )
     panel = build_panel(bars, model_config.horizon)
     report["fingerprint"] = data_fingerprint(report)
     return train_on_panel(panel, out_dir, model_config, train_config, FINGERPRINT, report)
@@ -115,8 +130,10 @@ def train_on_panel(
     ends = {part: window_ends(panel, split, part, c.lookback, c.horizon) for part in Part}
     for part in (Part.TRAIN, Part.VAL):
         if len(ends[part]) == 0:
-            raise TrainingError(f"the {part.name.lower()} split has no complete window; give "
-                                "more data or change --val-fraction/--test-fraction")
+            raise TrainingError(
+                f"the {part.name.lower()} split has no complete window; give "
+                "more data or change --val-fraction/--test-fraction"
+            )
     normalizer = fit_normalizer(panel, ends[Part.TRAIN], c.lookback)
     target_scale = float(np.std(panel.targets[ends[Part.TRAIN]]))
     if not target_scale > 0:
@@ -124,8 +141,11 @@ def train_on_panel(
     vocab = SymbolVocab.from_symbols(panel.symbols)
     config = replace(c, n_symbols=vocab.size, n_hist=panel.features.shape[1])
     data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale)
-    _log(cfg, f"windows: train {len(ends[Part.TRAIN])}, val {len(ends[Part.VAL])}, test "
-              f"{len(ends[Part.TEST])}; {int(normalizer.constant.sum())} constant features")
+    _log(
+        cfg,
+        f"windows: train {len(ends[Part.TRAIN])}, val {len(ends[Part.VAL])}, test "
+        f"{len(ends[Part.TEST])}; {int(normalizer.constant.sum())} constant features",
+    )
 
     device = resolve_device(cfg.device)
     model = TemporalFusionTransformer(config).to(device)
@@ -151,14 +171,17 @@ def train_on_panel(
         target_scale=target_scale,
         vocab=vocab,
         persistence_quantiles=target_quantiles(panel, ends[Part.TRAIN], c.quantiles),
-        data=data_report | {"split": split.to_dict(),
-                            "windows": {p.name.lower(): len(e) for p, e in ends.items()}},
+        data=data_report
+        | {"split": split.to_dict(), "windows": {p.name.lower(): len(e) for p, e in ends.items()}},
         metrics=metrics,
     )
     model_id = checkpoint.save(out_dir, model, meta)
     write_history(out_dir, history)
-    _log(cfg, f"checkpoint {out_dir} (model id {model_id}): best epoch {best['epoch']}, "
-              f"val pinball {metrics['val_pinball_bp']:.3f} bp")
+    _log(
+        cfg,
+        f"checkpoint {out_dir} (model id {model_id}): best epoch {best['epoch']}, "
+        f"val pinball {metrics['val_pinball_bp']:.3f} bp",
+    )
     return metrics | {"model_id": model_id}
 
 
@@ -180,8 +203,11 @@ def fit(
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda s: (s + 1) / warmup if s < warmup
-        else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup))),
+        lambda s: (
+            (s + 1) / warmup
+            if s < warmup
+            else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup)))
+        ),
     )
     history: list[dict[str, Any]] = []
     best_state, best_val, stale = None, math.inf, 0
@@ -193,15 +219,15 @@ def fit(
         loss_sum, grad_sum = 0.0, 0.0
         for step in range(steps_per_epoch):
             batch = data.batch(order[step * cfg.batch_size : (step + 1) * cfg.batch_size])
-            symbol = batch.symbol.masked_fill(
-                torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0
-            )
+            symbol = batch.symbol.masked_fill(torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0)
             with autocast_for(device):
                 out = forward_batch(model, batch, symbol, device)
                 loss = pinball_loss(out.quantiles.float(), batch.y.to(device), levels)
             if not torch.isfinite(loss):
-                raise TrainingError(f"epoch {epoch} step {step + 1}: training loss is "
-                                    f"{loss.item()}; lower --lr or check the inputs for NaN")
+                raise TrainingError(
+                    f"epoch {epoch} step {step + 1}: training loss is "
+                    f"{loss.item()}; lower --lr or check the inputs for NaN"
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
@@ -210,8 +236,14 @@ def fit(
             loss_sum += loss.item()
             grad_sum += float(grad_norm)
             if cfg.progress:
-                _progress(epoch, cfg.epochs, step + 1, steps_per_epoch, loss_sum / (step + 1),
-                          time.perf_counter() - started)
+                _progress(
+                    epoch,
+                    cfg.epochs,
+                    step + 1,
+                    steps_per_epoch,
+                    loss_sum / (step + 1),
+                    time.perf_counter() - started,
+                )
         if cfg.progress:
             sys.stderr.write("\n")
         val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, levels, device)
@@ -225,12 +257,17 @@ def fit(
             "peak_memory_mb": peak_memory_mb(device),
         }
         if all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)):
-            raise TrainingError(f"epoch {epoch}: no weight changed — the optimizer is not "
-                                "updating the model (learning rate 0? frozen parameters?)")
+            raise TrainingError(
+                f"epoch {epoch}: no weight changed — the optimizer is not "
+                "updating the model (learning rate 0? frozen parameters?)"
+            )
         check_epoch(record, history)
         history.append(record)
-        _log(cfg, f"epoch {epoch}: train {record['train_loss']:.5f} val {val_loss:.5f} "
-                  f"({record['seconds']:.0f}s, peak {record['peak_memory_mb']:.0f} MB)")
+        _log(
+            cfg,
+            f"epoch {epoch}: train {record['train_loss']:.5f} val {val_loss:.5f} "
+            f"({record['seconds']:.0f}s, peak {record['peak_memory_mb']:.0f} MB)",
+        )
         if val_loss < best_val:
             best_val, stale = val_loss, 0
             best_state = copy.deepcopy(model.state_dict())
@@ -254,8 +291,12 @@ def forward_batch(
     model: TemporalFusionTransformer, batch: Batch, symbol: torch.Tensor, device: torch.device
 ) -> TFTOutput:
     return model.forward_shared(
-        symbol.to(device), batch.static_reals.to(device), batch.rows.to(device),
-        batch.index.to(device), batch.row_window.to(device), batch.x_future.to(device),
+        symbol.to(device),
+        batch.static_reals.to(device),
+        batch.rows.to(device),
+        batch.index.to(device),
+        batch.row_window.to(device),
+        batch.x_future.to(device),
     )
 
 
@@ -277,8 +318,12 @@ def check_epoch(record: dict[str, Any], history: list[dict[str, Any]]) -> None:
 
 @torch.inference_mode()
 def evaluate_loss(
-    model: TemporalFusionTransformer, data: WindowData, ends: np.ndarray, batch_size: int,
-    levels: torch.Tensor, device: torch.device,
+    model: TemporalFusionTransformer,
+    data: WindowData,
+    ends: np.ndarray,
+    batch_size: int,
+    levels: torch.Tensor,
+    device: torch.device,
 ) -> float:
     """Mean pinball loss over held-out windows (target units), in eval mode."""
     model.eval()
@@ -304,8 +349,10 @@ def write_history(out_dir: Path, history: list[dict[str, Any]]) -> None:
 
 def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float, secs: float) -> None:
     filled = int(30 * step / steps)
-    sys.stderr.write(f"\repoch {epoch}/{epochs} [{'#' * filled}{'.' * (30 - filled)}] "
-                     f"{step}/{steps} loss {loss:.5f} {step / max(secs, 1e-9):.1f} it/s")
+    sys.stderr.write(
+        f"\repoch {epoch}/{epochs} [{'#' * filled}{'.' * (30 - filled)}] "
+        f"{step}/{steps} loss {loss:.5f} {step / max(secs, 1e-9):.1f} it/s"
+    )
     sys.stderr.flush()
 
 

@@ -8,7 +8,12 @@ from typing import Any
 
 import faust
 
-from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadata
+from streams.kafka import (
+    BrokerUnavailable,
+    aiokafka_config,
+    bootstrap_servers,
+    wait_for_metadata,
+)
 from streams.settings import Settings
 
 log = logging.getLogger("barcast")
@@ -24,6 +29,7 @@ class BarcastApp(faust.App):
         super().__init__(settings.app_id, **options)
         self.barcast = settings
         self._embedded: Any = None
+        self._state_producer: Any = None
         from streams.metrics import Metrics
 
         self.metrics = Metrics()
@@ -39,7 +45,21 @@ class BarcastApp(faust.App):
             # enough to miss consumer-group heartbeats: do it before joining the group.
             await asyncio.to_thread(warm_up_features)
 
+    async def state_producer(self) -> Any:
+        """The producer for agent state (see streams.agents.state), started on first use."""
+        if self._state_producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(
+                **aiokafka_config(self.barcast), acks="all", linger_ms=0, max_batch_size=1
+            )
+            await producer.start()
+            self._state_producer = producer
+        return self._state_producer
+
     async def on_stop(self) -> None:
+        if self._state_producer is not None:
+            await self._state_producer.stop()
         await super().on_stop()
         if self._embedded is not None:
             self._embedded.stop()

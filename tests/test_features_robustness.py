@@ -98,8 +98,11 @@ def test_synthetic_gap_fills_are_finite_and_leave_volume_features_alone(
         *(micro.FIRST + k for k in micro.FLOW_OUT),
         INDEX["z_volume_60"],
     ]
-    real = filled[~synthetic]
-    assert np.array_equal(real[:, volume_based], plain[:, volume_based], equal_nan=True)
+    real = filled[~synthetic][:, volume_based]
+    expected = plain[:, volume_based]
+    # warm-ups count all bars, so with gap fills a few more early values are defined
+    defined = ~np.isnan(expected)
+    assert np.array_equal(real[defined], expected[defined])
     # on a gap fill the volume-based features repeat the previous bar's; the bar's own volume is 0
     fills = np.where(synthetic)[0]
     held = volume_based[2:]
@@ -116,17 +119,18 @@ def test_first_bars_of_a_series(sixe_bars: pd.DataFrame, n: int) -> None:
     assert_finite_after_warmup(values, np.arange(n))
 
 
-def test_features_are_scale_free(sixe_bars: pd.DataFrame) -> None:
-    """6E at 1.08 and the same moves at an ES-like 5200: the features agree to float noise."""
+@pytest.mark.parametrize("scale", [4096.0, 1.0 / 128.0])
+def test_features_are_scale_free(sixe_bars: pd.DataFrame, scale: float) -> None:
+    """The same moves at an ES-like (4400) or JPY-like (0.0085) price level give the same
+    features. A power-of-two scale keeps every price difference and tie exact, so only the
+    logs' rounding differs; threshold events (CUSUM, flat/up/down) may flip on it."""
     bars = sixe_bars.iloc[:6000]
     base, _ = engine.compute_batch(*(bars[c].to_numpy() for c in COLUMNS))
-    scaled_cols = [bars[c].to_numpy() * (4800.0 if c in COLUMNS[1:5] else 1) for c in COLUMNS]
+    scaled_cols = [bars[c].to_numpy() * (scale if c in COLUMNS[1:5] else 1) for c in COLUMNS]
     scaled, _ = engine.compute_batch(*scaled_cols)
     w = engine.MAX_WARMUP
-    close = np.isclose(scaled[w:], base[w:], rtol=1e-6, atol=1e-9)
-    share = close.mean(axis=0)
-    # threshold events (CUSUM, flat/up/down states) may flip on a 1-ulp difference; nothing else
-    flipped = {engine.FEATURE_NAMES[j]: s for j, s in enumerate(share) if s <= 0.98}
+    share = np.isclose(scaled[w:], base[w:], rtol=1e-6, atol=1e-9).mean(axis=0)
+    flipped = {engine.FEATURE_NAMES[j]: s for j, s in enumerate(share) if s < 0.98}
     assert not flipped
     assert share.mean() > 0.999
 

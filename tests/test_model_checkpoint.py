@@ -52,7 +52,9 @@ def saved(tmp_path: Path) -> tuple[Path, TemporalFusionTransformer, str]:
     return tmp_path, model, model_id
 
 
-def test_checkpoint_holds_every_parameter(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
+def test_checkpoint_holds_every_parameter(
+    saved: tuple[Path, TemporalFusionTransformer, str],
+) -> None:
     directory, model, model_id = saved
     weights = directory / checkpoint.WEIGHTS
     assert weights.stat().st_size >= model.n_params() * 4  # float32: not a 16-byte stub
@@ -86,7 +88,7 @@ def test_reload_gives_identical_predictions_without_pickle(
 
 
 def test_refuses_a_feature_set_mismatch(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
-    with pytest.raises(CheckpointError, match="trained on feature set features-v1.*features-v2"):
+    with pytest.raises(CheckpointError, match=r"trained on feature set features-v1.*features-v2"):
         checkpoint.load(saved[0], "features-v2")
 
 
@@ -129,5 +131,5 @@ def test_refuses_weights_that_do_not_match_the_config(
 
 def test_refuses_a_missing_file(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
     (saved[0] / checkpoint.CONFIG).unlink()
-    with pytest.raises(CheckpointError, match="config.json is missing"):
+    with pytest.raises(CheckpointError, match=r"config\.json is missing"):
         checkpoint.load(saved[0])

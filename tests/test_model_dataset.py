@@ -69,7 +69,7 @@ def test_planted_marker_never_reaches_validation() -> None:
     windows use and those validation windows use are disjoint, and so are their markers."""
     panel = synthetic_panel(n_bars=1200, n_features=4, horizon=HORIZON)
     panel.features[:, 3] = np.arange(len(panel.ts))
-    split, ends = splits(panel)
+    _, ends = splits(panel)
     normalizer = Normalizer(np.zeros(4), np.ones(4), clip=1e9)
     data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0)
     seen = {}

@@ -61,11 +61,15 @@ def test_fp32_predictions_equal_the_model_on_normalized_inputs(directory: Path) 
     symbol, reals = meta.vocab.encode(batch.symbols)
     assert batch.features is not None
     with torch.inference_mode():
-        expected = model(
-            torch.from_numpy(symbol), torch.from_numpy(reals),
-            torch.from_numpy(meta.normalizer.apply(batch.features)),
-            torch.from_numpy(future_covariates(batch.ts_event, CONFIG.horizon)),
-        ).quantiles.numpy() * meta.target_scale
+        expected = (
+            model(
+                torch.from_numpy(symbol),
+                torch.from_numpy(reals),
+                torch.from_numpy(meta.normalizer.apply(batch.features)),
+                torch.from_numpy(future_covariates(batch.ts_event, CONFIG.horizon)),
+            ).quantiles.numpy()
+            * meta.target_scale
+        )
     np.testing.assert_allclose(forecast.quantiles, expected, rtol=1e-6, atol=1e-12)
     assert forecast.quantiles.shape == (6, CONFIG.horizon, 3)
     np.testing.assert_allclose(

@@ -81,8 +81,10 @@ def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_225_features(
     run = TrainConfig(epochs=1, batch_size=32, windows_per_epoch=96, val_fraction=0.3,
                       test_fraction=0.0, progress=False)  # fmt: skip
     metrics = train([data], tmp_path / "ckpt", config, run)
-    print(f"batch 32 / hidden 256: {metrics['n_params']} parameters, "
-          f"peak memory {metrics['peak_memory_mb']:.0f} MB")
+    print(
+        f"batch 32 / hidden 256: {metrics['n_params']} parameters, "
+        f"peak memory {metrics['peak_memory_mb']:.0f} MB"
+    )
     assert metrics["epochs_run"] == 1 and metrics["peak_memory_mb"] > 0
     model, meta, _ = checkpoint.load(tmp_path / "ckpt", FINGERPRINT)
     assert meta.config.n_hist == N_FEATURES == 225

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from streams.agents.checkpoint import INTERVAL_S, Checkpointer, StateCache
 from streams.agents.io import (
     BAR_HEADERS,
     CONTROL_HEADERS,
@@ -60,23 +61,20 @@ OUTCOMES = (BarOutcome.CLEAN, BarOutcome.CORRECTED, BarOutcome.DUPLICATE, BarOut
 
 
 class CorrectionsBatch:
-    """One take() batch: loads each symbol's state once, runs the rules, collects outputs."""
+    """One take() batch: runs the rules on each event and collects the outputs."""
 
     def __init__(
         self,
-        states: StateTable,
-        decoded: dict[bytes, tuple[int, SymbolState]],
+        states: StateCache[SymbolState],
         config: CorrectionConfig,
         stats: CorrectionStats,
         settings: Any,
     ) -> None:
-        self.states, self.decoded, self.config, self.stats = states, decoded, config, stats
+        self.states, self.config, self.stats = states, config, stats
         self.clean_topic, self.dlq_topic = settings.topic_clean, settings.topic_dlq
         self.now_ns = time.time_ns()
         # When the bars entered barcast: a header, so values stay comparable across restarts.
         self.headers = [*BAR_HEADERS, (RECEIVED_HEADER, str(self.now_ns).encode())]
-        self.loaded: dict[bytes, tuple[int, SymbolState]] = {}
-        self.touched: dict[bytes, int] = {}  # key -> partition
         self.outputs: list[Out] = []
         self.steps: list[Step] = []
 
@@ -89,41 +87,29 @@ class CorrectionsBatch:
         # A bar, or a record only claiming to be a control one: the rules reject it if malformed.
         self.bar(event)
 
-    def state(self, key: bytes) -> tuple[int, SymbolState]:
-        """(offset of the last source event applied, state) for `key`; the agent's decoded
-        copy when it is of the stored state (same offset), else decoded from the table."""
-        loaded = self.loaded.get(key)
-        if loaded is None:
-            loaded = self.decoded.get(key)
-            if loaded is None or loaded[0] != self.states.offset(key):
-                offset, payload = self.states.get(key)
-                state = SymbolState() if payload is None else SymbolState.from_bytes(payload)
-                loaded = (offset, state)
-            self.loaded[key] = loaded
-        return loaded
-
     def bar(self, event: EventT) -> None:
         message = event.message
-        key = event.key or b""
-        applied, state = self.state(key)
-        if message.offset <= applied:  # applied before a crash: its outputs are already out
+        key, partition, offset = event.key or b"", message.partition, message.offset
+        applied, state = self.states.get(key, partition)
+        if offset <= applied:  # applied before a crash: its outputs are already out
             return
-        ref = [message.topic, message.partition, message.offset]
+        ref = [message.topic, partition, offset]
         step = correct(event.value, state, self.config, self.stats, ref=ref, now_ns=self.now_ns)
-        self.loaded[key] = (message.offset, state)
-        self._emit(key, step, message.partition)
+        self.states.set(key, partition, offset, state)
+        self._emit(key, step, partition)
 
     def control(self, event: EventT, until: int) -> None:
         """END_OF_INTERVAL: decide held spike candidates of this partition that timed out,
         then pass the record on so the forecast worker can flush the minute."""
         message = event.message
         partition = message.partition
-        keys = [*self.states.keys_in(partition)]
-        keys += [key for key, p in self.touched.items() if p == partition]
-        for key in dict.fromkeys(keys):
-            _, state = self.state(key)
+        for key in self.states.keys_in(partition):
+            applied, state = self.states.get(key, partition)
             if state.held is not None:
-                self._emit(key, flush(state, self.config, self.stats, until_ts=until), partition)
+                step = flush(state, self.config, self.stats, until_ts=until)
+                if step.outcomes:
+                    self.states.set(key, partition, applied, state)
+                    self._emit(key, step, partition)
         self.outputs.append(
             Out(
                 self.clean_topic,
@@ -137,7 +123,6 @@ class CorrectionsBatch:
 
     def _emit(self, key: bytes, step: Step, partition: int) -> None:
         self.steps.append(step)
-        self.touched[key] = partition
         for outcome in step.outcomes:
             if outcome.status is Status.REJECTED:
                 self.outputs.append(self._dead_letter(key, outcome, partition))
@@ -164,11 +149,6 @@ class CorrectionsBatch:
             (DLQ_MESSAGE, outcome.message.encode()),
         ]
         return Out(self.dlq_topic, key, value, None, headers, partition)
-
-    def store(self) -> None:
-        for key, partition in self.touched.items():
-            offset, state = self.decoded[key] = self.loaded[key]
-            self.states.put(key, partition, offset, state.to_bytes())
 
     def record(self, metrics: Metrics) -> None:
         """Add the batch's outcomes to the metrics, one increment per series."""
@@ -218,23 +198,30 @@ def register(app: BarcastApp) -> None:
     source = raw_topic(app, settings.topic_raw)
     raw_topic(app, settings.topic_clean)
     raw_topic(app, settings.topic_dlq)
-    states = StateTable(app, "corrections-state")
+    states = StateCache(
+        StateTable(app, "corrections-state"),
+        SymbolState.from_bytes,
+        SymbolState.to_bytes,
+        SymbolState,
+    )
+    checkpointer = Checkpointer(app, settings.topic_raw, states)
     config = CorrectionConfig(fill_gaps=settings.fill_gaps)
     stats = CorrectionStats()
-    # Decoded states by key, so a symbol's JSON state is parsed once, not once per batch.
-    decoded: dict[bytes, tuple[int, SymbolState]] = {}
 
     async def handle(events: Sequence[EventT]) -> None:
-        batch = CorrectionsBatch(states, decoded, config, stats, settings)
+        batch = CorrectionsBatch(states, config, stats, settings)
         for event in events:
             batch.add(event)
         await publish(app, batch.outputs)
-        batch.store()
         batch.record(app.metrics)
 
     @app.agent(source, name="corrections")
     async def correct_bars(stream):  # type: ignore[no-untyped-def]
-        await each_batch(stream, handle)
+        await each_batch(stream, lambda events: checkpointer.run(events, handle))
+
+    @app.timer(INTERVAL_S)
+    async def corrections_checkpoint() -> None:
+        await checkpointer.tick()
 
     @app.timer(SUMMARY_INTERVAL_S)
     async def log_summary() -> None:

@@ -1,9 +1,10 @@
 """`bars.clean` → `features`: the Numba engine, one call per `take()` batch for all symbols.
 
-Each symbol's table entry is its engine state plus the ts_event of its last bar. A bar at or
-before that ts_event is a repeat that an upstream restart re-published (bars.clean carries each
-symbol's bars in strictly increasing time otherwise); it was applied already and is skipped, so
-the feature rows stay exactly those of an uninterrupted run.
+Each symbol's table entry is its engine state plus the ts_event of its last bar, written at
+checkpoints (streams.agents.checkpoint). A bar at or before that ts_event is a repeat that an
+upstream restart re-published (bars.clean carries each symbol's bars in strictly increasing
+time otherwise); it was applied already and is skipped, so the feature rows stay exactly those
+of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from features import engine
+from streams.agents.checkpoint import INTERVAL_S, Checkpointer, StateCache
 from streams.agents.io import (
     CONTROL_HEADERS,
     Out,
@@ -80,15 +82,30 @@ def decode_bar(value: bytes) -> dict[str, Any] | None:
     return None
 
 
-class FeaturesBatch:
-    """One take() batch: each symbol's state loaded once, one engine call for every bar."""
+@dataclass(slots=True)
+class SymbolFeatures:
+    """A symbol's engine state and the ts_event of its last bar: its table entry."""
 
-    def __init__(self, states: StateTable, topic: str) -> None:
+    last_ts: int = NO_TS
+    vector: np.ndarray = field(default_factory=lambda: engine.new_states(1)[0])
+
+    def to_bytes(self) -> bytes:
+        return _LAST_TS.pack(self.last_ts) + engine.state_to_bytes(self.vector)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SymbolFeatures:
+        state = engine.state_from_bytes(data[_LAST_TS.size :])
+        return cls(_LAST_TS.unpack_from(data)[0], state)
+
+
+class FeaturesBatch:
+    """One take() batch: one engine call for every bar of every symbol."""
+
+    def __init__(self, states: StateCache[SymbolFeatures], topic: str) -> None:
         self.states, self.topic = states, topic
         self.rows: dict[bytes, int] = {}
+        self.symbols: list[SymbolFeatures] = []
         self.applied: list[int] = []  # offset of the last source event each state reflects
-        self.last_ts: list[int] = []
-        self.vectors: list[np.ndarray] = []
         self.partitions: list[int] = []
         self.touched: set[int] = set()
         self.state = engine.new_states(0)
@@ -118,9 +135,10 @@ class FeaturesBatch:
                 event.value,
             )
             return
-        if bar["ts_event"] <= self.last_ts[row]:  # re-published upstream: applied already
+        symbol = self.symbols[row]
+        if bar["ts_event"] <= symbol.last_ts:  # re-published upstream: applied already
             return
-        self.last_ts[row] = bar["ts_event"]
+        symbol.last_ts = bar["ts_event"]
         item = _Bar(event, bar, row)
         self.items.append(item)
         self.bars.append(item)
@@ -128,22 +146,17 @@ class FeaturesBatch:
     def _row(self, key: bytes, partition: int) -> int:
         row = self.rows.get(key)
         if row is None:
-            offset, payload = self.states.get(key)
-            row = self.rows[key] = len(self.vectors)
+            offset, symbol = self.states.get(key, partition)
+            row = self.rows[key] = len(self.symbols)
+            self.symbols.append(symbol)
             self.applied.append(offset)
             self.partitions.append(partition)
-            if payload is None:
-                self.last_ts.append(NO_TS)
-                self.vectors.append(engine.new_states(1)[0])
-            else:
-                self.last_ts.append(_LAST_TS.unpack_from(payload)[0])
-                self.vectors.append(engine.state_from_bytes(payload[_LAST_TS.size :]))
         return row
 
     def compute(self) -> list[Out]:
         """Advance the states; the batch's outputs in arrival order."""
-        if self.vectors:
-            self.state = np.stack(self.vectors)
+        if self.bars:
+            self.state = np.stack([symbol.vector for symbol in self.symbols])
         rows = self._update() if self.bars else {}
         outputs = []
         for item in self.items:
@@ -207,32 +220,45 @@ class FeaturesBatch:
             out[id(bar)] = (values[0], bool(warm[0]))
         return out
 
-    def store(self) -> None:
-        """Write the state of every symbol this batch advanced (once its outputs are acked)."""
+    def update_states(self) -> None:
+        """Hand every symbol this batch advanced back to the cache (written at a checkpoint)."""
         for key, row in self.rows.items():
             if row in self.touched:
-                payload = _LAST_TS.pack(self.last_ts[row]) + engine.state_to_bytes(self.state[row])
-                self.states.put(key, self.partitions[row], self.applied[row], payload)
+                symbol = self.symbols[row]
+                if self.bars:
+                    np.copyto(symbol.vector, self.state[row])
+                self.states.set(key, self.partitions[row], self.applied[row], symbol)
 
 
 def register(app: BarcastApp) -> None:
     settings = app.barcast
     source = raw_topic(app, settings.topic_clean)
     raw_topic(app, settings.topic_features)
-    states = StateTable(app, "features-state")
+    states = StateCache(
+        StateTable(app, "features-state"),
+        SymbolFeatures.from_bytes,
+        SymbolFeatures.to_bytes,
+        SymbolFeatures,
+    )
+    checkpointer = Checkpointer(app, settings.topic_clean, states)
 
     async def handle(events: Sequence[EventT]) -> None:
         batch = FeaturesBatch(states, settings.topic_features)
         for event in events:
             batch.add(event)
-        await publish(app, batch.compute())
-        batch.store()
+        outputs = batch.compute()
+        batch.update_states()
+        await publish(app, outputs)
         app.metrics.bar(Stage.FEATURES, Outcome.IN, len(batch.bars) + batch.malformed)
         app.metrics.bar(Stage.FEATURES, Outcome.OUT, len(batch.bars) - batch.refused)
 
     @app.agent(source, name="features")
     async def compute_features(stream):  # type: ignore[no-untyped-def]
-        await each_batch(stream, handle)
+        await each_batch(stream, lambda events: checkpointer.run(events, handle))
+
+    @app.timer(INTERVAL_S)
+    async def features_checkpoint() -> None:
+        await checkpointer.tick()
 
 
 def _forward(event: EventT, topic: str) -> Out:

@@ -145,6 +145,7 @@ class ForecastService:
                 self.app.metrics.bar_to_forecast_seconds.observe(latency)
             for key, partition, offset, value in writes:
                 self.table.put(key, partition, offset, value)
+            await self.table.flush()
             for event in events:
                 event.ack()
             self.app.metrics.forecasts.inc(len(outputs))

@@ -1,14 +1,21 @@
 """Per-symbol agent state in a Faust table, tagged with the source offset it reflects.
 
-Agents publish a batch's outputs and wait for the broker's acks before they store state, and
-they skip any event at or below the stored offset. After a crash the recovered state is either
-current (its events are skipped: their outputs are already out) or older (its events are
-processed again and produce identical outputs, removed by key de-duplication), so a restart
-never double-applies a bar to the state and never loses an output.
+Agents publish a batch's outputs and wait for the broker's acks, then store state and wait for
+that too, and only then let Faust commit the batch's offsets; they skip any event at or below
+the stored offset. After a crash the recovered state is either current (its events are
+skipped: their outputs are already out) or older (its events are processed again and produce
+identical outputs, removed by key de-duplication), so a restart never double-applies a bar to
+the state and never loses an output.
+
+State records go out through a producer of their own that puts every record in a batch of its
+own. Faust restores a table by reading its changelog up to the high watermark, and some
+Kafka-compatible brokers (Tansu, the embedded one) report a partition's high watermark as the
+last *batch*'s base offset + 1: with multi-record batches the restore would stop short.
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import TYPE_CHECKING
 
@@ -23,6 +30,8 @@ NO_OFFSET = -1
 
 class StateTable:
     def __init__(self, app: BarcastApp, name: str) -> None:
+        self.app = app
+        self._unsent: list[tuple[int, bytes, bytes]] = []
         self.table: TableT = app.Table(
             name,
             key_type=bytes,
@@ -56,4 +65,17 @@ class StateTable:
         table stays co-partitioned with the topic whichever event happens to be current."""
         value = _HEAD.pack(offset, partition) + payload
         self.table.data[key] = value
-        self.table.send_changelog(partition, key, value)
+        self._unsent.append((partition, key, value))
+
+    async def flush(self) -> None:
+        """Send the states `put` since the last flush and wait until the broker has them."""
+        unsent, self._unsent = self._unsent, []
+        if not unsent:
+            return
+        producer = await self.app.state_producer()
+        topic = self.table.changelog_topic.get_topic_name()
+        pending = [
+            await producer.send(topic, value, key=key, partition=partition)
+            for partition, key, value in unsent
+        ]
+        await asyncio.gather(*pending)

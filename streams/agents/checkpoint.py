@@ -1,0 +1,134 @@
+"""Write-behind agent state: changed states are written, and source events acked, once per
+checkpoint (every `INTERVAL_S`, or after `MAX_HELD` events), not once per take() batch.
+
+Why: every changed state is one changelog record (a symbol's features state is ~40 kB), so
+writing per batch costs up to one such record per bar once batches span many symbols; per
+checkpoint it is one per changed symbol per interval.
+
+A batch's outputs are still published and acked within the batch. Its states stay in memory,
+and its events stay unacked (held), until the next checkpoint writes every changed state, waits
+for the broker, and only then acks the held events: Faust never commits an offset whose state
+is not durable. A crash loses at most the held window: the restarted worker recovers the last
+checkpoint's states and replays from the committed offset; events at or below a recovered
+state's offset are skipped, the others produce the same outputs again (removed downstream by
+key de-duplication).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from streams.agents.state import StateTable
+
+if TYPE_CHECKING:
+    from faust.types import TP, EventT
+
+    from streams.faust_app import BarcastApp
+
+INTERVAL_S = 0.5  # below Faust's commit interval (1 s), so commits are not held back
+MAX_HELD = 20_000  # bounds memory and the replay after a crash
+
+S = TypeVar("S")
+
+
+class StateCache(Generic[S]):
+    """An agent's decoded per-key states over its StateTable.
+
+    `get` returns the decoded state while it is current (changed since the last checkpoint,
+    or at the same source offset as the table's), so a state is decoded once, not per batch.
+    `set` records a new state; `write` puts every changed one into the table.
+    """
+
+    def __init__(
+        self,
+        table: StateTable,
+        decode: Callable[[bytes], S],
+        encode: Callable[[S], bytes],
+        new: Callable[[], S],
+    ) -> None:
+        self.table, self.decode, self.encode, self.new = table, decode, encode, new
+        self.entries: dict[bytes, tuple[int, int, S]] = {}  # key -> partition, offset, state
+        self.changed: set[bytes] = set()
+
+    def get(self, key: bytes, partition: int) -> tuple[int, S]:
+        """(offset of the last source event applied, state) of `key`, whose events come from
+        source partition `partition`."""
+        entry = self.entries.get(key)
+        if entry is None or (key not in self.changed and entry[1] != self.table.offset(key)):
+            offset, payload = self.table.get(key)
+            state = self.new() if payload is None else self.decode(payload)
+            entry = self.entries[key] = (partition, offset, state)
+        return entry[1], entry[2]
+
+    def set(self, key: bytes, partition: int, offset: int, state: S) -> None:
+        self.entries[key] = (partition, offset, state)
+        self.changed.add(key)
+
+    def keys_in(self, partition: int) -> list[bytes]:
+        """Keys with state from source partition `partition`: stored or changed since."""
+        keys = self.table.keys_in(partition)
+        keys += [key for key in self.changed if self.entries[key][0] == partition]
+        return list(dict.fromkeys(keys))
+
+    def write(self) -> None:
+        for key in sorted(self.changed):
+            partition, offset, state = self.entries[key]
+            self.table.put(key, partition, offset, self.encode(state))
+        self.changed.clear()
+
+    def forget(self, partitions: set[int]) -> None:
+        """Drop states of partitions this worker no longer owns: whoever owns them next
+        recovers them from the changelog."""
+        for key in [k for k, entry in self.entries.items() if entry[0] in partitions]:
+            del self.entries[key]
+            self.changed.discard(key)
+
+
+class Checkpointer:
+    """Runs an agent's batches under one lock with its checkpoints (after a batch when one is
+    due, and from a timer while the stream is idle)."""
+
+    def __init__(self, app: BarcastApp, topic: str, cache: StateCache[Any]) -> None:
+        self.topic, self.cache = topic, cache
+        self.lock = asyncio.Lock()
+        self.held: list[EventT] = []
+        self.last = time.monotonic()
+        app.on_partitions_revoked.connect(self._on_revoked)
+
+    async def run(
+        self, events: Sequence[EventT], handle: Callable[[Sequence[EventT]], Awaitable[None]]
+    ) -> None:
+        """`handle` one take() batch, holding its events unacked until a checkpoint."""
+        async with self.lock:
+            for event in events:
+                event.message.incref()  # take() acks once when done: this reference stays
+            self.held += events
+            await handle(events)
+            if len(self.held) >= MAX_HELD or time.monotonic() - self.last >= INTERVAL_S:
+                await self._checkpoint()
+
+    async def tick(self) -> None:
+        """Checkpoint from a timer, so a quiet stream's last events are committed too."""
+        if self.held and time.monotonic() - self.last >= INTERVAL_S:
+            async with self.lock:
+                if self.held:  # the agent may have checkpointed while we waited
+                    await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        self.cache.write()
+        await self.cache.table.flush()
+        held, self.held = self.held, []
+        for event in held:
+            event.ack()
+        self.last = time.monotonic()
+
+    def _on_revoked(self, sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        """Held events of revoked partitions are never acked here (their new owner replays
+        them from the committed offset), and their states are forgotten."""
+        partitions = {tp.partition for tp in revoked if tp.topic == self.topic}
+        if partitions:
+            self.held = [e for e in self.held if e.message.partition not in partitions]
+            self.cache.forget(partitions)
