@@ -4,7 +4,8 @@ the embedded broker, and the pass-through agent (same topics, no work) as the an
 The 6EH4 month is tiled over `--symbols` symbols (one message per symbol per minute, as a live
 feed interleaves them) and pre-loaded into `bars.raw` with the ingest producer; then a worker
 starts and a plain librdkafka consumer times the first to the last message on `bars.clean`.
-bars/s = input bars over that window, so start-up and table recovery are not counted. The two
+bars/s = input bars over that window, so start-up and table recovery are not counted; CPU per
+bar of the worker and of the broker is reported too (steadier on a shared machine). The two
 agents run `--repeats` times, alternating, each on a fresh embedded broker; the best run of
 each is reported (the machine is shared: the best run is the least disturbed one).
 
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 
@@ -102,10 +104,23 @@ class OutputClock:
         return self.last - self.first
 
 
+@dataclass(frozen=True)
+class Run:
+    bps: float
+    worker_cpu_us: float  # CPU of the worker process per input bar, start-up excluded
+    broker_cpu_us: float  # CPU of the embedded broker per input bar
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def agent_run(
     base: Settings, role: str, records: list[tuple[bytes, bytes, int]], outputs: int
-) -> float:
-    """bars/s of a `role` worker over the records, pre-loaded into a fresh embedded broker."""
+) -> Run:
+    """A `role` worker over the records, pre-loaded into a fresh embedded broker."""
     with (
         tempfile.TemporaryDirectory(prefix=f"barcast-bench-{role}-") as tmp,
         EmbeddedBroker(Path(tmp) / "broker") as broker,
@@ -120,9 +135,14 @@ def agent_run(
         if producer.flush():
             producer.check()
         clock = OutputClock(broker.bootstrap, settings.topic_clean, settings.partitions, outputs)
-        with WorkerProcess(settings, role):
+        assert broker.pid is not None
+        with WorkerProcess(settings, role) as worker:
+            worker_cpu, broker_cpu = cpu_seconds(worker.pid), cpu_seconds(broker.pid)
             seconds = clock.wait(timeout_s=600.0)
-    return len(records) / seconds
+            worker_cpu = cpu_seconds(worker.pid) - worker_cpu
+            broker_cpu = cpu_seconds(broker.pid) - broker_cpu
+    n = len(records)
+    return Run(n / seconds, 1e6 * worker_cpu / n, 1e6 * broker_cpu / n)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,35 +155,54 @@ def main(argv: list[str] | None = None) -> int:
     base = Settings.from_env()
     records = tiled_records(base, args.symbols)
     pure_bps, released = pure_run(records)
-    runs: dict[str, list[float]] = {"passthrough": [], "corrections": []}
+    runs: dict[str, list[Run]] = {"passthrough": [], "corrections": []}
     for _ in range(args.repeats):
         runs["passthrough"].append(agent_run(base, "passthrough", records, len(records)))
         runs["corrections"].append(agent_run(base, "corrections", records, released))
-    passthrough_bps, agent_bps = max(runs["passthrough"]), max(runs["corrections"])
-
-    ratio = agent_bps / passthrough_bps
+    best = {role: max(role_runs, key=lambda run: run.bps) for role, role_runs in runs.items()}
+    agent, anchor = best["corrections"], best["passthrough"]
+    ratio = agent.bps / anchor.bps
+    cpu_ratio = (anchor.worker_cpu_us + anchor.broker_cpu_us) / (
+        agent.worker_cpu_us + agent.broker_cpu_us
+    )
     result = {
         "bars": len(records),
         "symbols": args.symbols,
         "repeats": args.repeats,
         "pure_bps": round(pure_bps),
-        "agent_bps": round(agent_bps),
-        "passthrough_bps": round(passthrough_bps),
+        "agent_bps": round(agent.bps),
+        "passthrough_bps": round(anchor.bps),
         "agent_over_passthrough": round(ratio, 3),
         "goal_agent_over_passthrough": GOAL,
-        "runs_bps": {role: [round(bps) for bps in bps_list] for role, bps_list in runs.items()},
+        "agent_cpu_us_per_bar": {
+            "worker": round(agent.worker_cpu_us, 1),
+            "broker": round(agent.broker_cpu_us, 1),
+        },
+        "passthrough_cpu_us_per_bar": {
+            "worker": round(anchor.worker_cpu_us, 1),
+            "broker": round(anchor.broker_cpu_us, 1),
+        },
+        "agent_over_passthrough_by_cpu": round(cpu_ratio, 3),
+        "runs_bps": {
+            role: [round(run.bps) for run in role_runs] for role, role_runs in runs.items()
+        },
     }
     print(f"corrections: {len(records):,} bars ({args.symbols} symbols x the 6EH4 month)")
-    print(f"{'measure':<34}{'bars/s':>10}  runs")
-    print(f"{'pure correct() (one core)':<34}{pure_bps:>10,.0f}")
+    print(f"{'measure':<30}{'bars/s':>9}{'worker us/bar':>15}{'broker us/bar':>15}  runs (bars/s)")
+    print(f"{'pure correct() (one core)':<30}{pure_bps:>9,.0f}")
     for label, role in (
         ("pass-through agent (anchor)", "passthrough"),
         ("corrections agent", "corrections"),
     ):
-        shown = ", ".join(f"{bps:,.0f}" for bps in runs[role])
-        print(f"{label:<34}{max(runs[role]):>10,.0f}  {shown}")
+        run = best[role]
+        shown = ", ".join(f"{r.bps:,.0f}" for r in runs[role])
+        cpu = f"{run.worker_cpu_us:>15.1f}{run.broker_cpu_us:>15.1f}"
+        print(f"{label:<30}{run.bps:>9,.0f}{cpu}  {shown}")
     verdict = "meets" if ratio >= GOAL else "misses"
-    print(f"agent / pass-through = {ratio:.3f} ({verdict} the goal of {GOAL})")
+    print(
+        f"agent / pass-through = {ratio:.3f} in bars/s ({verdict} the goal of {GOAL}); "
+        f"{cpu_ratio:.3f} in CPU per bar (worker + broker)"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

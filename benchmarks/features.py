@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import argparse  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -52,8 +53,10 @@ COLUMNS = ("ts_event", "open", "high", "low", "close", "volume")
 def tiled(symbols: int) -> dict[str, np.ndarray]:
     """Each column as a (minutes, symbols) C-contiguous array: row i = minute i of every symbol."""
     frame = read_bar_csv(Settings.from_env().data_dir / SIXE_CSV)
-    return {c: np.ascontiguousarray(np.repeat(frame[c].to_numpy()[:, None], symbols, 1))
-            for c in COLUMNS}  # fmt: skip
+    return {
+        c: np.ascontiguousarray(np.repeat(frame[c].to_numpy()[:, None], symbols, 1))
+        for c in COLUMNS
+    }
 
 
 def barcast_minutes(states: np.ndarray, bars: dict[str, np.ndarray], minutes: range) -> float:
@@ -75,8 +78,9 @@ def talib_minutes(handles: list[tuple], lists: dict[str, list], minutes: range) 
     highs, lows, closes = lists["high"], lists["low"], lists["close"]
     start = time.thread_time()
     for i in minutes:
-        for (adx, rsi, ema, macd), h, lo, c in zip(handles, highs[i], lows[i], closes[i],
-                                                    strict=True):  # fmt: skip
+        for (adx, rsi, ema, macd), h, lo, c in zip(
+            handles, highs[i], lows[i], closes[i], strict=True
+        ):
             adx.update(h, lo, c)
             rsi.update(c)
             ema.update(c)
@@ -95,8 +99,9 @@ def talipp_per_bar(bars: dict[str, np.ndarray], minutes: int) -> float:
 
     def feed(span: range) -> None:
         for i in span:
-            for (adx, rsi, ema, macd), candle, c in zip(indicators, candles[i], closes[i],
-                                                        strict=True):  # fmt: skip
+            for (adx, rsi, ema, macd), candle, c in zip(
+                indicators, candles[i], closes[i], strict=True
+            ):
                 adx.add(candle)
                 rsi.add(c)
                 ema.add(c)
@@ -125,8 +130,14 @@ def jit_start_seconds(cache_dir: str) -> float:
         "print(time.perf_counter() - t)"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir, "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", snippet], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", snippet],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -146,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     lists = {k: bars[k].tolist() for k in ("high", "low", "close")}  # TA-Lib takes Python floats
     edges = np.linspace(HISTORY, minutes, args.rounds + 1).astype(int)
     barcast_s = talib_s = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for lo, hi in itertools.pairwise(edges):
         barcast_s += barcast_minutes(states, bars, range(lo, hi))
         talib_s += talib_minutes(handles, lists, range(lo, hi))
     timed_bars = (minutes - HISTORY) * args.symbols

@@ -243,8 +243,10 @@ def main() -> None:
             flush=True,
         )
 
-    memory = {name: train_step_peak_mb(name, config, args.train_batch, args.threads)
-              for name in ("barcast", "ptf")}  # fmt: skip
+    memory = {
+        name: train_step_peak_mb(name, config, args.train_batch, args.threads)
+        for name in ("barcast", "ptf")
+    }
     result = {
         "config": config.to_dict(),
         "threads": args.threads,

@@ -46,7 +46,7 @@ SC_SLOW = 2.0 / (KAMA_SLOW + 1)
 @kernel
 def efficiency(cs: np.ndarray, t: int, lc: float, w: int, lag: int) -> float:
     move = abs(lc - cs[slot(RING_P, KP, t, lag) + F_LC]) if t >= lag else 0.0
-    return ratio(move, wsum(cs, SUMS_P, KP, w, F_AR), 0.0)
+    return ratio(move, wsum(cs, SUMS_P, KP, w, F_AR))
 
 
 @kernel

@@ -129,9 +129,7 @@ def begin(
 
     # True range (raw, TA-Lib's definition) and Wilder's ATR seeded by the mean of 14 TRs.
     tr = max(h - lo_, abs(h - pc), abs(lo_ - pc)) if t > 0 else h - lo_
-    if t == 0:
-        pass
-    elif t < ATR_PERIOD:
+    if 0 < t < ATR_PERIOD:
         cs[TR_SUM] += tr
     elif t == ATR_PERIOD:
         cs[ATR] = (cs[TR_SUM] + tr) / ATR_PERIOD

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,46 +37,17 @@ from features.primitives import KERNEL_OPTIONS, N_WINDOWS, get_i64, kernel
 from features.registry import FEATURE_NAMES, FINGERPRINT, WARMUPS
 
 N_FEATURES = 225
-_BLOCKS = (
-    core,
-    flow,
-    basic,
-    price_trend,
-    price_osc,
-    timefeat,
-    volume,
-    stats,
-    micro,
-    norm,
-    cusum,
-    adx,
-    regime,
-    adaptive,
-)
+# The state row: each module's block, in this order, at these offsets (B_*).
+_BLOCKS = (core, flow, basic, price_trend, price_osc, timefeat, volume, stats, micro, norm, cusum,
+           adx, regime, adaptive)  # fmt: skip
 _BASES = np.cumsum([0] + [m.SIZE for m in _BLOCKS])
-(
-    B_CORE,
-    B_FLOW,
-    B_BASIC,
-    B_TREND,
-    B_OSC,
-    B_TIME,
-    B_VOL,
-    B_STATS,
-    B_MICRO,
-    B_NORM,
-    B_CUSUM,
-    B_ADX,
-    B_REGIME,
-    B_ADAPT,
-    STATE_SIZE,
-) = (int(b) for b in _BASES)
+(B_CORE, B_FLOW, B_BASIC, B_TREND, B_OSC, B_TIME, B_VOL, B_STATS, B_MICRO, B_NORM, B_CUSUM,
+ B_ADX, B_REGIME, B_ADAPT, STATE_SIZE) = (int(b) for b in _BASES)  # fmt: skip
 _WARMUP = np.array(WARMUPS, dtype=np.int64)
 MAX_WARMUP = int(_WARMUP.max())
 N_CTX = flow.XV + N_WINDOWS * flow.KV  # per-bar scratch: shared scalars and window means
-STATE_LAYOUT = hashlib.sha256("|".join(m.LAYOUT.describe() for m in _BLOCKS).encode()).hexdigest()[
-    :16
-]
+_LAYOUT_TEXT = "|".join(m.LAYOUT.describe() for m in _BLOCKS)
+STATE_LAYOUT = hashlib.sha256(_LAYOUT_TEXT.encode()).hexdigest()[:16]  # slot names and sizes
 
 # Error codes of the kernel: code = 4 * bar + kind (kind below), -1 = success.
 _BAD_ROW, _BAD_PRICE, _BAD_VOLUME, _BAD_TIME = 0, 1, 2, 3
@@ -170,9 +142,23 @@ _SIGNATURE = types.int64(
 )
 
 
-def _build_kernel(source_key: str):  # type: ignore[no-untyped-def]
+def _build_kernel(source_key: str) -> Callable[..., int]:
     @njit(_SIGNATURE, cache=True, **KERNEL_OPTIONS)
-    def run(states, rows, ts, o, h, lo, c, v, syn, out, warm, ctx, last):  # type: ignore[no-untyped-def]
+    def run(
+        states: np.ndarray,
+        rows: np.ndarray,
+        ts: np.ndarray,
+        o: np.ndarray,
+        h: np.ndarray,
+        lo: np.ndarray,
+        c: np.ndarray,
+        v: np.ndarray,
+        syn: np.ndarray,
+        out: np.ndarray,
+        warm: np.ndarray,
+        ctx: np.ndarray,
+        last: np.ndarray,
+    ) -> int:
         # `source_key` (a hash of every module in this package) is captured only so that
         # numba's cache key changes with any callee's source: numba itself tracks only the
         # file defining the cached function, and would otherwise run stale inlined callees.

@@ -158,9 +158,9 @@ def update(
 
     sum_ar = wsum(cs, SUMS_P, KP, W14, F_AR)
     sum_tr = wsum(cs, SUMS_P, KP, W14, F_TR)
-    out[o] = ratio(wsum(cs, SUMS_P, KP, W14, F_R), sum_ar, 0.0)
-    out[o + 1] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIP), sum_tr, 0.0)
-    out[o + 2] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIM), sum_tr, 0.0)
+    out[o] = ratio(wsum(cs, SUMS_P, KP, W14, F_R), sum_ar)
+    out[o + 1] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIP), sum_tr)
+    out[o + 2] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIM), sum_tr)
     out[o + 3] = mp(ctx, W14, F_OC)
     out[o + 4] = mp(ctx, W14, F_BOP)
     span = hh14 - ll14
@@ -172,8 +172,8 @@ def update(
     out[o] = lc - mid20
     out[o + 1] = lc - mid60
     out[o + 2] = mid20 - mid60
-    out[o + 3] = ratio(h, ema12, 0.0) - 1.0
-    out[o + 4] = ratio(lo_, ema12, 0.0) - 1.0
+    out[o + 3] = ratio(h, ema12) - 1.0
+    out[o + 4] = ratio(lo_, ema12) - 1.0
     o += 5
 
     if ctx[core.X_NEW_SESSION] > 0.0:
@@ -188,4 +188,4 @@ def update(
     top, bottom = gs[SESS + 1], gs[SESS + 2]
     out[o + 1] = (c - bottom) / (top - bottom) if top > bottom else 0.5
     out[o + 2] = lc - gs[SESS + 3] if gs[SESS + 4] > 0.0 else 0.0
-    out[o + 3] = ratio(ema5, ema12, 0.0) - 1.0
+    out[o + 3] = ratio(ema5, ema12) - 1.0

@@ -118,7 +118,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     o += len(EMA_PERIODS)
     out[o] = sma5 / sma20 - 1.0
     out[o + 1] = sma20 / sma60 - 1.0
-    out[o + 2] = ratio(ema12, ema26, 0.0) - 1.0
+    out[o + 2] = ratio(ema12, ema26) - 1.0
     o += 3
 
     # MACD: the fast EMA starts MACD_SLOW - MACD_FAST bars late so both first print on bar 25.
@@ -137,7 +137,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
         out[o + i] = lc - cs[slot(RING_P, KP, t, k) + F_LC] if t >= k else 0.0
     o += len(ROC_LAGS)
 
-    out[o] = ratio(ema12, gs[PREV_EMA12], 0.0) - 1.0 if t > 0 else 0.0
+    out[o] = ratio(ema12, gs[PREV_EMA12]) - 1.0 if t > 0 else 0.0
     gs[PREV_EMA12] = ema12
     o += 1
 
@@ -161,9 +161,9 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[o + 1] = c / (2.0 * gs[DEMA] - gs[DEMA + 1]) - 1.0
     o += 2
 
-    out[o] = ratio(c - sma60, atr, 0.0)
+    out[o] = ratio(c - sma60, atr)
     kelt = ema_seeded(gs, KELT, c, t, KELTNER_PERIOD)
-    out[o + 1] = ratio(c - kelt, 2.0 * atr, 0.0)
+    out[o + 1] = ratio(c - kelt, 2.0 * atr)
     o += 2
 
     side = 1.0 if line >= signal else -1.0
@@ -190,7 +190,7 @@ def sma_update(
 @kernel
 def ema_update(gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray, o: int) -> float:
     ema = ema_seeded(gs, EMA + 2 * i, c, t, EMA_PERIODS[i])
-    out[o + i] = ratio(c, ema, 0.0) - 1.0
+    out[o + i] = ratio(c, ema) - 1.0
     return ema
 
 

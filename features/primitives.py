@@ -5,10 +5,12 @@ A symbol's whole state is one flat float64 vector. Each kernel module reserves i
 into the compiled code.
 
 A *rolling block* is a ring of `RING` records of `k` float fields plus, for every window in
-`WINDOWS`, the running sum of every field. `roll_sums` keeps the sums with one vectorizable
+`WINDOWS`, the running sums of the block's first `nf[w]` fields (fields are ordered so that
+each window's fields form a prefix). `roll_sums` keeps the sums with one vectorizable
 add/subtract per field and window; `resync_sums` recomputes them exactly from the ring once per
-ring cycle, so float drift can never grow past `RING` updates. Both are deterministic, so a
-history streamed bar by bar and the same history in one batch give identical bits.
+ring cycle, so float drift can never grow past `RING` updates; `fill_means` turns them into the
+per-bar means the groups read. All deterministic: a history streamed bar by bar and the same
+history in one batch give identical bits.
 """
 
 from __future__ import annotations
@@ -84,11 +86,9 @@ def ema_step(prev: float, x: float, k: float) -> float:
 
 
 @kernel
-def ratio(num: float, den: float, floor: float) -> float:
-    """num/den, or 0 where |den| <= floor (flat prices, zero volume, empty windows)."""
-    if abs(den) <= floor:
-        return 0.0
-    return num / den
+def ratio(num: float, den: float) -> float:
+    """num/den, or 0 where den is 0 (flat prices, zero volume, empty windows)."""
+    return num / den if den != 0.0 else 0.0
 
 
 @kernel

@@ -203,8 +203,8 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
         out[o + 4 + i] = sqrt0(mp(ctx, w, F_RS))
         out[o + 6 + i] = yang_zhang(ctx, w, t)
     o += 8
-    out[o] = ratio(rv5, rv60, 0.0)
-    out[o + 1] = ratio(rv20, rv60, 0.0)
+    out[o] = ratio(rv5, rv60)
+    out[o + 1] = ratio(rv20, rv60)
     o += 2
     _, skew20, kurt20 = moments(ctx, W20)
     _, skew60, kurt60 = moments(ctx, W60)
@@ -219,19 +219,19 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
         w = (W20, W60)[i]
         sd = rv20 if i == 0 else rv60
         n = count(t, w)
-        out[o + i] = ratio(mp(ctx, w, F_R) * n, sd * math.sqrt(n), 0.0)
-        out[o + 2 + i] = ratio(r, sd, 0.0)
+        out[o + i] = ratio(mp(ctx, w, F_R) * n, sd * math.sqrt(n))
+        out[o + 2 + i] = ratio(r, sd)
     o += 4
 
     ms = mp(ctx, W20, F_R2)
     mabs = mp(ctx, W20, F_AR)
     mup2 = mp(ctx, W20, F_UP2)
     rms = sqrt0(ms)
-    out[o] = ratio(mabs, rms, 0.0)
+    out[o] = ratio(mabs, rms)
     out[o + 1] = (ms - mup2) / ms if ms > VAR_FLOOR else 0.5
-    out[o + 2] = ratio(sqrt0(mup2) - sqrt0(ms - mup2), rms, 0.0)
+    out[o + 2] = ratio(sqrt0(mup2) - sqrt0(ms - mup2), rms)
     rng = cs[slot(RING_P, KP, t, 0) + F_RNG]
-    out[o + 3] = ratio(rng, mp(ctx, W20, F_RNG), 0.0)
+    out[o + 3] = ratio(rng, mp(ctx, W20, F_RNG))
     evf, evs = sqrt0(ctx[core.X_EVF]), sqrt0(ctx[core.X_EVS])
     out[o + 4], out[o + 5] = evf, evs
     out[o + 6] = mp(ctx, W20, F_UP)
@@ -242,16 +242,16 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     gs[RUN] = run if r != 0.0 else 0.0
     out[o] = clip(gs[RUN] / RUN_CAP, -1.0, 1.0)
     extreme(gs, MAX_AR, cs, RING_P, KP, F_AR, t, WINDOWS[W20], True)
-    out[o + 1] = ratio(gs[MAX_AR], rv20, 0.0)
-    out[o + 2] = ratio(evf, evs, 0.0)
+    out[o + 1] = ratio(gs[MAX_AR], rv20)
+    out[o + 2] = ratio(evf, evs)
     var_abs = ms - mabs * mabs
-    out[o + 3] = ratio(sqrt0(var_abs), mabs, 0.0)
+    out[o + 3] = ratio(sqrt0(var_abs), mabs)
     out[o + 4] = (
         clip((mp(ctx, W20, F_ARR1) - mabs * mabs) / var_abs, -1.0, 1.0)
         if var_abs > VAR_FLOOR
         else 0.0
     )
-    out[o + 5] = ratio(park20, rv20, 0.0)
+    out[o + 5] = ratio(park20, rv20)
     lag = WINDOWS[W60]
     move = ctx[core.X_LC] - cs[slot(RING_P, KP, t, lag) + F_LC] if t >= lag else 0.0
-    out[o + 6] = ratio(move, rv60 * math.sqrt(lag), 0.0)
+    out[o + 6] = ratio(move, rv60 * math.sqrt(lag))

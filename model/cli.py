@@ -99,9 +99,19 @@ def run_train(args: argparse.Namespace) -> int:
     from model.train import TrainConfig, train
 
     names = ("lookback", "horizon", "hidden", "heads", "lstm_layers", "var_dim", "dropout")
-    train_names = ("epochs", "batch_size", "lr", "weight_decay", "patience",
-                   "windows_per_epoch", "val_fraction", "test_fraction", "embargo", "seed",
-                   "device")  # fmt: skip
+    train_names = (
+        "epochs",
+        "batch_size",
+        "lr",
+        "weight_decay",
+        "patience",
+        "windows_per_epoch",
+        "val_fraction",
+        "test_fraction",
+        "embargo",
+        "seed",
+        "device",
+    )
     return _guarded(
         "train",
         lambda: train(

@@ -147,12 +147,17 @@ def future_covariates(ts_event: np.ndarray, horizon: int) -> np.ndarray:
     week = 2 * np.pi * weekday / 7.0
     out = np.stack(
         [
-            np.sin(day), np.cos(day), np.sin(hour), np.cos(hour), np.sin(week), np.cos(week),
+            np.sin(day),
+            np.cos(day),
+            np.sin(hour),
+            np.cos(hour),
+            np.sin(week),
+            np.cos(week),
             is_weekday & (minute_of_day >= RTH[0]) & (minute_of_day < RTH[1]),
             is_weekday & (minute_of_day >= EUROPE[0]) & (minute_of_day < EUROPE[1]),
             ((HALT_MINUTE - minute_of_day) % 1440.0) / 1440.0,
             np.tile(steps / horizon, len(ts)),
         ],
         axis=-1,
-    )  # fmt: skip
+    )
     return out.reshape(len(ts), horizon, N_FUTURE).astype(np.float32)

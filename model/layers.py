@@ -116,8 +116,8 @@ class VariableSelection(nn.Module):
         super().__init__()
         self.n_vars = n_categorical + n_reals
         self.real_grn = VariableGRN(n_reals, var_dim, dropout)
-        self.weights_grn = GRN(n_reals + n_categorical * var_dim, hidden, self.n_vars, dropout,
-                               d_context)  # fmt: skip
+        n_flat = n_reals + n_categorical * var_dim
+        self.weights_grn = GRN(n_flat, hidden, self.n_vars, dropout, d_context)
         self.combine = nn.Linear(self.n_vars * var_dim, hidden)
 
     def forward(
@@ -147,8 +147,8 @@ class VariableSelection(nn.Module):
         transformed = self.real_grn(reals.reshape(n, n_reals))
         flat = reals
         if categorical is not None:
-            transformed = torch.cat([categorical.reshape(n, -1, self.real_grn.dim).permute(1, 2, 0),
-                                     transformed])  # fmt: skip
+            embedded = categorical.reshape(n, -1, self.real_grn.dim).permute(1, 2, 0)
+            transformed = torch.cat([embedded, transformed])
             flat = torch.cat([reals, categorical.flatten(2)], dim=-1)
         weights = torch.softmax(
             self.weights_grn(flat, None if context is None else context.unsqueeze(1)), dim=-1
@@ -188,12 +188,18 @@ class InterpretableAttention(nn.Module):
 
 
 class QuantileHead(nn.Module):
-    """Quantiles that cannot cross: the median plus cumulative softplus gaps outward from it."""
+    """Quantiles that cannot cross: the median plus cumulative softplus gaps outward from it.
 
-    def __init__(self, hidden: int, quantiles: tuple[float, ...]) -> None:
+    `calibration` `(horizon, n_quantiles)` is a fixed offset set after training from held-out
+    windows (`model.train.calibrate_intervals`); zero while training. A running max keeps the
+    calibrated quantiles ordered.
+    """
+
+    def __init__(self, hidden: int, quantiles: tuple[float, ...], horizon: int) -> None:
         super().__init__()
         self.proj = nn.Linear(hidden, len(quantiles))
         self.median = quantiles.index(0.5)
+        self.register_buffer("calibration", torch.zeros(horizon, len(quantiles)))
 
     def forward(self, x: Tensor) -> Tensor:
         raw = self.proj(x)
@@ -202,4 +208,4 @@ class QuantileHead(nn.Module):
         gaps = F.softplus(raw)
         upper = median + gaps[..., m + 1 :].cumsum(-1)
         lower = median - gaps[..., :m].flip(-1).cumsum(-1).flip(-1)
-        return torch.cat([lower, median, upper], dim=-1)
+        return torch.cummax(torch.cat([lower, median, upper], dim=-1) + self.calibration, -1)[0]

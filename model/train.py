@@ -151,6 +151,7 @@ def train_on_panel(
     model = TemporalFusionTransformer(config).to(device)
     history, best_state = fit(model, data, ends[Part.TRAIN], ends[Part.VAL], cfg, device)
     model.load_state_dict(best_state)
+    calibration = calibrate_intervals(model, data, ends[Part.VAL], cfg.batch_size * 4, device)
 
     best = min(history, key=lambda h: h["val_loss"])
     metrics = {
@@ -161,6 +162,7 @@ def train_on_panel(
         "epochs_run": len(history),
         "n_params": model.n_params(),
         "peak_memory_mb": max(h["peak_memory_mb"] for h in history),
+        "interval_calibration_bp": (calibration * target_scale * 1e4).tolist(),
         "device": str(device),
         "train_config": asdict(cfg),
     }
@@ -246,7 +248,7 @@ def fit(
                 )
         if cfg.progress:
             sys.stderr.write("\n")
-        val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, levels, device)
+        val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, device)
         record = {
             "epoch": epoch,
             "train_loss": loss_sum / steps_per_epoch,
@@ -278,6 +280,35 @@ def fit(
                 break
     assert best_state is not None  # the first epoch always sets it (val_loss < inf)
     return history, best_state
+
+
+def calibrate_intervals(
+    model: TemporalFusionTransformer,
+    data: WindowData,
+    ends: np.ndarray,
+    batch_size: int,
+    device: torch.device,
+) -> np.ndarray:
+    """Conformalized quantile regression (Romano et al. 2019) on held-out windows.
+
+    For each symmetric quantile pair (q10, q90) and horizon, the conformity score
+    max(lower - y, y - upper) has its nominal-coverage quantile added outward (or, if the
+    intervals were too wide, inward), so the pair covers its nominal share of held-out outcomes.
+    Sets and returns the head's `calibration` `(horizon, n_quantiles)`, in target units.
+    """
+    head = model.head
+    head.calibration.zero_()
+    q, y = predict_windows(model, data, ends, batch_size, device)
+    levels = model.config.quantiles
+    offsets = torch.zeros_like(head.calibration, device="cpu")
+    for lo in range(head.median):
+        hi = len(levels) - 1 - lo
+        score = torch.maximum(q[..., lo] - y, y - q[..., hi])
+        level = min(1.0, (levels[hi] - levels[lo]) * (1 + 1 / len(y)))
+        widen = torch.quantile(score, level, dim=0)
+        offsets[:, lo], offsets[:, hi] = -widen, widen
+    head.calibration.copy_(offsets)
+    return offsets.numpy()
 
 
 def epoch_order(ends: np.ndarray, chunk: int, rng: np.random.Generator) -> np.ndarray:
@@ -317,24 +348,35 @@ def check_epoch(record: dict[str, Any], history: list[dict[str, Any]]) -> None:
 
 
 @torch.inference_mode()
+def predict_windows(
+    model: TemporalFusionTransformer,
+    data: WindowData,
+    ends: np.ndarray,
+    batch_size: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantile forecasts `(n, H, Q)` and targets `(n, H)` of windows, in eval mode, on CPU."""
+    model.eval()
+    preds, ys = [], []
+    for start in range(0, len(ends), batch_size):
+        batch = data.batch(ends[start : start + batch_size])
+        with autocast_for(device):
+            out = forward_batch(model, batch, batch.symbol, device)
+        preds.append(out.quantiles.float().cpu())
+        ys.append(batch.y)
+    return torch.cat(preds), torch.cat(ys)
+
+
 def evaluate_loss(
     model: TemporalFusionTransformer,
     data: WindowData,
     ends: np.ndarray,
     batch_size: int,
-    levels: torch.Tensor,
     device: torch.device,
 ) -> float:
-    """Mean pinball loss over held-out windows (target units), in eval mode."""
-    model.eval()
-    total = 0.0
-    for start in range(0, len(ends), batch_size):
-        batch = data.batch(ends[start : start + batch_size])
-        with autocast_for(device):
-            out = forward_batch(model, batch, batch.symbol, device)
-        loss = pinball_loss(out.quantiles.float(), batch.y.to(device), levels)
-        total += loss.item() * len(batch.y)
-    return total / len(ends)
+    """Mean pinball loss over held-out windows (target units)."""
+    q, y = predict_windows(model, data, ends, batch_size, device)
+    return pinball_loss(q, y, torch.tensor(model.config.quantiles)).item()
 
 
 def write_history(out_dir: Path, history: list[dict[str, Any]]) -> None:

@@ -31,8 +31,12 @@ def with_flat_stretches(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     level = real["close"][1999]
     n = 3640
     bars = {c: np.empty(n) for c in COLUMNS[1:]}
-    pieces = [(slice(0, 40), None), (slice(40, 2040), slice(0, 2000)), (slice(2040, 2640), None),
-              (slice(2640, 3640), slice(2000, 3000))]  # fmt: skip
+    pieces = [
+        (slice(0, 40), None),
+        (slice(40, 2040), slice(0, 2000)),
+        (slice(2040, 2640), None),
+        (slice(2640, 3640), slice(2000, 3000)),
+    ]
     for dst, src in pieces:
         for c in COLUMNS[1:]:
             bars[c][dst] = real[c][src] if src else (level if c != "volume" else 10.0)
@@ -116,9 +120,18 @@ def cusum_reference(close: np.ndarray) -> np.ndarray:
         events.append((event > 0, event < 0))
         window = events[-60:]
         since = [min(t + 1 - x, cusum.SINCE_CAP) / cusum.SINCE_CAP for x in last]
-        rows.append([pos / h, neg / h, float(event), *since,
-                     sum(u for u, _ in window) / len(window),
-                     sum(d for _, d in window) / len(window), direction, h])  # fmt: skip
+        rows.append(
+            [
+                pos / h,
+                neg / h,
+                float(event),
+                *since,
+                sum(u for u, _ in window) / len(window),
+                sum(d for _, d in window) / len(window),
+                direction,
+                h,
+            ]
+        )
     return np.array(rows)
 
 

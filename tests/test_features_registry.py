@@ -95,7 +95,8 @@ def test_every_window_read_is_a_summed_field() -> None:
     would see a stale mean. Check every literal (window, field) read in the kernels."""
     source = "\n".join(p.read_text() for p in Path(registry.__file__).parent.glob("*.py"))
     price = re.findall(
-        r"(?:mp|varp)\(ctx, (W\d+), (F_\w+)(?:, (F_\w+))?\)|wsum\(cs, SUMS_P, KP, (W\d+), (F_\w+)\)",
+        r"(?:mp|varp)\(ctx, (W\d+), (F_\w+)(?:, (F_\w+))?\)"
+        r"|wsum\(cs, SUMS_P, KP, (W\d+), (F_\w+)\)",
         source,
     )
     volume = re.findall(

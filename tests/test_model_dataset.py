@@ -150,8 +150,9 @@ def test_future_covariates_follow_exchange_time() -> None:
 
 def test_panel_concatenates_symbols_in_order() -> None:
     ts = START_NS + np.arange(4) * MIN
-    rows = [(ts, np.full(4, 1.0 + i), np.full((4, 2), float(i)), np.ones(4, bool))
-            for i in range(2)]  # fmt: skip
+    rows = [
+        (ts, np.full(4, 1.0 + i), np.full((4, 2), float(i)), np.ones(4, bool)) for i in range(2)
+    ]
     panel = panel_from_arrays(["A", "B"], rows, 1)
     assert panel.offsets.tolist() == [0, 4, 8]
     assert panel.row_symbol.tolist() == [0] * 4 + [1] * 4

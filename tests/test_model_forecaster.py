@@ -20,8 +20,17 @@ from model.tft import TemporalFusionTransformer
 
 torch.set_num_threads(1)
 
-CONFIG = TFTConfig(lookback=10, horizon=4, hidden=32, heads=4, lstm_layers=2, n_hist=40,
-                   var_dim=4, n_symbols=2, dropout=0.0)  # fmt: skip
+CONFIG = TFTConfig(
+    lookback=10,
+    horizon=4,
+    hidden=32,
+    heads=4,
+    lstm_layers=2,
+    n_hist=40,
+    var_dim=4,
+    n_symbols=2,
+    dropout=0.0,
+)
 START = 1_705_000_000_000_000_000
 
 
@@ -104,9 +113,12 @@ def replay(forecaster: Forecaster, bars: int = 30) -> tuple[np.ndarray, np.ndarr
         cache.append(encoded)
         if len(cache) < CONFIG.lookback:
             continue
-        window = ForecastBatch(stream.symbols[:1], stream.ts_event[:1] + t * 60_000_000_000,
-                               stream.close[:1],
-                               stream.features[:1, t + 1 - CONFIG.lookback : t + 1])  # fmt: skip
+        window = ForecastBatch(
+            stream.symbols[:1],
+            stream.ts_event[:1] + t * 60_000_000_000,
+            stream.close[:1],
+            stream.features[:1, t + 1 - CONFIG.lookback : t + 1],
+        )
         encoded_window = torch.cat(cache[-CONFIG.lookback :], dim=1)
         cached.append(forecaster.predict_encoded(window, encoded_window).quantiles)
         full.append(forecaster.predict(window).quantiles)

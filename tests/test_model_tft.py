@@ -13,8 +13,17 @@ from model.tft import TemporalFusionTransformer
 
 torch.set_num_threads(1)
 
-SMALL = TFTConfig(lookback=12, horizon=4, hidden=16, heads=4, lstm_layers=2, n_hist=30,
-                  var_dim=4, n_symbols=3, dropout=0.0)  # fmt: skip
+SMALL = TFTConfig(
+    lookback=12,
+    horizon=4,
+    hidden=16,
+    heads=4,
+    lstm_layers=2,
+    n_hist=30,
+    var_dim=4,
+    n_symbols=3,
+    dropout=0.0,
+)
 
 
 def inputs(config: TFTConfig, batch: int = 5, seed: int = 0) -> tuple[torch.Tensor, ...]:

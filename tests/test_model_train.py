@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +15,29 @@ import torch
 
 from model import checkpoint, cli
 from model.config import TFTConfig
+from model.covariates import SymbolVocab
+from model.dataset import Part, Split, WindowData, window_ends
+from model.normalization import Normalizer
 from model.synthetic import synthetic_panel
-from model.train import TrainConfig, TrainingError, check_epoch, train, train_on_panel
+from model.tft import TemporalFusionTransformer
+from model.train import (
+    TrainConfig,
+    TrainingError,
+    calibrate_intervals,
+    check_epoch,
+    predict_windows,
+    train,
+    train_on_panel,
+)
 
 torch.set_num_threads(1)
 
-TINY = TFTConfig(lookback=30, horizon=10, hidden=16, heads=2, lstm_layers=1, n_hist=16,
-                 var_dim=4, dropout=0.0)  # fmt: skip
-QUIET = TrainConfig(epochs=5, batch_size=32, lr=3e-3, val_fraction=0.2, test_fraction=0.0,
-                    progress=False)  # fmt: skip
+TINY = TFTConfig(
+    lookback=30, horizon=10, hidden=16, heads=2, lstm_layers=1, n_hist=16, var_dim=4, dropout=0.0
+)
+QUIET = TrainConfig(
+    epochs=5, batch_size=32, lr=3e-3, val_fraction=0.2, test_fraction=0.0, progress=False
+)
 
 
 def test_training_on_a_learnable_signal_cuts_the_loss_by_a_large_factor(tmp_path: Path) -> None:
@@ -35,6 +50,28 @@ def test_training_on_a_learnable_signal_cuts_the_loss_by_a_large_factor(tmp_path
     assert metrics["val_pinball"] == min(h["val_loss"] for h in history) > 0
     for name in ("metrics.csv", "training_curve.png", checkpoint.WEIGHTS, checkpoint.CONFIG):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_conformal_calibration_gives_nominal_interval_coverage() -> None:
+    panel = synthetic_panel(n_bars=900, n_features=16, noise=3e-5)
+    ends = window_ends(
+        panel,
+        Split(panel.ts.max() + 1, panel.ts.max() + 1, 40),
+        Part.TRAIN,
+        TINY.lookback,
+        TINY.horizon,
+    )
+    normalizer = Normalizer(np.zeros(16), np.ones(16))
+    data = WindowData(panel, normalizer, SymbolVocab(("ES",)), TINY.lookback, TINY.horizon, 1e-4)
+    torch.manual_seed(0)
+    model = TemporalFusionTransformer(replace(TINY, n_symbols=2))
+    device = torch.device("cpu")
+    offsets = calibrate_intervals(model, data, ends, 128, device)
+    assert np.all(offsets[:, 1] == 0) and np.all(offsets[:, 0] == -offsets[:, 2])
+    q, y = predict_windows(model, data, ends, 128, device)
+    inside = ((y >= q[..., 0]) & (y <= q[..., 2])).float().mean(0)
+    assert torch.all(inside >= 0.8) and torch.all(inside <= 0.8 + 3 / len(ends))
+    assert torch.all(q[..., 1:] >= q[..., :-1])
 
 
 def test_a_model_that_does_not_learn_is_an_error(tmp_path: Path) -> None:
@@ -78,8 +115,14 @@ def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_225_features(
 
     data = sixe_slice(sixe_csv, tmp_path / "6EH4.slice.csv", 800)
     config = TFTConfig(hidden=256, heads=8, lstm_layers=2, var_dim=8)
-    run = TrainConfig(epochs=1, batch_size=32, windows_per_epoch=96, val_fraction=0.3,
-                      test_fraction=0.0, progress=False)  # fmt: skip
+    run = TrainConfig(
+        epochs=1,
+        batch_size=32,
+        windows_per_epoch=96,
+        val_fraction=0.3,
+        test_fraction=0.0,
+        progress=False,
+    )
     metrics = train([data], tmp_path / "ckpt", config, run)
     print(
         f"batch 32 / hidden 256: {metrics['n_params']} parameters, "
@@ -97,11 +140,29 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
     parser = argparse.ArgumentParser(prog="barcast")
     cli.register(parser.add_subparsers(required=True))
     out = tmp_path / "ckpt"
-    args = parser.parse_args([
-        "train", "--data", str(data), "--out", str(out), "--epochs", "2", "--hidden", "16",
-        "--heads", "2", "--lstm-layers", "1", "--var-dim", "4", "--windows-per-epoch", "256",
-        "--test-fraction", "0.3",
-    ])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "train",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--epochs",
+            "2",
+            "--hidden",
+            "16",
+            "--heads",
+            "2",
+            "--lstm-layers",
+            "1",
+            "--var-dim",
+            "4",
+            "--windows-per-epoch",
+            "256",
+            "--test-fraction",
+            "0.3",
+        ]
+    )
     assert args.func(args) == 0
     args = parser.parse_args(["evaluate", "--checkpoint", str(out), "--data", str(data)])
     assert args.func(args) == 0

@@ -27,7 +27,6 @@ from streams.agents.io import (
 )
 from streams.agents.state import StateTable
 from streams.corrections import (
-    SYNTHETIC,
     CorrectionConfig,
     CorrectionStats,
     Status,
@@ -56,9 +55,6 @@ DLQ_OFFSET = "__connect.errors.offset"
 DLQ_REASON = "__connect.errors.exception.class.name"
 DLQ_MESSAGE = "__connect.errors.exception.message"
 
-# Outcomes of input bars; synthetic gap fills answer no input and are not among them.
-OUTCOMES = (BarOutcome.CLEAN, BarOutcome.CORRECTED, BarOutcome.DUPLICATE, BarOutcome.REJECTED)
-
 
 class CorrectionsBatch:
     """One take() batch: runs the rules on each event and collects the outputs."""
@@ -76,7 +72,11 @@ class CorrectionsBatch:
         # When the bars entered barcast: a header, so values stay comparable across restarts.
         self.headers = [*BAR_HEADERS, (RECEIVED_HEADER, str(self.now_ns).encode())]
         self.outputs: list[Out] = []
-        self.steps: list[Step] = []
+        # Metrics of the batch, counted as outputs are made and recorded once per series.
+        self.statuses: Counter[Status] = Counter()
+        self.rules: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self.released = self.gaps = self.gap_minutes = 0
 
     def add(self, event: EventT) -> None:
         if is_control_event(event):
@@ -122,10 +122,18 @@ class CorrectionsBatch:
         )
 
     def _emit(self, key: bytes, step: Step, partition: int) -> None:
-        self.steps.append(step)
         for outcome in step.outcomes:
-            if outcome.status is Status.REJECTED:
+            status = outcome.status
+            self.statuses[status] += 1
+            if status is Status.REJECTED:
+                self.reasons[outcome.reason.value] += 1  # type: ignore[union-attr]
                 self.outputs.append(self._dead_letter(key, outcome, partition))
+            elif status is Status.CORRECTED:
+                self.rules.update({change.rule.value for change in outcome.changes})
+        self.released += len(step.clean)
+        if step.gaps:
+            self.gaps += len(step.gaps)
+            self.gap_minutes += sum(gap.missing for gap in step.gaps)
         for bar in step.clean:
             self.outputs.append(
                 Out(
@@ -152,33 +160,23 @@ class CorrectionsBatch:
 
     def record(self, metrics: Metrics) -> None:
         """Add the batch's outcomes to the metrics, one increment per series."""
-        bars: Counter[BarOutcome] = Counter()
-        rules: Counter[str] = Counter()
-        reasons: Counter[str] = Counter()
-        gaps = gap_minutes = 0
-        for step in self.steps:
-            for outcome in step.outcomes:
-                bars[BarOutcome(outcome.status.value)] += 1
-                if outcome.status is Status.CORRECTED:
-                    rules.update({change.rule.value for change in outcome.changes})
-                elif outcome.status is Status.REJECTED:
-                    reasons[outcome.reason.value] += 1
-            gaps += len(step.gaps)
-            gap_minutes += sum(gap.missing for gap in step.gaps)
-            bars[BarOutcome.SYNTHETIC] += sum(1 for bar in step.clean if bar["status"] == SYNTHETIC)
-        bars[BarOutcome.IN] = sum(bars[o] for o in OUTCOMES)
-        for outcome, n in bars.items():
+        statuses = self.statuses
+        accepted = statuses[Status.CLEAN] + statuses[Status.CORRECTED]
+        counts = {BarOutcome(status.value): n for status, n in statuses.items()}
+        counts[BarOutcome.IN] = statuses.total()
+        counts[BarOutcome.SYNTHETIC] = self.released - accepted  # each accepted bar is one
+        for outcome, n in counts.items():
             if n:
                 metrics.bar(Stage.CORRECTIONS, outcome, n)
-        for rule, n in rules.items():
+        for rule, n in self.rules.items():
             metrics.corrections.labels(rule=rule).inc(n)
-        for reason, n in reasons.items():
+        for reason, n in self.reasons.items():
             metrics.rejections.labels(reason=reason).inc(n)
-        if reasons:
-            metrics.dlq.inc(sum(reasons.values()))
-        if gaps:
-            metrics.gaps.inc(gaps)
-            metrics.gap_minutes.inc(gap_minutes)
+        if self.reasons:
+            metrics.dlq.inc(self.reasons.total())
+        if self.gaps:
+            metrics.gaps.inc(self.gaps)
+            metrics.gap_minutes.inc(self.gap_minutes)
 
 
 def control_ts(value: bytes) -> int | None:

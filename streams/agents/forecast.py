@@ -91,6 +91,10 @@ class ForecastService:
         if message.offset <= self.applied[key]:  # in the window already, before a crash
             return
         row = orjson.loads(event.value)
+        if window.count and row["ts_event"] <= window.last_ts:
+            # Re-published by a features worker that restarted from older state: the row
+            # is in the window already.
+            return
         slot = window.append(
             row["ts_event"],
             row["close"],

@@ -30,6 +30,10 @@ class SymbolWindow:
         return self.count >= self.lookback
 
     @property
+    def last_ts(self) -> int:
+        return int(self.ts_event[(self.count - 1) % self.lookback])
+
+    @property
     def all_warm(self) -> bool:
         """Every row of the window is past its features' warm-up (what the model trained on)."""
         return bool(self.warm.all())
