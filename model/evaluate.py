@@ -46,10 +46,15 @@ def evaluate(
     model = Forecaster(
         checkpoint_dir, device=device, cpu_precision=cpu_precision, expected_fingerprint=FINGERPRINT
     )
-    other = "fp32" if model.precision == "int8" else "int8"
-    reference = Forecaster(
-        checkpoint_dir, device="cpu", cpu_precision=other, expected_fingerprint=FINGERPRINT
-    )
+    forecasters = {model.name: model}
+    for precision in ("fp32", "int8"):  # the INT8 change is always measured on the CPU
+        if f"cpu-{precision}" not in forecasters:
+            forecasters[f"cpu-{precision}"] = Forecaster(
+                checkpoint_dir,
+                device="cpu",
+                cpu_precision=precision,
+                expected_fingerprint=FINGERPRINT,
+            )
     config = model.config
     bars, data_report = load_bars(paths)
     panel = build_panel(bars, config.horizon)
@@ -58,13 +63,9 @@ def evaluate(
     )
     y = panel.targets[ends]
 
-    runs = {
-        name: run_model(f, panel, ends, batch_size)
-        for name, f in ((model.name, model), (reference.name, reference))
-    }
+    runs = {name: run_model(f, panel, ends, batch_size) for name, f in forecasters.items()}
     q, explain = runs[model.name]
-    int8_q = runs["cpu-int8"][0]
-    fp32_q = runs[next(n for n in runs if n != "cpu-int8")][0]
+    int8_q, fp32_q = runs["cpu-int8"][0], runs["cpu-fp32"][0]
     forecasts = {
         "tft": q,
         "persistence": persistence(model.meta.persistence_quantiles, len(ends)),
@@ -72,8 +73,10 @@ def evaluate(
     }
     quantiles = config.quantiles
     results = {name: summarize(y, f, quantiles) for name, f in forecasts.items()}
-    int8 = summarize(y, int8_q, quantiles)["mean_pinball"]
-    fp32 = summarize(y, fp32_q, quantiles)["mean_pinball"]
+    by_precision = {
+        name: summarize(y, run[0], quantiles)["mean_pinball"] for name, run in runs.items()
+    }
+    int8, fp32 = by_precision["cpu-int8"], by_precision["cpu-fp32"]
     report = {
         "checkpoint": str(checkpoint_dir),
         "model_id": model.model_id,
@@ -102,6 +105,7 @@ def evaluate(
             "relative_change": (int8 - fp32) / fp32,
             "max_abs_quantile_diff_bp": float(np.abs(int8_q - fp32_q).max() * 1e4),
         },
+        "mean_pinball_by_precision": by_precision,
         "attention_entropy": explain["attention_entropy"],
         "attention_entropy_uniform": explain["attention_entropy_uniform"],
         "importance": {

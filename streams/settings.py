@@ -61,6 +61,10 @@ class Settings:
     cpu_precision: str = field(default="fp32", metadata={"doc": "CPU inference: `fp32`/`int8`."})
     max_batch: int = field(default=256, metadata={"doc": "Micro-batch size cap."})
     max_delay_ms: float = field(default=5.0, metadata={"doc": "Micro-batch max wait (ms)."})
+    incremental_encoding: bool = field(
+        default=True,
+        metadata={"doc": "Cache per-bar encodings and encode only each window's new bar."},
+    )
     fill_gaps: bool = field(
         default=True, metadata={"doc": "Fill missing minutes with flagged synthetic bars."}
     )

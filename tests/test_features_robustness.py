@@ -30,6 +30,7 @@ def assert_finite_after_warmup(values: np.ndarray, bar_index: np.ndarray) -> Non
     assert np.isnan(values[~defined]).all()
 
 
+@pytest.mark.filterwarnings("ignore:The inplace keyword")  # inside databento's to_df (pandas 3)
 def test_dbn_files_stream_finite_features(dbn_files: list[Path]) -> None:
     ohlcv = [p for p in dbn_files if "ohlcv" in p.name]
     assert len(ohlcv) >= 3

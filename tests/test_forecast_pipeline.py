@@ -191,3 +191,28 @@ def test_a_checkpoint_for_other_features_refuses_to_start(
     lines = [line for line in worker.log().splitlines() if "feature set 0123456789abcdef" in line]
     assert len(lines) == 1 and "retrain" in lines[0]
     assert "Traceback" not in worker.log()
+
+
+def test_no_look_ahead(tmp_path: Path, sixe_bars: pd.DataFrame) -> None:
+    """Changing every bar after time t leaves the forecasts up to t unchanged."""
+    make_checkpoint(tmp_path / "model")
+    engine = ForecastEngine(tmp_path / "model")
+    values = bars_from_frame(sixe_bars.iloc[:600], symbol="6EH4", instrument_id=1)
+    cut = 450
+    rng = np.random.default_rng(3)
+    altered = values[:cut] + [
+        {
+            **bar,
+            **{f: int(bar[f] * (1 + rng.normal(0, 0.002))) for f in ("open", "close")},
+            "volume": bar["volume"] * 3,
+        }
+        for bar in values[cut:]
+    ]
+    original = forecast_history(values, engine)
+    changed = forecast_history(altered, ForecastEngine(tmp_path / "model"))
+    t = values[cut - 1]["ts_event"]
+    before = [key for key in original if key[1] <= t]
+    assert len(before) > 100
+    assert all(np.array_equal(original[key], changed[key]) for key in before)
+    after = [key for key in original if key[1] > t and key in changed]
+    assert any(not np.array_equal(original[key], changed[key]) for key in after)

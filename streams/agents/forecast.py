@@ -48,6 +48,7 @@ class ForecastService:
         self.app = app
         self.engine = engine
         self.topic = settings.topic_forecasts
+        self.incremental = settings.incremental_encoding
         self.table = StateTable(app, "forecast-windows")
         self.batcher: MicroBatcher[WindowRequest] = MicroBatcher(
             settings.max_batch, settings.max_delay_ms / 1000.0
@@ -134,7 +135,7 @@ class ForecastService:
                 batch = self.batcher.take()
                 started = time.perf_counter()
                 quantiles = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, self.engine.predict, batch
+                    self.executor, self.engine.predict, batch, self.incremental
                 )
                 self.app.metrics.inference_seconds.observe(time.perf_counter() - started)
                 self.app.metrics.batch_size.observe(len(batch))
