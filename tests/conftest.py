@@ -37,23 +37,10 @@ def sixe_csv(data_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def sixe_bars(sixe_csv: Path) -> pd.DataFrame:
-    """The real 6EH4 month: ts_event (int64 ns UTC, bar open), OHLC (float64), volume.
+    """The real 6EH4 month: ts_event (int64 ns UTC, bar open), OHLC (float64), volume."""
+    from streams.ingest.convert import read_bar_csv
 
-    The CSV stamps each bar at its close (NautilusTrader's convention); Databento's ts_event is
-    the bar's open, so one minute is subtracted.
-    """
-    frame = pd.read_csv(sixe_csv)
-    ts = pd.to_datetime(frame["timestamp_utc"], utc=True).dt.as_unit("ns") - pd.Timedelta("1min")
-    return pd.DataFrame(
-        {
-            "ts_event": ts.astype("int64").to_numpy(),
-            "open": frame["open"].astype("float64").to_numpy(),
-            "high": frame["high"].astype("float64").to_numpy(),
-            "low": frame["low"].astype("float64").to_numpy(),
-            "close": frame["close"].astype("float64").to_numpy(),
-            "volume": frame["volume"].astype("float64").to_numpy(),
-        }
-    )
+    return read_bar_csv(sixe_csv)
 
 
 @pytest.fixture(scope="session")

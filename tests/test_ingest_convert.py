@@ -13,7 +13,6 @@ import pandas as pd
 from streams.ingest.convert import (
     SIXE_INSTRUMENT_ID,
     csv_to_dbn,
-    read_bar_csv,
     sixe_dbn,
 )
 from streams.settings import Settings
@@ -49,8 +48,10 @@ def test_sixe_csv_converts_to_real_dbn(
     )  # fmt: skip
 
 
-def test_loader_matches_the_shared_fixture(sixe_csv: Path, sixe_bars: pd.DataFrame) -> None:
-    pd.testing.assert_frame_equal(read_bar_csv(sixe_csv), sixe_bars)
+def test_loader_stamps_bars_at_their_open(sixe_bars: pd.DataFrame) -> None:
+    # The CSV's first row is stamped 2024-01-01 23:01 (its close); the bar opened at 23:00.
+    assert sixe_bars["ts_event"].iloc[0] == 1_704_150_000_000_000_000
+    assert len(sixe_bars) == 29_996 and sixe_bars["ts_event"].is_monotonic_increasing
 
 
 def test_sixe_dbn_is_converted_once_into_work_dir(data_dir: Path, tmp_path: Path) -> None:
