@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format clean
+.PHONY: demo test install lint format clean bench-deps
 
 # Re-installs only when pyproject.toml changes, so a second run installs nothing.
 $(STAMP): pyproject.toml
@@ -21,6 +21,14 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
+
+# pytorch-forecasting (the model benchmark's anchor) pins pandas < 3.1; it runs with ours, so it
+# is installed without its dependency resolution, next to the exact versions it needs.
+bench-deps: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps pytorch-forecasting==1.8.0 lightning==2.6.6 \
+	  pytorch-lightning==2.6.6 lightning-utilities==0.15.3 torchmetrics==1.9.0 \
+	  scikit-learn==1.9.1 scipy==1.17.1 scikit-base==1.0.2 joblib==1.6.0 threadpoolctl==3.8.0 \
+	  narwhals==2.29.0 cloudpickle==3.1.3 tqdm==4.70.1
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -3,9 +3,10 @@
 Both models get the same hidden size, heads, LSTM layers, lookback, horizon, 3 quantiles and
 225 historical + 10 static (a symbol embedding + 9 reals) + 10 known-future inputs
 (pytorch-forecasting's `hidden_continuous_size` = barcast's `var_dim`). Forward latency p50/p99
-at each batch size, measured alternately so machine load hits both alike: barcast fp32, barcast
-INT8 (dynamic quantization), bf16 on CUDA when a GPU is visible, the worker's cached path (one
-new bar encoded + the window forecast), and pytorch-forecasting's TemporalFusionTransformer.
+at each batch size, the models called in turn so machine load hits them alike: barcast fp32,
+barcast INT8 (dynamic quantization), the worker's cached path (one new bar encoded + the window
+forecast), pytorch-forecasting's TemporalFusionTransformer; and bf16 on CUDA when a GPU is
+visible.
 Training-step peak memory: each model in a fresh subprocess, peak RSS above its idle RSS.
 
     .venv/bin/python -m benchmarks.model [--threads 1] [--hidden 128] [--budget-s 20]
@@ -120,18 +121,25 @@ def cached_step(
     return step
 
 
-def timings(fn: Callable[[], Any], budget_s: float, sync: Callable[[], None]) -> list[float]:
-    """Latencies (ms) of repeated calls within a time budget (at least 3, at most 200)."""
+def timings(
+    runs: dict[str, Callable[[], Any]], budget_s: float, sync: Callable[[], None]
+) -> dict[str, list[float]]:
+    """Latencies (ms) of each run, called in round-robin so that load from other processes on
+    a shared machine hits them alike; at least 3 rounds, then until the budget (max 200)."""
+    out: dict[str, list[float]] = {name: [] for name in runs}
     with torch.inference_mode():
-        fn()  # warm-up
+        for fn in runs.values():
+            fn()  # warm-up
         sync()
-        out: list[float] = []
         started = time.perf_counter()
-        while len(out) < 3 or (len(out) < 200 and time.perf_counter() - started < budget_s):
-            t = time.perf_counter()
-            fn()
-            sync()
-            out.append((time.perf_counter() - t) * 1e3)
+        while len(out[next(iter(runs))]) < 3 or (
+            len(out[next(iter(runs))]) < 200 and time.perf_counter() - started < budget_s
+        ):
+            for name, fn in runs.items():
+                t = time.perf_counter()
+                fn()
+                sync()
+                out[name].append((time.perf_counter() - t) * 1e3)
     return out
 
 
@@ -191,9 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (both models)")
     parser.add_argument("--hidden", type=int, default=TFTConfig.hidden)
-    parser.add_argument(
-        "--budget-s", type=float, default=20.0, help="time budget per model and batch size"
-    )
+    parser.add_argument("--budget-s", type=float, default=20.0, help="time budget per batch size")
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -219,7 +225,7 @@ def main() -> None:
             "barcast_cached": cached_step(barcast, config, batch),
             "ptf": lambda x=x: ptf(x),
         }
-        ms = {name: timings(fn, args.budget_s, cpu_sync) for name, fn in runs.items()}
+        ms = timings(runs, args.budget_s, cpu_sync)
         row: dict[str, float] = {}
         for name, values in ms.items():
             row[f"{name}_ms"], row[f"{name}_p99_ms"] = percentiles(values)
@@ -231,7 +237,7 @@ def main() -> None:
                     return gpu(*gpu_inputs)
 
             row["barcast_bf16_cuda_ms"], row["barcast_bf16_cuda_p99_ms"] = percentiles(
-                timings(on_gpu, args.budget_s, torch.cuda.synchronize)
+                timings({"gpu": on_gpu}, args.budget_s, torch.cuda.synchronize)["gpu"]
             )
         row["speedup_vs_ptf"] = row["ptf_ms"] / row["barcast_ms"]
         row["int8_speedup_vs_ptf"] = row["ptf_ms"] / row["barcast_int8_ms"]

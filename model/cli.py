@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
+from typing import Any, TypeVar
 
 from model.config import TFTConfig
+
+T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -98,35 +103,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run_train(args: argparse.Namespace) -> int:
     from model.train import TrainConfig, train
 
-    names = ("lookback", "horizon", "hidden", "heads", "lstm_layers", "var_dim", "dropout")
-    train_names = (
-        "epochs",
-        "batch_size",
-        "lr",
-        "weight_decay",
-        "patience",
-        "windows_per_epoch",
-        "val_fraction",
-        "test_fraction",
-        "embargo",
-        "seed",
-        "device",
-    )
     return _guarded(
         "train",
-        lambda: train(
-            args.data,
-            args.out,
-            TFTConfig(**{n: getattr(args, n) for n in names}),
-            TrainConfig(**{n: getattr(args, n) for n in train_names}),
-        ),
+        lambda: train(args.data, args.out, _pick(TFTConfig, args), _pick(TrainConfig, args)),
     )
+
+
+def _pick(cls: type[T], args: argparse.Namespace) -> T:
+    """The dataclass built from the command-line options named like its fields."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in vars(args).items() if k in names})
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from model.evaluate import evaluate
 
-    def run() -> dict[str, object]:
+    def run() -> dict[str, Any]:
         report = evaluate(
             args.checkpoint,
             args.data,
@@ -143,7 +135,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return _guarded("evaluate", run)
 
 
-def _guarded(command: str, run: object) -> int:
+def _guarded(command: str, run: Callable[[], dict[str, Any]]) -> int:
     """Run a command; expected failures print one actionable line instead of a traceback."""
     from model.bars import DataError
     from model.checkpoint import CheckpointError
@@ -151,7 +143,7 @@ def _guarded(command: str, run: object) -> int:
     from model.train import TrainingError
 
     try:
-        result = run()  # type: ignore[operator]
+        result = run()
     except (DataError, CheckpointError, ConfigError, TrainingError, ValueError) as exc:
         print(f"barcast {command}: {exc}", file=sys.stderr)
         return 2
@@ -159,10 +151,10 @@ def _guarded(command: str, run: object) -> int:
     return 0
 
 
-def _headline(result: dict[str, object]) -> dict[str, object]:
+def _headline(result: dict[str, Any]) -> Any:
     """Drop the long per-horizon arrays from what is printed (the files hold everything)."""
 
-    def short(value: object) -> object:
+    def short(value: Any) -> Any:
         if isinstance(value, dict):
             return {
                 k: short(v)
@@ -171,4 +163,4 @@ def _headline(result: dict[str, object]) -> dict[str, object]:
             }
         return value
 
-    return short(result)  # type: ignore[return-value]
+    return short(result)

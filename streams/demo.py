@@ -25,7 +25,7 @@ from streams.settings import Settings
 
 FIRST_FORECAST_TIMEOUT_S = 300.0  # a cold start compiles the Numba kernels first
 IDLE_EXIT_S = 8.0
-DEMO_TRAINING = {"hidden": 32, "heads": 4, "epochs": 4, "windows_per_epoch": 6000}
+DEMO_TRAINING = {"hidden": 32, "heads": 4, "epochs": 3, "windows_per_epoch": 2048}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

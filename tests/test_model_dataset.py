@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from model.bars import DataError
+from model.bars import DataError, load_bars
 from model.covariates import (
     FUTURE_NAMES,
     N_FUTURE,
@@ -157,3 +160,33 @@ def test_panel_concatenates_symbols_in_order() -> None:
     assert panel.offsets.tolist() == [0, 4, 8]
     assert panel.row_symbol.tolist() == [0] * 4 + [1] * 4
     assert np.isnan(panel.targets[3, 0]) and panel.targets[0, 0] == 0.0
+
+
+def test_bars_load_from_dbn_and_csv_through_the_corrections(
+    dbn_files: list[Path], sixe_csv: Path, tmp_path: Path
+) -> None:
+    ohlcv = [p for p in dbn_files if "ohlcv" in p.name]
+    bars, report = load_bars(ohlcv)
+    assert {b.symbol: len(b) for b in bars} == {
+        "ESH1": 4,
+        "ESM4": 10,
+        "ESU4": 30,
+        "NQM4": 10,
+        "NQU4": 30,
+    }
+    assert report["raw_bars"] == 84 and report["corrections"]["clean"] == 84
+    es = next(b for b in bars if b.symbol == "ESU4")
+    assert np.all(np.diff(es.ts_event) == MIN) and 1000 < es.close[0] < 10_000
+    with pytest.raises(DataError, match="ohlcv-1m"):
+        load_bars([p for p in dbn_files if "definition" in p.name])
+    (tmp_path / "bars.parquet").touch()
+    with pytest.raises(DataError, match="unknown format"):
+        load_bars([tmp_path / "bars.parquet"])
+    with gzip.open(sixe_csv, "rt") as f:
+        lines = f.read().splitlines()[:200]
+    (tmp_path / "6EH4.part.csv").write_text("\n".join(lines) + "\n")
+    (six_e,), report = load_bars([tmp_path / "6EH4.part.csv"])
+    assert six_e.symbol == "6EH4" and report["raw_bars"] == 199
+    # the CSV stamps bar closes; ts_event is the bar open, one minute earlier
+    assert six_e.ts_event[0] == np.datetime64("2024-01-01T23:00", "ns").astype(np.int64)
+    assert len(six_e) == 199 + report["corrections"]["synthetic"]

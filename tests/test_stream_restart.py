@@ -13,7 +13,6 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 
-import numpy as np
 import orjson
 import pandas as pd
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition

@@ -2,8 +2,9 @@
 
 Agents work per `take_events()` batch and publish the batch's outputs with one gather, so the
 per-message cost is Faust's own and not ours. `publish` waits for the broker's acks: an agent
-writes its table state only after its outputs are durable, so a crash can repeat outputs
-(removed by key de-duplication) but never lose one.
+writes its table state only after its outputs are durable (at its next checkpoint, see
+streams.agents.checkpoint), so a crash can repeat outputs (removed by key de-duplication) but
+never lose one.
 """
 
 from __future__ import annotations
