@@ -26,7 +26,7 @@ class BarcastApp(faust.App):
     """faust.App that owns barcast's settings, metrics and, in dev, the embedded broker."""
 
     def __init__(self, settings: Settings, **options: Any) -> None:
-        super().__init__(settings.app_id, **options)
+        super().__init__(group_id(settings), **options)
         self.barcast = settings
         self._embedded: Any = None
         self._state_producer: Any = None
@@ -95,6 +95,13 @@ class BarcastApp(faust.App):
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
+def group_id(settings: Settings) -> str:
+    """The consumer group (and Faust app id) of a worker. Workers of one role share a group and
+    split its partitions; each role is a group of its own, since Faust assigns partitions as if
+    every member ran the same agents."""
+    return settings.app_id if settings.role == "all" else f"{settings.app_id}-{settings.role}"
+
+
 def warm_up_features() -> None:
     import numpy as np
 
@@ -152,7 +159,7 @@ def create_app(settings: Settings) -> BarcastApp:
         stream_wait_empty=False,
         web_port=settings.web_port,
         web_host="0.0.0.0",
-        datadir=str(settings.work_dir / "faust" / settings.app_id),
+        datadir=str(settings.work_dir / "faust" / group_id(settings)),
         autodiscover=False,
         topic_disable_leader=True,
     )

@@ -30,7 +30,10 @@ class Settings:
     embedded_port: int = field(
         default=19092, metadata={"doc": "Loopback port of the embedded broker."}
     )
-    app_id: str = field(default="barcast", metadata={"doc": "Faust app id = consumer group."})
+    app_id: str = field(
+        default="barcast",
+        metadata={"doc": "Faust app id = consumer group; roles other than `all` append `-ROLE`."},
+    )
     role: str = field(
         default="all",
         metadata={

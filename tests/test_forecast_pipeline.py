@@ -148,6 +148,25 @@ def test_two_workers_split_the_partitions_and_agree_with_one(
     assert "forecast" in logs and len({m.partition for m in messages}) > 1
 
 
+def test_stream_and_forecast_roles_run_as_separate_worker_groups(
+    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
+) -> None:
+    settings = pipeline_settings(broker_settings, tmp_path)
+    values = bars_from_frame(sixe_bars.iloc[:1200], symbol="6EH4", instrument_id=1)
+    reference = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
+    produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
+    stream = Worker(replace(settings, role="stream"), name="stream")
+    forecast = Worker(replace(settings, role="forecast"), name="forecast")
+    with stream, forecast:
+        end_of_data(settings)
+        messages = read_topic(
+            settings.broker, settings.topic_forecasts, len(reference), timeout_s=300
+        )
+    assert_matches(reference, forecasts_by_key(messages))
+    assert "stream.agents.forecast" not in stream.log()
+    assert "group barcast-" in forecast.log() and "-forecast" in forecast.log()
+
+
 def test_hot_reload_swaps_the_model_between_batches(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
 ) -> None:
