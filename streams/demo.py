@@ -60,8 +60,10 @@ def run(args: argparse.Namespace) -> int:
             forecasts = watch(run_settings)
     chart = fan_chart(forecasts, demo_dir / "fan_chart.png")
     latencies = np.array([f["latency_ms"] for f in forecasts.values()])
-    print(f"[demo] {len(forecasts)} forecasts; bar-to-forecast latency p50 "
-          f"{np.percentile(latencies, 50):.1f} ms, p99 {np.percentile(latencies, 99):.1f} ms")
+    print(
+        f"[demo] {len(forecasts)} forecasts; bar-to-forecast latency p50 "
+        f"{np.percentile(latencies, 50):.1f} ms, p99 {np.percentile(latencies, 99):.1f} ms"
+    )
     print(f"[demo] fan chart: {chart}")
     print("[demo] worker and broker stopped")
     return 0 if forecasts else 1
@@ -86,8 +88,9 @@ def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
         [settings.data_dir / SIXE_CSV],
         out,
         config,
-        TrainConfig(epochs=DEMO_TRAINING["epochs"],
-                    windows_per_epoch=DEMO_TRAINING["windows_per_epoch"]),
+        TrainConfig(
+            epochs=DEMO_TRAINING["epochs"], windows_per_epoch=DEMO_TRAINING["windows_per_epoch"]
+        ),
     )
     return out
 
@@ -112,8 +115,12 @@ def watch(settings: Settings) -> dict[tuple[str, int], dict[str, Any]]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(confluent_config(settings, **{"group.id": "barcast-demo-watch"}))
-    consumer.assign([TopicPartition(settings.topic_forecasts, p, OFFSET_BEGINNING)
-                     for p in range(settings.partitions)])
+    consumer.assign(
+        [
+            TopicPartition(settings.topic_forecasts, p, OFFSET_BEGINNING)
+            for p in range(settings.partitions)
+        ]
+    )
     forecasts: dict[tuple[str, int], dict[str, Any]] = {}
     latest: dict[str, dict[str, Any]] = {}
     started = last_seen = last_draw = time.monotonic()
@@ -139,9 +146,11 @@ def watch(settings: Settings) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def draw(latest: dict[str, dict[str, Any]], total: int) -> None:
-    lines = [f"forecasts so far: {total}",
-             f"{'symbol':<8} {'bar (UTC)':<17} {'close':>10} {'q10 h=1':>10} {'q50 h=1':>10} "
-             f"{'q90 h=1':>10} {'q10 h=10':>10} {'q90 h=10':>10} {'latency':>9}"]
+    lines = [
+        f"forecasts so far: {total}",
+        f"{'symbol':<8} {'bar (UTC)':<17} {'close':>10} {'q10 h=1':>10} {'q50 h=1':>10} "
+        f"{'q90 h=1':>10} {'q10 h=10':>10} {'q90 h=10':>10} {'latency':>9}",
+    ]
     for symbol, f in sorted(latest.items()):
         stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime(f["ts_event"] / 1e9))
         lines.append(
@@ -169,8 +178,13 @@ def fan_chart(forecasts: dict[tuple[str, int], dict[str, Any]], path: Path) -> P
         symbol, series = max(by_symbol.items(), key=lambda item: len(item[1]))
         series = series[-240:]
         minutes = np.array([f["ts_event"] for f in series]) // 60_000_000_000
-        ax.plot(minutes - minutes[0], [f["close"] for f in series], color="black", lw=1,
-                label=f"{symbol} close (what happened)")
+        ax.plot(
+            minutes - minutes[0],
+            [f["close"] for f in series],
+            color="black",
+            lw=1,
+            label=f"{symbol} close (what happened)",
+        )
         for f in series[::30]:
             start = f["ts_event"] // 60_000_000_000 - minutes[0]
             steps = start + np.asarray(f["horizons"])
