@@ -92,7 +92,7 @@ class Checkpointer:
     due, and from a timer while the stream is idle)."""
 
     def __init__(self, app: BarcastApp, topic: str, cache: StateCache[Any]) -> None:
-        self.topic, self.cache = topic, cache
+        self.app, self.topic, self.cache = app, topic, cache
         self.lock = asyncio.Lock()
         self.held: list[EventT] = []
         self.last = time.monotonic()
@@ -101,12 +101,23 @@ class Checkpointer:
     async def run(
         self, events: Sequence[EventT], handle: Callable[[Sequence[EventT]], Awaitable[None]]
     ) -> None:
-        """`handle` one take() batch, holding its events unacked until a checkpoint."""
+        """`handle` one take() batch, holding its events unacked until a checkpoint.
+
+        Events that take() buffered before a rebalance are dropped, never acked: after one
+        the partition is fetched again from its committed offset, and the states they would
+        apply to were forgotten or recovered anew.
+        """
         async with self.lock:
             for event in events:
                 event.message.incref()  # take() acks once when done: this reference stays
-            self.held += events
-            await handle(events)
+            generation = self.app.consumer_generation_id
+            if not self.app.flow_control.is_active():
+                events = []
+            elif any(event.message.generation_id != generation for event in events):
+                events = [e for e in events if e.message.generation_id == generation]
+            if events:
+                self.held += events
+                await handle(events)
             if len(self.held) >= MAX_HELD or time.monotonic() - self.last >= INTERVAL_S:
                 await self._checkpoint()
 

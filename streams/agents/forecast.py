@@ -28,7 +28,7 @@ from streams.forecast.batcher import MicroBatcher
 from streams.forecast.checkpoints import CheckpointMissing, CheckpointWatcher
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_message
-from streams.forecast.windows import SymbolWindow, meta_key, slot_key
+from streams.forecast.windows import SymbolWindow, meta_key, row_key
 from streams.metrics import Outcome, Stage
 from streams.schema import RECEIVED_HEADER, decode_feature_values
 
@@ -56,7 +56,8 @@ class ForecastService:
         self.windows: dict[bytes, SymbolWindow] = {}
         self.applied: dict[bytes, int] = {}
         self.unacked: list[EventT] = []
-        self.dirty: dict[bytes, tuple[int, int, list[int]]] = {}
+        self.dirty: dict[bytes, tuple[int, int]] = {}  # key -> (partition, offset)
+        self.stored: dict[bytes, int] = {}  # key -> row count of its last stored meta record
         self.lock = asyncio.Lock()
         self.wakeup = asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
@@ -69,9 +70,12 @@ class ForecastService:
             offset, meta = self.table.get(meta_key(key))
             if meta is not None:
                 window.load_meta(meta)
-                for slot in window.filled_slots():
-                    window.load_slot(slot, self.table.get(slot_key(key, slot))[1] or b"")
+                for row in window.rows():
+                    window.load_slot(
+                        window.slot_of(row), self.table.get(row_key(key, row))[1] or b""
+                    )
             self.windows[key] = window
+            self.stored[key] = window.count
             self.applied[key] = offset
         return window
 
@@ -96,7 +100,7 @@ class ForecastService:
             # Re-published by a features worker that restarted from older state: the row
             # is in the window already.
             return
-        slot = window.append(
+        window.append(
             row["ts_event"],
             row["close"],
             row["synthetic"],
@@ -104,8 +108,7 @@ class ForecastService:
             decode_feature_values(row["values"]),
         )
         self.applied[key] = message.offset
-        _, _, slots = self.dirty.get(key, (0, 0, []))
-        self.dirty[key] = (message.partition, message.offset, [*slots, slot])
+        self.dirty[key] = (message.partition, message.offset)
         if row["fingerprint"] != self.engine.fingerprint:
             raise RuntimeError(
                 f"feature row for {row['symbol']} has fingerprint {row['fingerprint']} but "
@@ -149,7 +152,10 @@ class ForecastService:
                 latency = (published - request.received_ns) / 1e9
                 self.app.metrics.bar_to_forecast_seconds.observe(latency)
             for key, partition, offset, value in writes:
-                self.table.put(key, partition, offset, value)
+                if value is None:
+                    self.table.delete(key, partition)
+                else:
+                    self.table.put(key, partition, offset, value)
             await self.table.flush()
             for event in events:
                 event.ack()
@@ -171,16 +177,24 @@ class ForecastService:
             for i, request in enumerate(batch)
         ]
 
-    def _snapshot(self) -> list[tuple[bytes, int, int, bytes]]:
-        """Table writes for every window changed since the last flush, taken now: the agent
-        keeps sliding windows while the outputs are being published."""
+    def _snapshot(self) -> list[tuple[bytes, int, int, bytes | None]]:
+        """Table writes for every window changed since the last flush, taken now (the agent
+        keeps sliding windows while the outputs are published): the new rows still in the
+        window, then the meta record, then deletions of rows the previous one needed."""
         dirty, self.dirty = self.dirty, {}
-        writes = []
-        for key, (partition, offset, slots) in dirty.items():
+        writes: list[tuple[bytes, int, int, bytes | None]] = []
+        for key, (partition, offset) in dirty.items():
             window = self.windows[key]
-            for slot in sorted(set(slots)):
-                writes.append((slot_key(key, slot), partition, offset, window.slot_bytes(slot)))
+            previous = self.stored[key]
+            for row in window.rows():
+                if row > previous:
+                    slot = window.slot_of(row)
+                    writes.append((row_key(key, row), partition, offset, window.slot_bytes(slot)))
             writes.append((meta_key(key), partition, offset, window.meta_bytes()))
+            first = window.rows().start
+            for row in range(max(1, previous - window.lookback + 1), min(first, previous + 1)):
+                writes.append((row_key(key, row), partition, offset, None))
+            self.stored[key] = window.count
         return writes
 
     async def flush_when_due(self) -> None:

@@ -31,7 +31,7 @@ NO_OFFSET = -1
 class StateTable:
     def __init__(self, app: BarcastApp, name: str) -> None:
         self.app = app
-        self._unsent: list[tuple[int, bytes, bytes]] = []
+        self._unsent: list[tuple[int, bytes, bytes | None]] = []
         self.table: TableT = app.Table(
             name,
             key_type=bytes,
@@ -66,6 +66,10 @@ class StateTable:
         value = _HEAD.pack(offset, partition) + payload
         self.table.data[key] = value
         self._unsent.append((partition, key, value))
+
+    def delete(self, key: bytes, partition: int) -> None:
+        self.table.data.pop(key, None)
+        self._unsent.append((partition, key, None))
 
     async def flush(self) -> None:
         """Send the states `put` since the last flush and wait until the broker has them."""

@@ -1,8 +1,11 @@
-"""Per-symbol sliding windows of feature rows, stored slot by slot so a restart rebuilds them.
+"""Per-symbol sliding windows of feature rows, stored row by row so a restart rebuilds them.
 
-A window lives in `lookback` ring slots plus one meta record. Each new bar rewrites one slot
-(~1.8 kB) instead of the whole window (~108 kB), and a restarted worker reads the same slots
-back, so its first forecast sees exactly the window an uninterrupted worker would.
+In memory a window is a ring of `lookback` slots. In the state table each row has a key of its
+own (symbol, row number) and one meta record holds the row count: a new bar writes one row
+(~1.8 kB) instead of the whole window (~108 kB). A row is never overwritten, and rows that left
+the window are deleted only after the meta record that no longer needs them, so a crash in the
+middle of a write leaves the rows of the last complete meta record intact, and a restarted
+worker's first forecast sees exactly the window an uninterrupted worker would.
 """
 
 from __future__ import annotations
@@ -82,12 +85,16 @@ class SymbolWindow:
     def load_meta(self, data: bytes) -> None:
         (self.count,) = _META.unpack_from(data)
 
-    def filled_slots(self) -> range:
-        return range(min(self.count, self.lookback))
+    def rows(self) -> range:
+        """Row numbers (1-based, counting every row ever appended) the window holds."""
+        return range(max(1, self.count - self.lookback + 1), self.count + 1)
+
+    def slot_of(self, row: int) -> int:
+        return (row - 1) % self.lookback
 
 
-def slot_key(symbol: bytes, slot: int) -> bytes:
-    return symbol + b"\x00" + slot.to_bytes(2, "little")
+def row_key(symbol: bytes, row: int) -> bytes:
+    return symbol + b"\x00" + row.to_bytes(8, "little")
 
 
 def meta_key(symbol: bytes) -> bytes:
