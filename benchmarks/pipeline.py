@@ -12,9 +12,10 @@ configurations; each restart recovers its state from the Faust tables):
   (corrections agent's receipt -> publish).
 - (c) burst: one bar for each of the `--symbols` warm symbols, same minute, END_OF_INTERVAL;
   first send -> last of its forecasts received. `--repeats` bursts, the median reported.
-- (d) the burst with BARCAST_MAX_BATCH=1, (e) with BARCAST_INCREMENTAL_ENCODING=false, and
-  (f) with the product-default model (hidden 128, heads 8), each after a restart and one
-  unmeasured burst (the step-encoding cache and static contexts live in memory only).
+- (f) the product-default model (hidden 128, heads 8), hot-reloaded into the running worker;
+  (d) the burst with BARCAST_MAX_BATCH=1 and (e) with BARCAST_INCREMENTAL_ENCODING=false, each
+  after a restart. (d)-(f) measure after one unmeasured burst: the step-encoding cache and the
+  static contexts live in memory only, and a restarted worker reads its windows back lazily.
 
 Anchor, same run: the engine alone (`ForecastEngine.predict` in this process, same threads,
 same chunking) on the burst's 1,000 windows, so the ratio burst / inference is what Kafka,
@@ -31,12 +32,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -272,21 +275,26 @@ class Bench:
     def start_worker(self, name: str, **changes: Any) -> tuple[WorkerProcess, float]:
         """A worker with these setting changes, once it recovered its tables."""
         started = time.perf_counter()
-        worker = WorkerProcess(replace(self.settings, **changes), name=name).start()
+        worker = WorkerProcess(replace(self.settings, **changes), name=name)
         try:
+            # WorkerProcess.start leaves the process running when its wait fails: stop it here.
+            worker.start(ready_timeout_s=self.timeout_s)
             worker.wait_for_log("Worker ready", self.timeout_s)  # Faust's: recovery complete
-        except AssertionError:
+        except BaseException:
             worker.stop()
             raise
         seconds = time.perf_counter() - started
         self.say(f"{name} ready in {seconds:.1f}s (pid {worker.pid}, {changes or 'defaults'})")
         return worker, seconds
 
-    def throughput(self, rows: range, minutes: range) -> dict:
+    def throughput(self, rows: range, minutes: range, worker: int, broker: int) -> dict:
+        """(a); also the CPU seconds the worker, the broker and this client used meanwhile
+        (the machine is shared: bars per worker CPU second does not depend on the load)."""
         values, keys, stamps = self.series.messages(rows, minutes)
         expected = self.expected(rows, minutes)
         producer = BarProducer(self.settings, self.settings.topic_raw)
         self.say(f"(a) producing {len(values):,} bars; {len(expected):,} forecasts expected")
+        cpu = (cpu_s(worker), cpu_s(broker), time.process_time())
         started = time.perf_counter()
         producer.send_bars(values, keys, stamps)
         producer.send_control(self.series.ts(minutes.stop))  # the last minute is complete
@@ -295,6 +303,8 @@ class Bench:
         missing = self.collector.wait_for(expected, self.timeout_s)
         arrivals = self.collector.arrivals(expected)
         seconds = max(a.at for a in arrivals) - started if arrivals else float("nan")
+        after = (cpu_s(worker), cpu_s(broker), time.process_time())
+        worker_cpu, broker_cpu, client_cpu = (b - a for a, b in zip(cpu, after, strict=True))
         batches = [a.batch_size for a in arrivals]
         return {
             "bars": len(values),
@@ -307,6 +317,10 @@ class Bench:
             "e2e_bars_per_s": round(len(values) / seconds, 1) if arrivals else None,
             "forecasts_per_s": round(len(arrivals) / seconds, 1) if arrivals else None,
             "batch_size_mean": round(float(np.mean(batches)), 1) if batches else None,
+            "worker_cpu_s": round(worker_cpu, 1),
+            "broker_cpu_s": round(broker_cpu, 1),
+            "client_cpu_s": round(client_cpu, 1),
+            "bars_per_worker_cpu_s": round(len(values) / worker_cpu, 1),
         }
 
     def latency(self, rows: range, first_minute: int, rounds: int, interval_s: float) -> dict:
@@ -367,9 +381,29 @@ class Bench:
         self.say(f"{label} minute {minute}: {ms:,.0f} ms, {len(arrivals)}/{len(expected)}")
         return result
 
+    def bursts(
+        self, rows: range, minutes: Iterator[int], label: str, count: int, warm_up: bool = False
+    ) -> list[dict]:
+        """`count` bursts, after an unmeasured one when the worker just (re)loaded its model
+        or state (empty step-encoding cache, static contexts, windows not yet read back)."""
+        runs = []
+        if warm_up:
+            runs.append({**self.burst(rows, next(minutes), f"{label} warm-up"), "warm_up": True})
+        runs += [self.burst(rows, next(minutes), f"{label} burst") for _ in range(count)]
+        return runs
+
 
 def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
+
+
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def rss_mb(pid: int | None) -> float | None:
@@ -400,6 +434,16 @@ def topic_records(settings: Settings, prefix: str) -> dict[str, int]:
         }
     finally:
         consumer.close()
+
+
+def git_state() -> dict:
+    """The commit measured, and the files that differed from it (shared working tree)."""
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", *argv], cwd=REPO_ROOT, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": git("status", "--short").splitlines()}
 
 
 def machine() -> dict:
@@ -442,10 +486,11 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(dir=base.work_dir, prefix="bench-pipeline-") as tmp:
         folder = Path(tmp)
         models = folder / "models"
+        serving = models / "serving"
         if args.checkpoint:
-            serving = args.checkpoint.resolve()
+            shutil.copytree(args.checkpoint, serving)
         else:
-            serving = make_checkpoint(models / "serving", args.hidden, args.heads)
+            make_checkpoint(serving, args.hidden, args.heads)
         config = TFTConfig.from_dict(orjson.loads((serving / "config.json").read_bytes())["model"])
         anchor = inference_anchor(serving, ref.anchor, base.max_batch)
         del ref.anchor
@@ -457,7 +502,7 @@ def run(args: argparse.Namespace) -> dict:
                 broker=broker.bootstrap,
                 app_id=f"barcast-bench-{int(time.time())}",
                 role="all",
-                model_dir=serving,
+                model_dir=models,  # watched: (f) drops the product-size checkpoint in
                 work_dir=folder,
                 connect_timeout_s=30.0,
             )
@@ -467,41 +512,47 @@ def run(args: argparse.Namespace) -> dict:
             bench = Bench(series, ref, collector, settings, args.timeout_s)
             restarts: dict[str, float] = {}
             bursts: dict[str, list[dict]] = {}
+            errors: dict[str, str] = {}
             worker, restarts["first_start_s"] = bench.start_worker("worker-batched")
             try:
-                e2e = bench.throughput(range(n_burst + n_live), range(args.minutes))
+                e2e = bench.throughput(
+                    range(n_burst + n_live), range(args.minutes), worker.pid, broker.pid
+                )
                 e2e["broker_rss_mb"] = rss_mb(broker.pid)
                 e2e["changelog_records"] = topic_records(settings, f"{settings.app_id}-")
                 bench.say(f"(a) {e2e}")
                 live = bench.latency(live_rows, args.minutes, args.rounds, args.round_interval)
                 bench.say(f"(b) {live}")
-                bursts["batched"] = [
-                    bench.burst(burst_rows, next(burst_minutes), "(c) burst")
-                    for _ in range(args.repeats)
-                ]
+                bursts["batched"] = bench.bursts(burst_rows, burst_minutes, "(c)", args.repeats)
+                if not args.skip_product_model:
+                    started = time.perf_counter()
+                    make_checkpoint(models / "product", 128, 8)
+                    worker.wait_for_log("hot-reloaded checkpoint", args.timeout_s)
+                    restarts["product_hot_reload_s"] = time.perf_counter() - started
+                    bursts["product"] = bench.bursts(
+                        burst_rows, burst_minutes, "(f) 128/8", args.variant_repeats, warm_up=True
+                    )
             finally:
                 worker.stop()
             variants = [
                 ("nobatch", "(d) max_batch=1", {"max_batch": 1}),
                 ("full", "(e) full encoding", {"incremental_encoding": False}),
             ]
-            if not args.skip_product_model:
-                product = make_checkpoint(models / "product", 128, 8)
-                variants.append(("product", "(f) hidden 128/8", {"model_dir": product}))
             for name, label, changes in variants:
-                worker, restarts[f"{name}_restart_s"] = bench.start_worker(
-                    f"worker-{name}", **changes
-                )
                 try:
-                    runs = [bench.burst(burst_rows, next(burst_minutes), f"{label} warm-up")]
-                    runs += [
-                        bench.burst(burst_rows, next(burst_minutes), label)
-                        for _ in range(args.variant_repeats)
-                    ]
+                    worker, restarts[f"{name}_restart_s"] = bench.start_worker(
+                        f"worker-{name}", model_dir=serving, **changes
+                    )
+                except AssertionError as exc:  # report the others rather than nothing
+                    errors[name] = str(exc).splitlines()[0]
+                    bench.say(f"{label}: {errors[name]}")
+                    continue
+                try:
+                    bursts[name] = bench.bursts(
+                        burst_rows, burst_minutes, label, args.variant_repeats, warm_up=True
+                    )
                 finally:
                     worker.stop()
-                runs[0]["warm_up"] = True
-                bursts[name] = runs
             collector.stopping.set()
             collector.join(timeout=5)
             duplicates = collector.duplicates
@@ -516,6 +567,7 @@ def run(args: argparse.Namespace) -> dict:
         "latency_p50_ms": live["latency_p50_ms"],
         "latency_p99_ms": live["latency_p99_ms"],
         "burst_1000_ms": batched,
+        "burst_symbols": n_burst,
         "burst_1000_nobatch_ms": nobatch,
         "batching_speedup": round(nobatch / batched, 2) if batched and nobatch else None,
         "burst_1000_full_ms": full,
@@ -530,6 +582,7 @@ def run(args: argparse.Namespace) -> dict:
         "bursts": bursts,
         "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
         "restarts": {k: round(v, 1) for k, v in restarts.items()},
+        "errors": errors,
         "duplicate_forecasts": duplicates,
         "reference_statuses": ref.statuses,
         "model": {
@@ -547,6 +600,7 @@ def run(args: argparse.Namespace) -> dict:
             "store": base.store,
         },
         "machine": {**machine(), "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+        "git": git_state(),
         "command": " ".join(["benchmarks/pipeline.py", *sys.argv[1:]]),
     }
 
@@ -587,16 +641,17 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--checkpoint", type=Path, help="serve this checkpoint instead")
     parser.add_argument("--skip-product-model", action="store_true")
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase and restart")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.minutes < 140:
         parser.error("--minutes must be >= 140: the first forecast needs ~133 bars")
     result = run(args)
     print()
     print(table(result))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO_ROOT)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -72,20 +72,6 @@ def dst_bounds_min(y: int) -> tuple[int, int]:
 
 
 @kernel
-def is_us_dst(utc_min: int) -> bool:
-    y = civil_from_days(utc_min // MIN_PER_DAY)[0]
-    start, end = dst_bounds_min(y)
-    return start <= utc_min < end
-
-
-@kernel
-def central_minute(utc_min: int) -> tuple[int, bool]:
-    """US/Central wall-clock minutes since the epoch, and whether DST applies."""
-    dst = is_us_dst(utc_min)
-    return utc_min - (5 if dst else 6) * 60, dst
-
-
-@kernel
 def session_of(local_min: int) -> tuple[int, int]:
     """(trade date as a day number, minutes since that session opened) for a Central minute.
 

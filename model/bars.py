@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from model.checkpoint import file_sha256
-from streams.corrections import SYNTHETIC, CorrectionConfig, bars_from_frame, correct_history
+from streams.corrections import CorrectionConfig, bars_from_frame, correct_history
 from streams.ingest.convert import read_bar_csv
-from streams.schema import PRICE_SCALE
+from streams.schema import engine_columns
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 DBN_SUFFIXES = (".dbn", ".dbn.zst")
@@ -108,7 +108,8 @@ def load_bars(
     per_symbol: dict[str, list[dict[str, Any]]] = {}
     for bar in history.clean:
         per_symbol.setdefault(bar["symbol"], []).append(bar)
-    bars = [_to_arrays(symbol, rows) for symbol, rows in sorted(per_symbol.items())]
+    # Converted exactly as for the feature engine, so training bars equal what serving sees
+    bars = [CleanBars(symbol, *engine_columns(rows)) for symbol, rows in sorted(per_symbol.items())]
     if not bars:
         raise DataError(f"--data {[str(p) for p in paths]}: no bar survived the corrections")
     report = {
@@ -118,22 +119,6 @@ def load_bars(
         "bars_per_symbol": {b.symbol: len(b) for b in bars},
     }
     return bars, report
-
-
-def _to_arrays(symbol: str, rows: list[dict[str, Any]]) -> CleanBars:
-    def prices(name: str) -> np.ndarray:
-        return np.array([r[name] for r in rows], dtype=np.float64) * PRICE_SCALE
-
-    return CleanBars(
-        symbol=symbol,
-        ts_event=np.array([r["ts_event"] for r in rows], dtype=np.int64),
-        open=prices("open"),
-        high=prices("high"),
-        low=prices("low"),
-        close=prices("close"),
-        volume=np.array([r["volume"] for r in rows], dtype=np.float64),
-        synthetic=np.array([r.get("status") == SYNTHETIC for r in rows], dtype=bool),
-    )
 
 
 def data_fingerprint(report: dict[str, Any]) -> str:

@@ -34,10 +34,6 @@ class TFTConfig:
     def n_static_reals(self) -> int:
         return self.n_static - 1
 
-    @property
-    def median_index(self) -> int:
-        return self.quantiles.index(0.5)
-
     def validate(self) -> None:
         positive = (
             "lookback",

@@ -15,6 +15,7 @@ import orjson
 
 PRICE_SCALE = 1e-9
 UNDEF_PRICE = 2**63 - 1
+FIXED_PER_UNIT = round(1 / PRICE_SCALE)
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -67,6 +68,14 @@ def encode(value: Any) -> bytes:
 
 def decode(data: bytes) -> Any:
     return orjson.loads(data)
+
+
+def to_fixed(prices: np.ndarray) -> np.ndarray:
+    """Float prices as DBN fixed-point int64, `round(price * 1e9)`; NaN becomes UNDEF_PRICE."""
+    undefined = np.isnan(prices)
+    fixed = np.rint(np.where(undefined, 0.0, prices) * FIXED_PER_UNIT).astype(np.int64)
+    fixed[undefined] = UNDEF_PRICE
+    return fixed
 
 
 def encode_feature_values(values: np.ndarray) -> str:

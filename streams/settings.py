@@ -191,5 +191,6 @@ def _parse(name: str, type_name: Any, raw: str) -> Any:
             return False
         raise SettingError(f"{var}={raw!r} is not a boolean; use true or false")
     if kind == "Path":
-        return Path(raw).expanduser().resolve()
+        # Absolute, but symlinks kept: the path a user set is the path barcast reports.
+        return Path(os.path.abspath(Path(raw).expanduser()))
     return raw

@@ -12,8 +12,8 @@ import orjson
 import pandas as pd
 
 from features import engine
-from streams.corrections import SYNTHETIC, bars_from_frame
-from streams.schema import PRICE_SCALE, UNDEF_PRICE
+from streams.corrections import bars_from_frame
+from streams.schema import UNDEF_PRICE, engine_columns
 
 
 def faulty_stream(
@@ -72,14 +72,5 @@ def tiled_stream(bars: pd.DataFrame, n: int, symbols: list[str]) -> list[tuple[b
 
 def expected_features(bars: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """`compute_batch` over one symbol's `bars.clean` values: what the features agent must
-    publish for them, bit for bit (prices are fixed-point times PRICE_SCALE, as in training)."""
-
-    def column(name: str, dtype: type) -> np.ndarray:
-        return np.array([bar[name] for bar in bars], dtype=dtype)
-
-    return engine.compute_batch(
-        column("ts_event", np.int64),
-        *(column(name, np.float64) * PRICE_SCALE for name in ("open", "high", "low", "close")),
-        column("volume", np.float64),
-        np.array([bar["status"] == SYNTHETIC for bar in bars], dtype=np.bool_),
-    )
+    publish for them, bit for bit (converted by `engine_columns`, as in training)."""
+    return engine.compute_batch(*engine_columns(bars))

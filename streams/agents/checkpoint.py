@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from streams.agents.offsets import OffsetGuard
 from streams.agents.state import StateTable
 
 if TYPE_CHECKING:
@@ -73,18 +74,16 @@ class StateCache(Generic[S]):
         keys += [key for key in self.changed if self.entries[key][0] == partition]
         return list(dict.fromkeys(keys))
 
-    def write(self) -> None:
+    def write(self, owned: set[int] | None = None) -> None:
+        """Put every changed state into the table; with `owned`, only the states of those
+        source partitions, forgetting the others (no longer this worker's to write)."""
         for key in sorted(self.changed):
             partition, offset, state = self.entries[key]
-            self.table.put(key, partition, offset, self.encode(state))
+            if owned is None or partition in owned:
+                self.table.put(key, partition, offset, self.encode(state))
+            else:
+                del self.entries[key]
         self.changed.clear()
-
-    def forget(self, partitions: set[int]) -> None:
-        """Drop states of partitions this worker no longer owns: whoever owns them next
-        recovers them from the changelog."""
-        for key in [k for k, entry in self.entries.items() if entry[0] in partitions]:
-            del self.entries[key]
-            self.changed.discard(key)
 
 
 class Checkpointer:
@@ -93,6 +92,7 @@ class Checkpointer:
 
     def __init__(self, app: BarcastApp, topic: str, cache: StateCache[Any]) -> None:
         self.app, self.topic, self.cache = app, topic, cache
+        self.offsets = OffsetGuard(app, topic)
         self.lock = asyncio.Lock()
         self.held: list[EventT] = []
         self.last = time.monotonic()
@@ -101,45 +101,41 @@ class Checkpointer:
     async def run(
         self, events: Sequence[EventT], handle: Callable[[Sequence[EventT]], Awaitable[None]]
     ) -> None:
-        """`handle` one take() batch, holding its events unacked until a checkpoint.
-
-        Events that take() buffered before a rebalance are dropped, never acked: after one
-        the partition is fetched again from its committed offset, and the states they would
-        apply to were forgotten or recovered anew.
-        """
+        """`handle` one take() batch, holding its events unacked until a checkpoint. Events
+        the offset guard drops stay unacked for good: they come again."""
         async with self.lock:
             for event in events:
                 event.message.incref()  # take() acks once when done: this reference stays
-            generation = self.app.consumer_generation_id
-            if not self.app.flow_control.is_active():
-                events = []
-            elif any(event.message.generation_id != generation for event in events):
-                events = [e for e in events if e.message.generation_id == generation]
-            if events:
-                self.held += events
-                await handle(events)
+            admitted = await self.offsets.admit(events)
+            if admitted:
+                self.held += admitted
+                await handle(admitted)
             if len(self.held) >= MAX_HELD or time.monotonic() - self.last >= INTERVAL_S:
-                await self._checkpoint()
+                await self._checkpoint(self._owned())
 
     async def tick(self) -> None:
         """Checkpoint from a timer, so a quiet stream's last events are committed too."""
         if self.held and time.monotonic() - self.last >= INTERVAL_S:
             async with self.lock:
                 if self.held:  # the agent may have checkpointed while we waited
-                    await self._checkpoint()
+                    await self._checkpoint(self._owned())
 
-    async def _checkpoint(self) -> None:
-        self.cache.write()
+    async def _checkpoint(self, owned: set[int] | None) -> None:
+        self.cache.write(owned)
         await self.cache.table.flush()
         held, self.held = self.held, []
         for event in held:
             event.ack()
         self.last = time.monotonic()
 
-    def _on_revoked(self, sender: Any, revoked: set[TP], **kwargs: Any) -> None:
-        """Held events of revoked partitions are never acked here (their new owner replays
-        them from the committed offset), and their states are forgotten."""
-        partitions = {tp.partition for tp in revoked if tp.topic == self.topic}
-        if partitions:
-            self.held = [e for e in self.held if e.message.partition not in partitions]
-            self.cache.forget(partitions)
+    def _owned(self) -> set[int]:
+        return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topic}
+
+    async def _on_revoked(self, sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        """Before partitions move, checkpoint all: whoever owns them next recovers states as
+        current as the outputs. (Events take() buffered before the rebalance may still come;
+        they apply to those current states, and their states are written only for partitions
+        this worker is assigned again.)"""
+        if any(tp.topic == self.topic for tp in revoked):
+            async with self.lock:
+                await self._checkpoint(None)

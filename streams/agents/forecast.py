@@ -197,6 +197,15 @@ class ForecastService:
             self.stored[key] = window.count
         return writes
 
+    async def on_rebalance(self) -> None:
+        """Before partitions move: make everything consumed so far durable (forecasts out,
+        state stored, events acked), then forget the in-memory windows; they reload from the
+        table, which the next owner of a partition continues from."""
+        await self.flush()
+        self.windows.clear()
+        self.applied.clear()
+        self.stored.clear()
+
     async def flush_when_due(self) -> None:
         """Flushes windows that waited `max_delay` while no new event arrived."""
         while True:
@@ -260,6 +269,10 @@ def register(app: BarcastApp) -> None:
     async def forecast(stream):  # type: ignore[no-untyped-def]
         async for event in stream.noack().events():
             await service.add(event)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: BarcastApp, revoked: object, **kwargs: object) -> None:
+        await service.on_rebalance()
 
     @app.task
     async def flush_on_delay() -> None:

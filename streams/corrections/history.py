@@ -14,9 +14,7 @@ from streams.corrections.engine import correct, flush, process
 from streams.corrections.outcome import CorrectionStats, Gap, Outcome, Step
 from streams.corrections.parse import PRICE_FIELDS, RTYPE_OHLCV_1M, decode, validate
 from streams.corrections.state import SymbolState
-from streams.schema import PRICE_SCALE, UNDEF_PRICE, is_control
-
-FIXED_PER_UNIT = round(1 / PRICE_SCALE)
+from streams.schema import is_control, to_fixed
 
 
 @dataclass(slots=True)
@@ -118,9 +116,5 @@ def bars_from_frame(
 
 
 def _fixed(prices: np.ndarray) -> list[int]:
-    if prices.dtype.kind in "iu":
-        return prices.astype(np.int64).tolist()
-    undefined = np.isnan(prices)
-    fixed = np.round(np.where(undefined, 0.0, prices) * FIXED_PER_UNIT).astype(np.int64)
-    fixed[undefined] = UNDEF_PRICE
-    return fixed.tolist()
+    """Fixed-point columns pass through; float prices are converted."""
+    return (prices.astype(np.int64) if prices.dtype.kind in "iu" else to_fixed(prices)).tolist()

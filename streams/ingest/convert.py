@@ -20,6 +20,7 @@ import pandas as pd
 import zstandard
 
 from streams.ingest.dbn_source import OHLCV_DTYPE
+from streams.schema import to_fixed
 from streams.settings import Settings
 
 SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
@@ -41,12 +42,6 @@ def read_bar_csv(path: Path) -> pd.DataFrame:
     for name in (*PRICE_FIELDS, "volume"):
         columns[name] = frame[name].astype("float64").to_numpy()
     return pd.DataFrame(columns)
-
-
-def to_fixed(prices: np.ndarray) -> np.ndarray:
-    """Float prices to DBN fixed-point (1e-9) int64; NaN becomes UNDEF_PRICE."""
-    fixed = np.rint(np.nan_to_num(prices, nan=0.0) * 1e9).astype(np.int64)
-    return np.where(np.isnan(prices), databento_dbn.UNDEF_PRICE, fixed)
 
 
 def bars_to_records(

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from streams.ingest.errors import AuthFailed, ExitCode, IngestError
-from streams.ingest.replay_cli import parse_symbols, parse_time
-from streams.settings import SettingError, Settings
+from streams.ingest.replay_cli import parse_symbols, parse_time, run_standalone
+from streams.settings import Settings
 
 KEY_VARIABLE = "DATABENTO_API_KEY"
 
@@ -117,15 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="barcast ingest-live")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return run(args)
-    except SettingError as exc:
-        print(f"barcast ingest-live: {exc}", file=sys.stderr)
-        return int(ExitCode.USAGE)
+    return run_standalone("barcast ingest-live", add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import argparse
 import logging
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -113,16 +114,26 @@ def run(args: argparse.Namespace) -> int:
     return int(code)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="barcast replay")
+def run_standalone(
+    prog: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    argv: list[str] | None,
+) -> int:
+    """An ingest command outside `barcast` (`python -m ...`): a bad setting is a usage error."""
+    parser = argparse.ArgumentParser(prog=prog)
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         return run(args)
     except SettingError as exc:
-        print(f"barcast replay: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone("barcast replay", add_arguments, run, argv)
 
 
 if __name__ == "__main__":
