@@ -128,12 +128,16 @@ def reference(series: Series, burst_rows: range, anchor_minutes: list[int]) -> R
         clean = correct_history(series.values[k]).clean
         for bar in clean:
             statuses[bar["status"]] = statuses.get(bar["status"], 0) + 1
+        mine = []
         for request in window_requests(symbol, clean, LOOKBACK):
             keys.add((symbol, request.ts_event))
-            minute = (request.ts_event - series.t0) // MINUTE_NS
-            if k in burst_rows and minute in anchor:
-                request.values = request.values.copy()  # free the symbol's whole history
-                anchor[minute].append(request)
+            if k in burst_rows and (request.ts_event - series.t0) // MINUTE_NS in anchor:
+                mine.append(request)
+        if mine:  # the anchor's windows overlap: one copy of their rows, each window a view
+            rows = np.concatenate([mine[0].values, *(r.values[-1:] for r in mine[1:])])
+            for i, request in enumerate(mine):
+                request.values = rows[i : i + LOOKBACK]
+                anchor[(request.ts_event - series.t0) // MINUTE_NS].append(request)
     return Reference(keys, anchor, statuses)
 
 
@@ -199,7 +203,7 @@ class ForecastCollector(threading.Thread):
         self.settings = settings
         self.arrived: dict[Key, Arrival] = {}
         self.order: list[Key] = []
-        self.duplicates = 0
+        self.duplicates: list[list] = []  # (symbol, ts_event, model id, batch size)
         self.condition = threading.Condition()
         self.stopping = threading.Event()
 
@@ -223,7 +227,7 @@ class ForecastCollector(threading.Thread):
                     for v in parsed:
                         key = (v["symbol"], v["ts_event"])
                         if key in self.arrived:
-                            self.duplicates += 1
+                            self.duplicates.append([*key, v["model_id"], v["batch_size"]])
                             continue
                         self.arrived[key] = Arrival(
                             now, v["batch_size"], v["latency_ms"], v["model_id"]
@@ -366,7 +370,8 @@ class Bench:
         missing = self.collector.wait_for(expected, self.timeout_s)
         arrivals = self.collector.arrivals(expected)
         producer.flush()
-        ms = (max(a.at for a in arrivals) - started) * 1000 if arrivals else float("nan")
+        times = sorted((a.at - started) * 1000 for a in arrivals)
+        ms = times[-1] if times else float("nan")
         result = {
             "minute": minute,
             "bars": len(values),
@@ -374,6 +379,8 @@ class Bench:
             "forecasts_received": len(arrivals),
             "forecasts_missing": len(missing),
             "ms": round(ms, 1),
+            "first_ms": _pct(times, 0),  # when forecasts start coming out, and the middle one
+            "median_ms": _pct(times, 50),
             "worker_latency_max_ms": _pct([a.latency_ms for a in arrivals], 100),
             "batch_sizes": sorted({a.batch_size for a in arrivals}),
             "model_id": arrivals[0].model_id if arrivals else None,
@@ -524,7 +531,7 @@ def run(args: argparse.Namespace) -> dict:
                 live = bench.latency(live_rows, args.minutes, args.rounds, args.round_interval)
                 bench.say(f"(b) {live}")
                 bursts["batched"] = bench.bursts(burst_rows, burst_minutes, "(c)", args.repeats)
-                if not args.skip_product_model:
+                if "product" in args.variants:
                     started = time.perf_counter()
                     make_checkpoint(models / "product", 128, 8)
                     worker.wait_for_log("hot-reloaded checkpoint", args.timeout_s)
@@ -538,7 +545,7 @@ def run(args: argparse.Namespace) -> dict:
                 ("nobatch", "(d) max_batch=1", {"max_batch": 1}),
                 ("full", "(e) full encoding", {"incremental_encoding": False}),
             ]
-            for name, label, changes in variants:
+            for name, label, changes in [v for v in variants if v[0] in args.variants]:
                 try:
                     worker, restarts[f"{name}_restart_s"] = bench.start_worker(
                         f"worker-{name}", model_dir=serving, **changes
@@ -583,7 +590,8 @@ def run(args: argparse.Namespace) -> dict:
         "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
         "restarts": {k: round(v, 1) for k, v in restarts.items()},
         "errors": errors,
-        "duplicate_forecasts": duplicates,
+        "duplicate_forecasts": len(duplicates),
+        "duplicate_examples": duplicates[:10],
         "reference_statuses": ref.statuses,
         "model": {
             "hidden": config.hidden,
@@ -640,7 +648,12 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--checkpoint", type=Path, help="serve this checkpoint instead")
-    parser.add_argument("--skip-product-model", action="store_true")
+    parser.add_argument(
+        "--variants",
+        type=lambda text: set(text.split(",")) if text else set(),
+        default={"product", "nobatch", "full"},
+        help="comma-separated subset of product,nobatch,full (default: all)",
+    )
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase and restart")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()

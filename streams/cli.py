@@ -12,6 +12,7 @@ from streams.settings import SettingError
 COMMAND_MODULES = (
     "streams.broker_cli",
     "streams.tail",
+    "streams.stats_cli",
     "streams.ingest.replay_cli",
     "streams.ingest.live_cli",
     "features.cli",

@@ -30,6 +30,7 @@ class BarcastApp(faust.App):
         self.barcast = settings
         self._embedded: Any = None
         self._state_producer: Any = None
+        self._state_producer_lock = asyncio.Lock()
         from streams.metrics import Metrics
 
         self.metrics = Metrics()
@@ -47,14 +48,15 @@ class BarcastApp(faust.App):
 
     async def state_producer(self) -> Any:
         """The producer for agent state (see streams.agents.state), started on first use."""
-        if self._state_producer is None:
-            from aiokafka import AIOKafkaProducer
+        async with self._state_producer_lock:  # agents checkpoint concurrently: start one
+            if self._state_producer is None:
+                from aiokafka import AIOKafkaProducer
 
-            producer = AIOKafkaProducer(
-                **aiokafka_config(self.barcast), acks="all", linger_ms=0, max_batch_size=1
-            )
-            await producer.start()
-            self._state_producer = producer
+                producer = AIOKafkaProducer(
+                    **aiokafka_config(self.barcast), acks="all", linger_ms=0, max_batch_size=1
+                )
+                await producer.start()
+                self._state_producer = producer
         return self._state_producer
 
     async def on_stop(self) -> None:

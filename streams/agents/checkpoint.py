@@ -101,8 +101,8 @@ class Checkpointer:
     async def run(
         self, events: Sequence[EventT], handle: Callable[[Sequence[EventT]], Awaitable[None]]
     ) -> None:
-        """`handle` one take() batch, holding its events unacked until a checkpoint. Events
-        the offset guard drops stay unacked for good: they come again."""
+        """`handle` one take() batch, holding its events unacked until a checkpoint. Repeats
+        the offset guard drops stay unacked: their first delivery is acked."""
         async with self.lock:
             for event in events:
                 event.message.incref()  # take() acks once when done: this reference stays
