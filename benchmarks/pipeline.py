@@ -22,9 +22,12 @@ same chunking) on the burst's 1,000 windows, so the ratio burst / inference is w
 Faust and the agents add on top of the model.
 
     NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pipeline.py \
-        [--symbols 1000] [--minutes 190] [--hidden 64 --heads 4 | --checkpoint DIR]
+        [--symbols 1000] [--minutes 190] [--hidden 64 --heads 4 | --checkpoint DIR] \
+        [--variants product,nobatch,full] [--out benchmarks/results/pipeline.json]
 
-Writes benchmarks/results/pipeline.json.
+The defaults replay 1,064 x 190 = 202,160 bars. The embedded broker keeps every record in
+memory, table changelogs included, so watch its RSS (reported): `--minutes 140` (149k bars)
+is the most a shared 2-core box with ~20 GB should take today.
 """
 
 from __future__ import annotations
