@@ -32,7 +32,7 @@ from streams.agents.io import (
 from streams.agents.state import StateTable
 from streams.corrections import SYNTHETIC
 from streams.metrics import Outcome, Stage
-from streams.schema import PRICE_SCALE, encode_feature_values
+from streams.schema import PRICE_SCALE, encode_feature_values, engine_columns
 
 if TYPE_CHECKING:
     from faust.types import EventT
@@ -182,15 +182,7 @@ class FeaturesBatch:
         batch (it validates every bar before it moves any state), bar by bar, skipping and
         logging the bars it refuses."""
         bars = self.bars
-        columns = (
-            np.array([b.value["ts_event"] for b in bars], dtype=np.int64),
-            *(
-                np.array([b.value[f] for b in bars], dtype=np.float64) * PRICE_SCALE
-                for f in PRICE_FIELDS
-            ),
-            np.array([b.value["volume"] for b in bars], dtype=np.float64),
-            np.array([b.value.get("status") == SYNTHETIC for b in bars], dtype=np.bool_),
-        )
+        columns = engine_columns([b.value for b in bars])
         rows = np.array([b.row for b in bars], dtype=np.int64)
         try:
             values, warm = engine.update_many(self.state, rows, *columns)
