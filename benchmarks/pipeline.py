@@ -485,6 +485,7 @@ def run(args: argparse.Namespace) -> dict:
     total_minutes = max(args.minutes + args.rounds, bursts_from + n_bursts, args.minutes + 3) + 1
     anchor_minutes = [args.minutes - 1, args.minutes, args.minutes + 1, args.minutes + 2]
 
+    measured = git_state()  # now: others may commit while this runs
     t = time.perf_counter()
     series = build_series(base, n_burst + n_live, total_minutes)
     ref = reference(series, burst_rows, anchor_minutes)
@@ -611,7 +612,7 @@ def run(args: argparse.Namespace) -> dict:
             "store": base.store,
         },
         "machine": {**machine(), "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
-        "git": git_state(),
+        "git": measured,
         "command": " ".join(["benchmarks/pipeline.py", *sys.argv[1:]]),
     }
 

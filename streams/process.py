@@ -48,7 +48,11 @@ class WorkerProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.wait_for_log("Ready", ready_timeout_s)
+        try:
+            self.wait_for_log("Ready", ready_timeout_s)
+        except BaseException:
+            self.kill()  # `with` never reaches __exit__ when start fails: don't leak it
+            raise
         return self
 
     def log(self) -> str:
