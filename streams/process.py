@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
-from streams.broker import free_port
+from streams.broker import free_port, stop_session
 from streams.settings import REPO_ROOT, Settings
 
 FAUST = Path(sys.executable).with_name("faust")
@@ -87,12 +87,7 @@ class WorkerProcess:
     def stop(self, timeout_s: float = 30.0) -> int:
         if self.process is None:
             return 0
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_session(self.process, timeout_s)
         return int(self.process.returncode or 0)
 
     def __enter__(self) -> WorkerProcess:
