@@ -53,8 +53,9 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[8] = lv
     syn = ctx[core.X_SYN] > 0.0
     out[9] = lv - gs[PREV_LV] if gs[HAS_PREV] > 0.0 and not syn else 0.0
-    out[10] = ((h + lo_ + c) / 3.0) / c - 1.0
-    out[11] = ((h + lo_) / 2.0) / c - 1.0
+    inv_c = 1.0 / c
+    out[10] = (h + lo_ + c) * (inv_c / 3.0) - 1.0
+    out[11] = (h + lo_) * (0.5 * inv_c) - 1.0
     out[12] = sign(c - o)
     out[13] = ctx[core.X_SYN]
     out[14] = sign(r)

@@ -24,7 +24,7 @@ from features.primitives import (
     kernel,
     put_i64,
     resync_sums,
-    roll_sums,
+    roll_means,
     slot,
 )
 
@@ -43,8 +43,8 @@ X_LO, X_LH, X_LL, X_LC, X_R = 7, 8, 9, 10, 11
 X_PC, X_PH, X_PL, X_PLC = 12, 13, 14, 15
 X_TR, X_ATR, X_EVF_PREV, X_EVF, X_EVS = 16, 17, 18, 19, 20
 X_TOD, X_DST, X_SESSION, X_SESSION_MIN, X_NEW_SESSION, X_GAP_MIN = 21, 22, 23, 24, 25, 26
-X_LV = 27
-N_SCALARS = 28
+X_LV, X_ATR_REL = 27, 28
+N_SCALARS = 29
 
 # Price record fields (F_*): each bar writes one record. Window w sums the first NF[w] fields:
 # W5 r, r2; W10 + ar; W14 up to vim; W60 up to r5sq; W20 up to doji. lc and c sit early so the
@@ -135,7 +135,7 @@ def begin(
         cs[ATR] = (cs[TR_SUM] + tr) / ATR_PERIOD
     else:
         cs[ATR] = (cs[ATR] * (ATR_PERIOD - 1) + tr) / ATR_PERIOD
-    ctx[X_TR], ctx[X_ATR] = tr, cs[ATR]
+    ctx[X_TR], ctx[X_ATR], ctx[X_ATR_REL] = tr, cs[ATR], cs[ATR] / c
 
     # The first bar has no return: the variances start with the second.
     ctx[X_EVF_PREV] = ewma_var(cs, EVF, r, EWMA_FAST) if t > 0 else 0.0
@@ -159,9 +159,9 @@ def begin(
     update_linreg(cs, t)
     if (t & MASK) == MASK:  # once per ring cycle: re-anchor x = lc - anchor, recount exactly
         reanchor(cs, t, lc)
+        fill_means(cs, SUMS_P, KP, NF, t, ctx, XM)
     else:
-        roll_sums(cs, RING_P, SUMS_P, KP, NF, t)
-    fill_means(cs, SUMS_P, KP, NF, t, ctx, XM)
+        roll_means(cs, RING_P, SUMS_P, KP, NF, t, ctx, XM)
 
 
 @kernel

@@ -15,9 +15,8 @@ from features import core
 from features.primitives import (
     N_WINDOWS,
     Layout,
-    advance_sums,
+    advance_means,
     ema_step,
-    fill_means,
     kernel,
     slot,
 )
@@ -35,7 +34,10 @@ FIELDS = (
 KV = len(FIELDS)
 NF = (V_LV + 1, V_LV + 1, V_MFN + 1, KV, V_RSG + 1)
 XV = core.XM + N_WINDOWS * core.KP  # ctx[XV + w*KV + f]: mean of volume field f (see mv)
+XS = XV + N_WINDOWS * KV  # ctx[XS : XS + N_SCRATCH]: the groups' operand vectors (see roots)
+N_SCRATCH = 32
 ADL_FAST, ADL_SLOW, FORCE_PERIOD = 3, 10, 13
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 LAYOUT = Layout("flow")
 NV = LAYOUT.add("real_bars")
@@ -49,7 +51,7 @@ SIZE = LAYOUT.size
 
 @kernel
 def norm_cdf(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+    return 0.5 * (1.0 + math.erf(z * INV_SQRT2))
 
 
 @kernel
@@ -64,7 +66,7 @@ def update(fs: np.ndarray, ctx: np.ndarray) -> int:
     tv = int(fs[NV])
     h, lo_, c, v = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C], ctx[core.X_V]
     lc = ctx[core.X_LC]
-    tp = (h + lo_ + c) / 3.0
+    tp = (h + lo_ + c) / 3.0  # not * (1/3): MFI splits on exact ties between successive TPs
     first = tv == 0
     r = 0.0 if first else lc - fs[PLC]
     lv = ctx[core.X_LV]
@@ -90,8 +92,7 @@ def update(fs: np.ndarray, ctx: np.ndarray) -> int:
     fs[rec + V_AR] = abs(r)
     fs[rec + V_NVR] = r if not first and v < fs[PV] else 0.0
     fs[rec + V_RNG] = ctx[core.X_LH] - ctx[core.X_LL]
-    advance_sums(fs, RING_V, SUMS_V, KV, NF, tv)
-    fill_means(fs, SUMS_V, KV, NF, tv, ctx, XV)
+    advance_means(fs, RING_V, SUMS_V, KV, NF, tv, ctx, XV)
 
     session = ctx[core.X_SESSION]
     if first or session != fs[SESSION]:

@@ -131,6 +131,7 @@ def update(
     ph, pl = ctx[core.X_PH], ctx[core.X_PL]
     rec = slot(RING_P, KP, t, 0)
     rng20 = wsum(cs, SUMS_P, KP, W20, F_RNG)
+    inv_rng20 = 1.0 / rng20 if rng20 != 0.0 else 0.0  # shared by the shares of the range
     rng60 = wsum(cs, SUMS_P, KP, W60, F_RNG)
     mrng20 = mp(ctx, W20, F_RNG)
     roll20 = roll_spread(ctx, W20)
@@ -146,11 +147,11 @@ def update(
     out[o + 11] = mp(ctx, W60, F_CLV)
     out[o + 12] = mp(ctx, W20, F_CH)
     out[o + 13] = mp(ctx, W20, F_CL)
-    out[o + 14] = ratio(wsum(cs, SUMS_P, KP, W20, F_ABODY), rng20)
+    out[o + 14] = wsum(cs, SUMS_P, KP, W20, F_ABODY) * inv_rng20
     uw20 = wsum(cs, SUMS_P, KP, W20, F_UW)
     lw20 = wsum(cs, SUMS_P, KP, W20, F_LW)
-    out[o + 15] = ratio(uw20, rng20)
-    out[o + 16] = ratio(lw20, rng20)
+    out[o + 15] = uw20 * inv_rng20
+    out[o + 16] = lw20 * inv_rng20
     out[o + 17] = ratio(mrng20, mp(ctx, W60, F_RNG))
     out[o + 18] = cs[rec + F_TR]
     out[o + 19] = ratio(ctx[core.X_TR], ctx[core.X_ATR])
@@ -165,10 +166,10 @@ def update(
     out[o + 27] = 1.0 if not first and h > ph else 0.0
     out[o + 28] = 1.0 if not first and lo_ < pl else 0.0
     move = abs(ctx[core.X_LC] - cs[slot(RING_P, KP, t, 20) + F_LC]) if t >= 20 else 0.0
-    out[o + 29] = ratio(move, rng20)
+    out[o + 29] = move * inv_rng20
     out[o + 31] = sqrt0(mp(ctx, W20, F_ARP))
     out[o + 32] = sqrt0(mp(ctx, W60, F_ARP))
-    out[o + 34] = ratio(uw20 - lw20, rng20)
+    out[o + 34] = (uw20 - lw20) * inv_rng20
     out[o + 35] = ratio(roll20, sqrt0(varp(ctx, W20, F_R, F_R2)))
     out[o + 36] = mp(ctx, W60, F_SAME)
     m = mrng20
@@ -193,18 +194,21 @@ def flow_features(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
     v = ctx[core.X_V]
     mv20 = mv(ctx, W20, V_V)
     mv60 = mv(ctx, W60, V_V)
-    res[0] = ratio(mv(ctx, W20, V_AR) * mv60, mv20)
+    inv_mv20 = 1.0 / mv20 if mv20 != 0.0 else 0.0
+    sv20 = wsum(fs, SUMS_V, KV, W20, V_V)
+    inv_sv20 = 1.0 / sv20 if sv20 != 0.0 else 0.0
+    res[0] = mv(ctx, W20, V_AR) * mv60 * inv_mv20
     res[1] = mv(ctx, W60, V_AR)
     res[2] = kyle(ctx, W20)
     res[3] = kyle(ctx, W60)
-    res[4] = ratio(wsum(fs, SUMS_V, KV, W20, V_BVC), wsum(fs, SUMS_V, KV, W20, V_V))
+    res[4] = wsum(fs, SUMS_V, KV, W20, V_BVC) * inv_sv20
     res[5] = ratio(wsum(fs, SUMS_V, KV, W60, V_BVC), wsum(fs, SUMS_V, KV, W60, V_V))
-    rel_v = ratio(v, mv20)
+    rel_v = v * inv_mv20
     rel_rng = ratio(ctx[core.X_LH] - ctx[core.X_LL], mv(ctx, W20, V_RNG))
     res[6] = math.log((1.0 + rel_v) / (1.0 + rel_rng))
     r = fs[slot(flow.RING_V, KV, tv, 0) + V_R]
     res[7] = ratio(abs(r) * mv60, v)
-    res[8] = ratio(wsum(fs, SUMS_V, KV, W20, V_FRC), wsum(fs, SUMS_V, KV, W20, V_V))
+    res[8] = wsum(fs, SUMS_V, KV, W20, V_FRC) * inv_sv20
 
 
 @kernel

@@ -3,8 +3,6 @@ range, volume, ATR, absolute return, body and opening gap. Flat inputs give 0, n
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from features import core, flow
@@ -25,12 +23,14 @@ from features.core import (
 )
 from features.flow import KV, V_LV, V_LV2, mv
 from features.primitives import (
-    VAR_FLOOR,
+    LANES,
     W20,
     W60,
     Layout,
     advance_sums,
     kernel,
+    quotients,
+    roots,
     slot,
     wmean,
 )
@@ -62,31 +62,41 @@ SIZE = LAYOUT.size
 PAIR = (2, 2, 2, 2, 2)  # both fields summed over every window
 
 
-@kernel
-def zscore(x: float, m: float, m2: float) -> float:
-    """(x - m) / std from the window means of x and x²; 0 when the window is flat."""
-    var = m2 - m * m
-    return (x - m) / math.sqrt(var) if var > VAR_FLOOR else 0.0
+# Every feature here is a z-score: each bar gathers the deviations and variances, then roots
+# and divides them in packed instructions (see primitives.roots). Entry i is feature FIRST + i.
+N = 10
+PADDED = -(-N // LANES) * LANES
+DEV, VAR = flow.XS, flow.XS + PADDED
 
 
 @kernel
-def zwin(cs: np.ndarray, ctx: np.ndarray, rec: int, w: int, f: int, f2: int) -> float:
-    """z-score of this bar's field f within window w of the price block."""
-    return zscore(cs[rec + f], mp(ctx, w, f), mp(ctx, w, f2))
+def spread(ctx: np.ndarray, i: int, x: float, m: float, m2: float) -> None:
+    """Entry i: x against the window means of x (m) and x² (m2)."""
+    ctx[DEV + i] = x - m
+    ctx[VAR + i] = m2 - m * m
 
 
 @kernel
-def ewz(gs: np.ndarray, off: int, x: float, t: int, span: int) -> float:
-    """Exponentially weighted z-score; West's update keeps the variance non-negative."""
+def spread_win(ctx: np.ndarray, i: int, x: float, w: int, f: int, f2: int) -> None:
+    """Entry i: this bar's field f (value x) within window w of the price block."""
+    spread(ctx, i, x, mp(ctx, w, f), mp(ctx, w, f2))
+
+
+@kernel
+def ew_spread(
+    gs: np.ndarray, off: int, x: float, t: int, span: int, ctx: np.ndarray, i: int
+) -> None:
+    """Entry i: x against its exponentially weighted mean and variance (West's update keeps the
+    variance non-negative)."""
     if t == 0:
         gs[off], gs[off + 1] = x, 0.0
-        return 0.0
+        ctx[DEV + i], ctx[VAR + i] = 0.0, 0.0
+        return
     a = 2.0 / (span + 1)
     d = x - gs[off]
     gs[off] += a * d
     gs[off + 1] = (1.0 - a) * (gs[off + 1] + a * d * d)
-    var = gs[off + 1]
-    return (x - gs[off]) / math.sqrt(var) if var > VAR_FLOOR else 0.0
+    ctx[DEV + i], ctx[VAR + i] = x - gs[off], gs[off + 1]
 
 
 @kernel
@@ -94,29 +104,36 @@ def update(
     cs: np.ndarray, fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray, real: bool
 ) -> None:
     t = int(ctx[core.X_T])
-    o = FIRST
     rec = slot(RING_P, KP, t, 0)
-    out[o] = zwin(cs, ctx, rec, W20, F_X, F_X2)
-    out[o + 1] = zwin(cs, ctx, rec, W60, F_X, F_X2)
+    spread_win(ctx, 0, cs[rec + F_X], W20, F_X, F_X2)
+    spread_win(ctx, 1, cs[rec + F_X], W60, F_X, F_X2)
     lc = ctx[core.X_LC]
-    out[o + 2] = ewz(gs, EW, lc, t, EW_FAST)
-    out[o + 3] = ewz(gs, EW + 2, lc, t, EW_SLOW)
-    out[o + 4] = zwin(cs, ctx, rec, W60, F_RNG, F_RNG2)
+    ew_spread(gs, EW, lc, t, EW_FAST, ctx, 2)
+    ew_spread(gs, EW + 2, lc, t, EW_SLOW, ctx, 3)
+    spread_win(ctx, 4, cs[rec + F_RNG], W60, F_RNG, F_RNG2)
     if real:
         tv = int(fs[flow.NV]) - 1
         lv = fs[slot(flow.RING_V, KV, tv, 0) + V_LV]
-        m, m2 = mv(ctx, W60, V_LV), mv(ctx, W60, V_LV2)
-        gs[HELD_VOL] = zscore(lv, m, m2)
-    out[o + 5] = gs[HELD_VOL]
+        spread(ctx, 5, lv, mv(ctx, W60, V_LV), mv(ctx, W60, V_LV2))
+    else:
+        spread(ctx, 5, 0.0, 0.0, 0.0)
     ta = t - core.ATR_PERIOD  # ATR exists from bar 14 on: its ring counts from there
     if ta >= 0:
-        a = ctx[core.X_ATR] / ctx[core.X_C]
+        a = ctx[core.X_ATR_REL]
         ra = slot(RING_A, 2, ta, 0)
         gs[ra], gs[ra + 1] = a, a * a
         advance_sums(gs, RING_A, SUMS_A, 2, PAIR, ta)
-        out[o + 6] = zscore(a, wmean(gs, SUMS_A, 2, W60, 0, ta), wmean(gs, SUMS_A, 2, W60, 1, ta))
+        spread(ctx, 6, a, wmean(gs, SUMS_A, 2, W60, 0, ta), wmean(gs, SUMS_A, 2, W60, 1, ta))
     else:
-        out[o + 6] = 0.0
-    out[o + 7] = zscore(cs[rec + F_AR], mp(ctx, W60, F_AR), mp(ctx, W60, F_R2))
-    out[o + 8] = zwin(cs, ctx, rec, W60, F_OC, F_OC2)
-    out[o + 9] = zwin(cs, ctx, rec, W60, F_ON, F_ON2)
+        spread(ctx, 6, 0.0, 0.0, 0.0)
+    spread(ctx, 7, cs[rec + F_AR], mp(ctx, W60, F_AR), mp(ctx, W60, F_R2))
+    spread_win(ctx, 8, cs[rec + F_OC], W60, F_OC, F_OC2)
+    spread_win(ctx, 9, cs[rec + F_ON], W60, F_ON, F_ON2)
+    roots(ctx, VAR, PADDED)
+    quotients(ctx, DEV, VAR, PADDED)  # 0 where flat: sqrt0 gave 0
+    for i in range(N):
+        out[FIRST + i] = ctx[DEV + i]
+    # the volume z-score holds its last real bar's value on synthetic bars
+    if real:
+        gs[HELD_VOL] = out[FIRST + 5]
+    out[FIRST + 5] = gs[HELD_VOL]

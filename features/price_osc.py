@@ -40,7 +40,9 @@ GROUP = "advanced price"
 FIRST = 46
 RSI_PERIODS = (7, 14, 28)
 STOCH_D = 3
-LN14 = math.log(14.0)
+INV_LN14 = 1.0 / math.log(14.0)
+INV_STOCH_D = 1.0 / STOCH_D
+INV_AROON = 1.0 / 19.0
 # Rolling max log high / min log low ("channels") over these windows
 CHANNELS = (14, 20, 60)
 C14, C20, C60 = range(len(CHANNELS))
@@ -130,7 +132,7 @@ def update(
     hh60, ll60 = gs[TRK + 4 * C60], gs[TRK + 4 * C60 + 2]
     k14 = (lc - ll14) / (hh14 - ll14) if hh14 > ll14 else 0.5
     out[o] = k14
-    out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) / STOCH_D
+    out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) * INV_STOCH_D
     gs[STOCH + 1] = gs[STOCH]
     gs[STOCH] = k14
     out[o + 2] = (lc - ll60) / (hh60 - ll60) if hh60 > ll60 else 0.5
@@ -151,20 +153,21 @@ def update(
     out[o + 1] = hh60 - ll60
     out[o + 2] = hh60 - lc
     out[o + 3] = ll60 - lc
-    out[o + 4] = 1.0 - min(t - gs[TRK + 4 * C20 + 1], 19.0) / 19.0
-    out[o + 5] = 1.0 - min(t - gs[TRK + 4 * C20 + 3], 19.0) / 19.0
-    out[o + 6] = ctx[core.X_ATR] / c
+    out[o + 4] = 1.0 - min(t - gs[TRK + 4 * C20 + 1], 19.0) * INV_AROON
+    out[o + 5] = 1.0 - min(t - gs[TRK + 4 * C20 + 3], 19.0) * INV_AROON
+    out[o + 6] = ctx[core.X_ATR_REL]
     o += 7
 
     sum_ar = wsum(cs, SUMS_P, KP, W14, F_AR)
     sum_tr = wsum(cs, SUMS_P, KP, W14, F_TR)
     out[o] = ratio(wsum(cs, SUMS_P, KP, W14, F_R), sum_ar)
-    out[o + 1] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIP), sum_tr)
-    out[o + 2] = ratio(wsum(cs, SUMS_P, KP, W14, F_VIM), sum_tr)
+    inv_tr = 1.0 / sum_tr if sum_tr != 0.0 else 0.0
+    out[o + 1] = wsum(cs, SUMS_P, KP, W14, F_VIP) * inv_tr
+    out[o + 2] = wsum(cs, SUMS_P, KP, W14, F_VIM) * inv_tr
     out[o + 3] = mp(ctx, W14, F_OC)
     out[o + 4] = mp(ctx, W14, F_BOP)
     span = hh14 - ll14
-    out[o + 5] = clip(math.log(sum_tr / span) / LN14, 0.0, 1.0) if span > 0.0 else 1.0
+    out[o + 5] = clip(math.log(sum_tr / span) * INV_LN14, 0.0, 1.0) if span > 0.0 else 1.0
     o += 6
 
     mid20 = 0.5 * (hh20 + ll20)
@@ -172,8 +175,9 @@ def update(
     out[o] = lc - mid20
     out[o + 1] = lc - mid60
     out[o + 2] = mid20 - mid60
-    out[o + 3] = ratio(h, ema12) - 1.0
-    out[o + 4] = ratio(lo_, ema12) - 1.0
+    inv_ema12 = 1.0 / ema12 if ema12 != 0.0 else 0.0
+    out[o + 3] = h * inv_ema12 - 1.0
+    out[o + 4] = lo_ * inv_ema12 - 1.0
     o += 5
 
     if ctx[core.X_NEW_SESSION] > 0.0:
@@ -188,4 +192,4 @@ def update(
     top, bottom = gs[SESS + 1], gs[SESS + 2]
     out[o + 1] = (c - bottom) / (top - bottom) if top > bottom else 0.5
     out[o + 2] = lc - gs[SESS + 3] if gs[SESS + 4] > 0.0 else 0.0
-    out[o + 3] = ratio(ema5, ema12) - 1.0
+    out[o + 3] = ema5 * inv_ema12 - 1.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from features import core
-from features.core import F_C, F_LC, F_X, KP, LINREG, RING_P, SUMS_P
+from features.core import F_C, F_LC, F_X, F_X2, KP, LINREG, RING_P, SUMS_P, mp
 from features.primitives import (
     VAR_FLOOR,
     W20,
@@ -98,6 +98,15 @@ PREV_EMA12 = LAYOUT.add("prev_ema12")
 CROSS = LAYOUT.add("macd_cross", 2)  # sign of (line - signal), bars since it changed
 SIZE = LAYOUT.size
 
+# OLS against j = 1..n by window bar count n, tabulated so that no bar divides by a function of
+# n: Σj, 1/n and 1/(nΣj² - (Σj)²) (0 where n < 2: no slope).
+_N = np.arange(WINDOWS.max() + 1, dtype=np.float64)
+LR_SJ = _N * (_N + 1.0) / 2.0
+_DJJ = _N * (_N * (_N + 1.0) * (2.0 * _N + 1.0) / 6.0) - LR_SJ * LR_SJ
+LR_INV_DJJ = np.where(_DJJ > 0.0, 1.0 / np.maximum(_DJJ, 1.0), 0.0)
+INV_N = 1.0 / np.maximum(_N, 1.0)
+INV_CROSS_AGE_CAP = 1.0 / CROSS_AGE_CAP
+
 
 @kernel
 def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> tuple[float, float]:
@@ -143,7 +152,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
 
     # Bollinger and linear regression on x = lnC - anchor (see core): same sums, no cancellation.
     x = cs[slot(RING_P, KP, t, 0) + F_X]
-    bollinger(cs, t, x, out, o)
+    bollinger(ctx, x, out, o)
     linreg(cs, t, x, W20, 0, True, out, o + 2)
     linreg(cs, t, x, W60, 1, False, out, o + 5)
     o += 7
@@ -161,15 +170,16 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[o + 1] = c / (2.0 * gs[DEMA] - gs[DEMA + 1]) - 1.0
     o += 2
 
-    out[o] = ratio(c - sma60, atr)
+    inv_atr = 1.0 / atr if atr != 0.0 else 0.0
+    out[o] = (c - sma60) * inv_atr
     kelt = ema_seeded(gs, KELT, c, t, KELTNER_PERIOD)
-    out[o + 1] = ratio(c - kelt, 2.0 * atr)
+    out[o + 1] = (c - kelt) * (0.5 * inv_atr)
     o += 2
 
     side = 1.0 if line >= signal else -1.0
     gs[CROSS + 1] = 0.0 if side != gs[CROSS] else gs[CROSS + 1] + 1.0
     gs[CROSS] = side
-    out[o] = min(gs[CROSS + 1], CROSS_AGE_CAP) / CROSS_AGE_CAP
+    out[o] = min(gs[CROSS + 1], CROSS_AGE_CAP) * INV_CROSS_AGE_CAP
     return ema5, ema12
 
 
@@ -195,11 +205,9 @@ def ema_update(gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray, o: int
 
 
 @kernel
-def bollinger(cs: np.ndarray, t: int, x: float, out: np.ndarray, o: int) -> None:
-    n = min(t + 1, WINDOWS[W20])
-    mean = wsum(cs, SUMS_P, KP, W20, F_X) / n
-    var = wsum(cs, SUMS_P, KP, W20, core.F_X2) / n - mean * mean
-    sd = sqrt0(var)
+def bollinger(ctx: np.ndarray, x: float, out: np.ndarray, o: int) -> None:
+    mean = mp(ctx, W20, F_X)
+    sd = sqrt0(mp(ctx, W20, F_X2) - mean * mean)
     out[o] = (x - (mean - BB_K * sd)) / (2.0 * BB_K * sd) if sd > 0.0 else 0.5
     out[o + 1] = 2.0 * BB_K * sd
 
@@ -209,19 +217,19 @@ def linreg(
     cs: np.ndarray, t: int, x: float, w: int, i: int, resid: bool, out: np.ndarray, o: int
 ) -> None:
     """OLS of x on j = 1..n from Σx, Σx², Σj·x (x = lnC - anchor; the anchor cancels)."""
-    n = float(min(t + 1, WINDOWS[w]))
+    k = min(t + 1, WINDOWS[w])
+    n = float(k)
     sx = wsum(cs, SUMS_P, KP, w, F_X)
-    sxx = wsum(cs, SUMS_P, KP, w, core.F_X2)
+    sxx = wsum(cs, SUMS_P, KP, w, F_X2)
     sjx = cs[LINREG + i]
-    sj = n * (n + 1.0) / 2.0
-    sjj = n * (n + 1.0) * (2.0 * n + 1.0) / 6.0
-    djj = n * sjj - sj * sj
+    sj = LR_SJ[k]
+    inv_djj = LR_INV_DJJ[k]
     djx = n * sjx - sj * sx
     dxx = n * sxx - sx * sx
-    slope = djx / djj if djj > 0.0 else 0.0
+    slope = djx * inv_djj
     out[o] = slope
     flat = dxx <= VAR_FLOOR * n * n
-    out[o + 1] = 0.0 if flat or djj <= 0.0 else min(djx * djx / (djj * dxx), 1.0)
+    out[o + 1] = 0.0 if flat or k < 2 else min(djx * (djx * inv_djj) / dxx, 1.0)
     if resid:
-        intercept = (sx - slope * sj) / n
+        intercept = (sx - slope * sj) * INV_N[k]
         out[o + 2] = x - (intercept + slope * n)

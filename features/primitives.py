@@ -9,8 +9,8 @@ A *rolling block* is a ring of `RING` records of `k` float fields plus, for ever
 each window's fields form a prefix). `roll_sums` keeps the sums with one vectorizable
 add/subtract per field and window; `resync_sums` recomputes them exactly from the ring once per
 ring cycle, so float drift can never grow past `RING` updates; `fill_means` turns them into the
-per-bar means the groups read. All deterministic: a history streamed bar by bar and the same
-history in one batch give identical bits.
+per-bar means the groups read (`roll_means` rolls and fills in one pass). All deterministic: a
+history streamed bar by bar and the same history in one batch give identical bits.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ MASK = RING - 1
 WINDOWS = np.array([5, 10, 14, 20, 60], dtype=np.int64)
 W5, W10, W14, W20, W60 = 0, 1, 2, 3, 4  # index of each window in WINDOWS
 N_WINDOWS = len(WINDOWS)
+INV_COUNT = 1.0 / np.maximum(np.arange(WINDOWS.max() + 1), 1)  # 1/n by a window's bar count
 
 # Variances of one-minute log returns below this are float residue, not movement: one tick on
 # any listed future is a log return above 1e-6, i.e. a variance above 1e-14 in a 60-bar window.
@@ -111,6 +112,68 @@ def sqrt0(x: float) -> float:
     return math.sqrt(x) if x > VAR_FLOOR else 0.0
 
 
+LANES = 4  # operands per packed instruction (a 256-bit vector of float64)
+
+
+def _packed4(op: str):  # type: ignore[no-untyped-def]
+    """An intrinsic f(a, dst, src) over a[dst : dst + LANES] and a[src : src + LANES] as one vector:
+    "sqrt0" stores sqrt0(a[src + i]) at dst + i, "ratio" stores ratio(a[dst + i], a[src + i]).
+    Same IEEE results as the scalar forms, bit for bit; LLVM does not pack these by itself
+    (its SLP pass leaves sqrt and guarded divisions scalar)."""
+    vec = ir.VectorType(ir.DoubleType(), LANES)
+
+    @intrinsic
+    def packed(typingctx, ary, dst, src):  # type: ignore[no-untyped-def]
+        sig = types.void(ary, dst, src)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            aryty = signature.args[0]
+            a = context.make_array(aryty)(context, builder, args[0])
+
+            def at(i):  # type: ignore[no-untyped-def]
+                p = cgutils.get_item_pointer(context, builder, aryty, a, [i], wraparound=False)
+                return builder.bitcast(p, vec.as_pointer())
+
+            out = at(args[1])
+            x = builder.load(at(args[2]), align=8)
+            zero = ir.Constant(vec, [0.0] * LANES)
+            if op == "sqrt0":
+                fnty = ir.FunctionType(vec, [vec])
+                name = f"llvm.sqrt.v{LANES}f64"
+                sqrt = cgutils.get_or_insert_function(builder.module, fnty, name)
+                value = builder.call(sqrt, [x])
+                keep = builder.fcmp_ordered(">", x, ir.Constant(vec, [VAR_FLOOR] * LANES))
+            else:
+                value = builder.fdiv(builder.load(out, align=8), x)
+                keep = builder.fcmp_unordered("!=", x, zero)
+            builder.store(builder.select(keep, value, zero), out, align=8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return packed
+
+
+_roots4 = _packed4("sqrt0")
+_ratios4 = _packed4("ratio")
+
+
+@kernel
+def roots(a: np.ndarray, off: int, n: int) -> None:
+    """a[off + i] = sqrt0(a[off + i]) for i < n, n a multiple of LANES, in packed instructions:
+    square roots and divisions are the kernel's slowest instructions, and a packed one costs
+    about what a scalar one does."""
+    for j in range(0, n, LANES):
+        _roots4(a, off + j, off + j)
+
+
+@kernel
+def quotients(a: np.ndarray, num: int, den: int, n: int) -> None:
+    """a[num + i] = ratio(a[num + i], a[den + i]) for i < n, n a multiple of LANES, packed."""
+    for j in range(0, n, LANES):
+        _ratios4(a, num + j, den + j)
+
+
 @kernel
 def put_i64(s: np.ndarray, off: int, v: int) -> None:
     """Store an int64 (a ns timestamp exceeds float64's 53 exact bits) as two exact halves."""
@@ -142,6 +205,42 @@ def advance_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int)
 
 
 @kernel
+def advance_means(
+    s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int, dst: np.ndarray, off: int
+) -> None:
+    """advance_sums, then the means as fill_means writes them."""
+    if (t & MASK) == MASK:
+        resync_sums(s, ring, sums, k, nf, t)
+        fill_means(s, sums, k, nf, t, dst, off)
+    else:
+        roll_means(s, ring, sums, k, nf, t, dst, off)
+
+
+@kernel
+def roll_means(
+    s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int, dst: np.ndarray, off: int
+) -> None:
+    """roll_sums, writing each new sum's mean (as fill_means does) while it is in a register."""
+    new = slot(ring, k, t, 0)
+    for w in range(N_WINDOWS):
+        win = WINDOWS[w]
+        base = sums + w * k
+        means = off + w * k
+        inv = INV_COUNT[min(t + 1, win)]
+        if t >= win:
+            old = slot(ring, k, t, win)
+            for f in range(nf[w]):
+                x = s[base + f] + (s[new + f] - s[old + f])
+                s[base + f] = x
+                dst[means + f] = x * inv
+        else:
+            for f in range(nf[w]):
+                x = s[base + f] + s[new + f]
+                s[base + f] = x
+                dst[means + f] = x * inv
+
+
+@kernel
 def roll_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) -> None:
     """Add bar t's record to every window sum and drop the record leaving the window."""
     new = slot(ring, k, t, 0)
@@ -159,14 +258,33 @@ def roll_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) ->
 
 @kernel
 def resync_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) -> None:
+    """Recount every window sum in one pass over the lags (windows are nested, WINDOWS ascending):
+    the widest window's slot accumulates, newest record first, the fields of every window still
+    open, and each shorter window copies its fields out where its count ends. Same additions in
+    the same order as recounting each window alone, so the same bits."""
+    acc = sums + (N_WINDOWS - 1) * k
+    width = 0
     for w in range(N_WINDOWS):
-        base = sums + w * k
-        for f in range(nf[w]):
-            s[base + f] = 0.0
-        for lag in range(min(WINDOWS[w], t + 1)):
-            rec = slot(ring, k, t, lag)
+        width = max(width, nf[w])
+    for f in range(width):
+        s[acc + f] = 0.0
+    w = 0
+    n_last = min(WINDOWS[N_WINDOWS - 1], t + 1)
+    for lag in range(n_last):
+        while w < N_WINDOWS - 1 and lag == min(WINDOWS[w], t + 1):
             for f in range(nf[w]):
-                s[base + f] += s[rec + f]
+                s[sums + w * k + f] = s[acc + f]
+            w += 1
+        open_fields = 0
+        for v in range(w, N_WINDOWS):
+            open_fields = max(open_fields, nf[v])
+        rec = slot(ring, k, t, lag)
+        for f in range(open_fields):
+            s[acc + f] += s[rec + f]
+    while w < N_WINDOWS - 1:  # windows that end with the history (t + 1 <= their size)
+        for f in range(nf[w]):
+            s[sums + w * k + f] = s[acc + f]
+        w += 1
 
 
 @kernel
@@ -176,7 +294,7 @@ def fill_means(
     """dst[off + w*k + f] = mean of field f over window w: one vectorized pass per bar instead
     of a division at every use."""
     for w in range(N_WINDOWS):
-        inv = 1.0 / min(t + 1, WINDOWS[w])
+        inv = INV_COUNT[min(t + 1, WINDOWS[w])]
         for f in range(nf[w]):
             dst[off + w * k + f] = s[sums + w * k + f] * inv
 

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from features import core
+from features import core, flow
 from features.core import (
     F_AR,
     F_ARR1,
@@ -47,9 +47,9 @@ from features.primitives import (
     count,
     extreme,
     kernel,
-    ratio,
+    quotients,
+    roots,
     slot,
-    sqrt0,
 )
 from features.spec import spec
 
@@ -144,95 +144,121 @@ RUN = LAYOUT.add("run_length")
 MAX_AR = LAYOUT.add("max_abs_ret_20", 2)
 SIZE = LAYOUT.size
 
+# Functions of a window's bar count n, tabulated (frozen into the kernel) so that no bar divides
+# by a constant: Yang–Zhang's k and sample-variance factor n/(n-1) (n >= 2), and √n.
+_N = np.arange(WINDOWS.max() + 1, dtype=np.float64)
+_N1 = np.maximum(_N - 1.0, 1.0)
+YZ_K = np.where(_N >= 2, 0.34 / (1.34 + (_N + 1.0) / _N1), 0.0)
+YZ_SCALE = np.where(_N >= 2, _N / _N1, 0.0)
+SQRT_N = np.sqrt(_N)
+INV_FOUR_LN2 = 1.0 / FOUR_LN2
+INV_RUN_CAP = 1.0 / RUN_CAP
+SQ, NUM, DEN = flow.XS, flow.XS + 8, flow.XS + 16  # operand vectors in ctx (see roots)
+INV_SQRT_W60 = 1.0 / math.sqrt(WINDOWS[W60])
+
 
 @kernel
-def moments(ctx: np.ndarray, w: int) -> tuple[float, float, float]:
-    """(variance, skewness, excess kurtosis) of r over window w from raw power sums."""
-    m1 = mp(ctx, w, F_R)
+def moments(
+    ctx: np.ndarray, w: int, m1: float, inv_var: float, inv_sd: float
+) -> tuple[float, float]:
+    """(skewness, excess kurtosis) of r over window w from raw power sums; 0 if flat."""
+    if inv_var == 0.0:
+        return 0.0, 0.0
     m2 = mp(ctx, w, F_R2)
     m3 = mp(ctx, w, F_R3)
     m4 = mp(ctx, w, F_R4)
-    var = m2 - m1 * m1
-    if var <= VAR_FLOOR:
-        return 0.0, 0.0, 0.0
     c3 = m3 - 3.0 * m1 * m2 + 2.0 * m1 * m1 * m1
     c4 = m4 - 4.0 * m1 * m3 + 6.0 * m1 * m1 * m2 - 3.0 * m1 * m1 * m1 * m1
-    return var, c3 / (var * math.sqrt(var)), c4 / (var * var) - 3.0
+    return c3 * (inv_var * inv_sd), c4 * (inv_var * inv_var) - 3.0
 
 
 @kernel
-def autocorr(ctx: np.ndarray, w: int, f_prod: int) -> float:
-    m = mp(ctx, w, F_R)
-    var = mp(ctx, w, F_R2) - m * m
-    if var <= VAR_FLOOR:
+def autocorr(ctx: np.ndarray, w: int, f_prod: int, m: float, inv_var: float) -> float:
+    if inv_var == 0.0:
         return 0.0
-    return clip((mp(ctx, w, f_prod) - m * m) / var, -1.0, 1.0)
+    return clip((mp(ctx, w, f_prod) - m * m) * inv_var, -1.0, 1.0)
 
 
 @kernel
-def yang_zhang(ctx: np.ndarray, w: int, t: int) -> float:
+def yang_zhang_var(ctx: np.ndarray, w: int, t: int) -> float:
     n = count(t, w)
     if n < 2:
         return 0.0
-    k = 0.34 / (1.34 + (n + 1.0) / (n - 1.0))
-    scale = n / (n - 1.0)  # sample variances
-    var_on = varp(ctx, w, F_ON, F_ON2) * scale
-    var_oc = varp(ctx, w, F_OC, F_OC2) * scale
+    k = YZ_K[n]
+    var_on = varp(ctx, w, F_ON, F_ON2) * YZ_SCALE[n]
+    var_oc = varp(ctx, w, F_OC, F_OC2) * YZ_SCALE[n]
     var_rs = max(mp(ctx, w, F_RS), 0.0)
-    return sqrt0(var_on + k * var_oc + (1.0 - k) * var_rs)
+    return var_on + k * var_oc + (1.0 - k) * var_rs
 
 
 @kernel
 def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
+    # Square roots and divisions are gathered into batches of independent operands (roots,
+    # quotients), and each window's 1/std is taken once and multiplied wherever a feature
+    # divides by it: they are the kernel's slowest instructions.
     t = int(ctx[core.X_T])
     r = ctx[core.X_R]
     o = FIRST
-    rv5 = sqrt0(varp(ctx, W5, F_R, F_R2))
-    rv20 = sqrt0(varp(ctx, W20, F_R, F_R2))
-    rv60 = sqrt0(varp(ctx, W60, F_R, F_R2))
-    out[o], out[o + 2], out[o + 3] = rv5, rv20, rv60
-    out[o + 1] = sqrt0(varp(ctx, W10, F_R, F_R2))
-    o += 4
-    park20 = 0.0
+    # [0, 12): rv 5/10/20/60, then Parkinson, Garman–Klass, Rogers–Satchell, Yang–Zhang over
+    # 20 and 60: variances here, their roots in place
+    out[FIRST] = varp(ctx, W5, F_R, F_R2)
+    out[FIRST + 1] = varp(ctx, W10, F_R, F_R2)
+    out[FIRST + 2] = varp(ctx, W20, F_R, F_R2)
+    out[FIRST + 3] = varp(ctx, W60, F_R, F_R2)
     for i in range(2):
         w = (W20, W60)[i]
-        park = sqrt0(mp(ctx, w, F_RNG2) / FOUR_LN2)
-        park20 = park if i == 0 else park20
-        out[o + i] = park
-        out[o + 2 + i] = sqrt0(mp(ctx, w, F_GK))
-        out[o + 4 + i] = sqrt0(mp(ctx, w, F_RS))
-        out[o + 6 + i] = yang_zhang(ctx, w, t)
-    o += 8
-    out[o] = ratio(rv5, rv60)
-    out[o + 1] = ratio(rv20, rv60)
-    o += 2
-    _, skew20, kurt20 = moments(ctx, W20)
-    _, skew60, kurt60 = moments(ctx, W60)
-    out[o], out[o + 1], out[o + 2], out[o + 3] = skew20, skew60, kurt20, kurt60
-    o += 4
-    out[o] = autocorr(ctx, W20, F_RR1)
-    out[o + 1] = autocorr(ctx, W60, F_RR1)
-    out[o + 2] = autocorr(ctx, W60, F_RR2)
-    out[o + 3] = autocorr(ctx, W60, F_RR5)
-    o += 4
-    for i in range(2):
-        w = (W20, W60)[i]
-        sd = rv20 if i == 0 else rv60
-        n = count(t, w)
-        out[o + i] = ratio(mp(ctx, w, F_R) * n, sd * math.sqrt(n))
-        out[o + 2 + i] = ratio(r, sd)
-    o += 4
+        out[FIRST + 4 + i] = mp(ctx, w, F_RNG2) * INV_FOUR_LN2
+        out[FIRST + 6 + i] = mp(ctx, w, F_GK)
+        out[FIRST + 8 + i] = mp(ctx, w, F_RS)
+        out[FIRST + 10 + i] = yang_zhang_var(ctx, w, t)
+    roots(out, FIRST, 12)
+    rv5, rv20, rv60, park20 = out[o], out[o + 2], out[o + 3], out[o + 4]
 
     ms = mp(ctx, W20, F_R2)
     mabs = mp(ctx, W20, F_AR)
     mup2 = mp(ctx, W20, F_UP2)
-    rms = sqrt0(ms)
-    out[o] = ratio(mabs, rms)
-    out[o + 1] = (ms - mup2) / ms if ms > VAR_FLOOR else 0.5
-    out[o + 2] = ratio(sqrt0(mup2) - sqrt0(ms - mup2), rms)
-    rng = cs[slot(RING_P, KP, t, 0) + F_RNG]
-    out[o + 3] = ratio(rng, mp(ctx, W20, F_RNG))
-    evf, evs = sqrt0(ctx[core.X_EVF]), sqrt0(ctx[core.X_EVS])
+    var_abs = ms - mabs * mabs
+    ctx[SQ], ctx[SQ + 1], ctx[SQ + 2] = ms, mup2, ms - mup2
+    ctx[SQ + 3], ctx[SQ + 4], ctx[SQ + 5] = ctx[core.X_EVF], ctx[core.X_EVS], var_abs
+    roots(ctx, SQ, 8)  # the last two lanes are spare
+    evf, evs = ctx[SQ + 3], ctx[SQ + 4]
+    ctx[NUM], ctx[DEN] = 1.0, rv20
+    ctx[NUM + 1], ctx[DEN + 1] = 1.0, rv60
+    ctx[NUM + 2], ctx[DEN + 2] = 1.0, ms if ms > VAR_FLOOR else 0.0
+    ctx[NUM + 3], ctx[DEN + 3] = cs[slot(RING_P, KP, t, 0) + F_RNG], mp(ctx, W20, F_RNG)
+    ctx[NUM + 4], ctx[DEN + 4] = evf, evs
+    ctx[NUM + 5], ctx[DEN + 5] = ctx[SQ + 5], mabs
+    ctx[NUM + 6] = mp(ctx, W20, F_ARR1) - mabs * mabs
+    ctx[DEN + 6] = var_abs if var_abs > VAR_FLOOR else 0.0
+    ctx[NUM + 7], ctx[DEN + 7] = 0.0, 0.0
+    quotients(ctx, NUM, DEN, 8)
+    is20, is60, inv_ms = ctx[NUM], ctx[NUM + 1], ctx[NUM + 2]
+    iv20, iv60 = is20 * is20, is60 * is60
+    m20, m60 = mp(ctx, W20, F_R), mp(ctx, W60, F_R)
+    o += 12
+    out[o] = rv5 * is60
+    out[o + 1] = rv20 * is60
+    o += 2
+    out[o], out[o + 2] = moments(ctx, W20, m20, iv20, is20)
+    out[o + 1], out[o + 3] = moments(ctx, W60, m60, iv60, is60)
+    o += 4
+    out[o] = autocorr(ctx, W20, F_RR1, m20, iv20)
+    out[o + 1] = autocorr(ctx, W60, F_RR1, m60, iv60)
+    out[o + 2] = autocorr(ctx, W60, F_RR2, m60, iv60)
+    out[o + 3] = autocorr(ctx, W60, F_RR5, m60, iv60)
+    o += 4
+    # Σr / (std·√n) = mean·√n / std
+    out[o] = m20 * SQRT_N[count(t, W20)] * is20
+    out[o + 1] = m60 * SQRT_N[count(t, W60)] * is60
+    out[o + 2] = r * is20
+    out[o + 3] = r * is60
+    o += 4
+
+    inv_rms = ctx[SQ] * inv_ms
+    out[o] = mabs * inv_rms
+    out[o + 1] = (ms - mup2) * inv_ms if ms > VAR_FLOOR else 0.5
+    out[o + 2] = (ctx[SQ + 1] - ctx[SQ + 2]) * inv_rms
+    out[o + 3] = ctx[NUM + 3]
     out[o + 4], out[o + 5] = evf, evs
     out[o + 6] = mp(ctx, W20, F_UP)
     o += 7
@@ -240,18 +266,13 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     run = gs[RUN]
     run = (run + 1.0 if run > 0.0 else 1.0) if r > 0.0 else (run - 1.0 if run < 0.0 else -1.0)
     gs[RUN] = run if r != 0.0 else 0.0
-    out[o] = clip(gs[RUN] / RUN_CAP, -1.0, 1.0)
+    out[o] = clip(gs[RUN] * INV_RUN_CAP, -1.0, 1.0)
     extreme(gs, MAX_AR, cs, RING_P, KP, F_AR, t, WINDOWS[W20], True)
-    out[o + 1] = ratio(gs[MAX_AR], rv20)
-    out[o + 2] = ratio(evf, evs)
-    var_abs = ms - mabs * mabs
-    out[o + 3] = ratio(sqrt0(var_abs), mabs)
-    out[o + 4] = (
-        clip((mp(ctx, W20, F_ARR1) - mabs * mabs) / var_abs, -1.0, 1.0)
-        if var_abs > VAR_FLOOR
-        else 0.0
-    )
-    out[o + 5] = ratio(park20, rv20)
+    out[o + 1] = gs[MAX_AR] * is20
+    out[o + 2] = ctx[NUM + 4]
+    out[o + 3] = ctx[NUM + 5]
+    out[o + 4] = clip(ctx[NUM + 6], -1.0, 1.0)
+    out[o + 5] = park20 * is20
     lag = WINDOWS[W60]
     move = ctx[core.X_LC] - cs[slot(RING_P, KP, t, lag) + F_LC] if t >= lag else 0.0
-    out[o + 6] = ratio(move, rv60 * math.sqrt(lag))
+    out[o + 6] = move * is60 * INV_SQRT_W60

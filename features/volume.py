@@ -67,28 +67,32 @@ def update(fs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray, rea
 
 @kernel
 def compute(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
+    # One reciprocal per denominator (ΣV and mean V over 20), shared by the features over it.
     c, v = ctx[core.X_C], ctx[core.X_V]
     mv20 = mv(ctx, W20, V_V)
     mv60 = mv(ctx, W60, V_V)
     sv20 = wsum(fs, SUMS_V, KV, W20, V_V)
-    res[0] = ratio(v, mv20)
+    inv_sv20 = 1.0 / sv20 if sv20 != 0.0 else 0.0
+    inv_mv20 = 1.0 / mv20 if mv20 != 0.0 else 0.0
+    res[0] = v * inv_mv20
     res[1] = ratio(v, mv60)
     m = mv(ctx, W20, V_LV)
     var = mv(ctx, W20, V_LV2) - m * m
-    res[2] = (math.log1p(v) - m) / math.sqrt(var) if var > VAR_FLOOR else 0.0
-    res[3] = ratio(wsum(fs, SUMS_V, KV, W20, V_SV), sv20)
-    vwap = ratio(wsum(fs, SUMS_V, KV, W20, V_TPV), sv20)
-    res[4] = c / vwap - 1.0 if vwap > 0.0 else 0.0
-    svwap = ratio(fs[flow.S_TPV], fs[flow.S_V])
-    res[5] = c / svwap - 1.0 if svwap > 0.0 else 0.0
+    res[2] = (ctx[core.X_LV] - m) / math.sqrt(var) if var > VAR_FLOOR else 0.0
+    res[3] = wsum(fs, SUMS_V, KV, W20, V_SV) * inv_sv20
+    # C / VWAP = C·ΣV / ΣTP·V, positive whenever any volume traded (prices are > 0)
+    tpv20 = wsum(fs, SUMS_V, KV, W20, V_TPV)
+    res[4] = c * sv20 / tpv20 - 1.0 if tpv20 > 0.0 and sv20 > 0.0 else 0.0
+    s_tpv, s_v = fs[flow.S_TPV], fs[flow.S_V]
+    res[5] = c * s_v / s_tpv - 1.0 if s_tpv > 0.0 and s_v > 0.0 else 0.0
     pos = wsum(fs, SUMS_V, KV, W14, V_MFP)
     flow_total = pos + wsum(fs, SUMS_V, KV, W14, V_MFN)
     res[6] = 100.0 * pos / flow_total if flow_total > 0.0 else 50.0
-    res[7] = ratio(wsum(fs, SUMS_V, KV, W20, V_CLVV), sv20)
-    res[8] = ratio(fs[flow.ADL_E] - fs[flow.ADL_E + 1], mv20)
-    res[9] = ratio(fs[flow.FORCE_E], mv20)
-    res[10] = ratio(mv(ctx, W5, V_V), mv20) - 1.0 if mv20 > 0.0 else 0.0
-    res[11] = ratio(wsum(fs, SUMS_V, KV, W20, V_UPV), sv20)
+    res[7] = wsum(fs, SUMS_V, KV, W20, V_CLVV) * inv_sv20
+    res[8] = (fs[flow.ADL_E] - fs[flow.ADL_E + 1]) * inv_mv20
+    res[9] = fs[flow.FORCE_E] * inv_mv20
+    res[10] = mv(ctx, W5, V_V) * inv_mv20 - 1.0 if mv20 > 0.0 else 0.0
+    res[11] = wsum(fs, SUMS_V, KV, W20, V_UPV) * inv_sv20
     res[12] = correlation(ctx, V_R, V_R2, V_LV, V_LV2, V_RLV)
     res[13] = wsum(fs, SUMS_V, KV, W20, V_NVR)
     res[14] = mv(ctx, W5, V_LV) - m

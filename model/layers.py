@@ -100,9 +100,10 @@ class VariableSelection(nn.Module):
     to `hidden` is linear, so it runs after the weighting as one `(V * var_dim, hidden)` matmul.
     """
 
-    # Rows per block on CPU: the (V, var_dim, rows) intermediates then stay in cache, which is
-    # several times faster than streaming whole-batch tensors through memory.
-    CPU_BLOCK_ROWS = 256
+    # Variable-rows per block on CPU (256 rows of 225 variables): the (V, var_dim, rows)
+    # intermediates then stay in cache, which is several times faster than streaming
+    # whole-batch tensors through memory. A selection over few variables is split far less.
+    CPU_BLOCK_VALUES = 256 * 225
 
     def __init__(
         self,
@@ -126,7 +127,7 @@ class VariableSelection(nn.Module):
         """reals `(B, T, n_reals)`, context `(B, d_context)`, categorical `(B, T, n_categorical,
         var_dim)` -> output `(B, T, hidden)` and selection weights `(B, T, n_vars)`."""
         b, t, _ = reals.shape
-        block = b if reals.is_cuda else max(1, self.CPU_BLOCK_ROWS // t)
+        block = b if reals.is_cuda else max(1, self.CPU_BLOCK_VALUES // (self.n_vars * t))
         parts = [
             self._select(
                 reals[i : i + block],

@@ -20,6 +20,9 @@ log = logging.getLogger("barcast")
 
 MAX_BACKOFF_S = 30.0
 LAG_INTERVAL_S = 5.0
+# Agent state goes out in explicit batches (streams.agents.state): one produce request carries a
+# batch per partition, so this bounds a request at partitions x this.
+STATE_BATCH_BYTES = 256 * 1024
 
 
 class BarcastApp(faust.App):
@@ -46,6 +49,17 @@ class BarcastApp(faust.App):
             # enough to miss consumer-group heartbeats: do it before joining the group.
             await asyncio.to_thread(warm_up_features)
 
+    async def shorten_fetch_wait(self, *args: Any, **kwargs: Any) -> None:
+        """faust-streaming creates its consumer with fetch_max_wait_ms=1500 and no setting.
+        Kafka answers a fetch as soon as data arrives, but Tansu (the embedded broker) holds it
+        for the whole wait, which then delays every hop of a bar. Table recovery keeps Faust's
+        wait; from its end on, fetches wait at most `fetch_max_wait_ms`."""
+        consumer = getattr(getattr(self.consumer, "_thread", None), "_consumer", None)
+        fetcher = getattr(consumer, "_fetcher", None)
+        if fetcher is not None and fetcher._fetch_max_wait_ms != self.barcast.fetch_max_wait_ms:
+            fetcher._fetch_max_wait_ms = self.barcast.fetch_max_wait_ms
+            log.info("consumer fetches now wait at most %d ms", fetcher._fetch_max_wait_ms)
+
     async def state_producer(self) -> Any:
         """The producer for agent state (see streams.agents.state), started on first use."""
         async with self._state_producer_lock:  # agents checkpoint concurrently: start one
@@ -53,7 +67,10 @@ class BarcastApp(faust.App):
                 from aiokafka import AIOKafkaProducer
 
                 producer = AIOKafkaProducer(
-                    **aiokafka_config(self.barcast), acks="all", linger_ms=0, max_batch_size=1
+                    **aiokafka_config(self.barcast),
+                    acks="all",
+                    linger_ms=0,
+                    max_batch_size=STATE_BATCH_BYTES,
                 )
                 await producer.start()
                 self._state_producer = producer
@@ -170,6 +187,8 @@ def create_app(settings: Settings) -> BarcastApp:
     async def metrics(view: Any, request: Any) -> Any:
         # aiohttp refuses a charset inside content_type=, so the full type goes in a header.
         return view.bytes(app.metrics.render(), headers={"Content-Type": app.metrics.content_type})
+
+    app.on_rebalance_complete.connect(app.shorten_fetch_wait)
 
     @app.timer(LAG_INTERVAL_S)
     async def record_lag() -> None:

@@ -82,6 +82,13 @@ class Settings:
     connect_timeout_s: float = field(
         default=10.0, metadata={"doc": "How long CLI commands wait for the broker."}
     )
+    fetch_max_wait_ms: int = field(
+        default=20,
+        metadata={
+            "doc": "Longest a consumer fetch waits for data once tables are recovered (ms); "
+            "brokers that hold a fetch this long although data arrived add it to every hop."
+        },
+    )
     security_protocol: str = field(
         default="PLAINTEXT",
         metadata={"doc": "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`."},
@@ -124,6 +131,11 @@ class Settings:
                 raise SettingError(
                     f"{PREFIX}{name.upper()}={value!r} is not valid; use one of {allowed}"
                 )
+        if not 1 <= self.fetch_max_wait_ms <= 1500:
+            raise SettingError(
+                f"{PREFIX}FETCH_MAX_WAIT_MS={self.fetch_max_wait_ms} is out of range; "
+                "use 1-1500 (ms)"
+            )
         if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
             raise SettingError(
                 f"{PREFIX}SECURITY_PROTOCOL={self.security_protocol} needs "

@@ -75,6 +75,48 @@ def test_a_forecast_does_not_depend_on_its_micro_batch(tmp_path: Path, feature_r
     assert np.array_equal(one, many)
 
 
+def test_a_serving_size_forecast_is_exact_in_any_batch(tmp_path: Path) -> None:
+    """At the serving size the kernels take other code paths than in the small model: each
+    window alone, all at once, shuffled into uneven batches, or fully encoded, agrees exactly."""
+    make_checkpoint(tmp_path / "a", hidden=64, heads=4)
+    rng = np.random.default_rng(0)
+    n, lookback = 64, 60
+    values = rng.normal(size=(n, lookback + 1, 225))
+    minute = 60_000_000_000
+
+    def windows(step: int) -> list[WindowRequest]:
+        return [
+            WindowRequest(
+                f"S{i}",
+                b"",
+                0,
+                lookback + step,
+                values[i, step : lookback + step],
+                1_700_000_000_000_000_000 + step * minute,
+                1.0,
+                0,
+            )
+            for i in range(n)
+        ]
+
+    def forecast(sizes: list[int]) -> np.ndarray:
+        """The second of two sliding windows per symbol (incremental), in batches of `sizes`."""
+        engine = ForecastEngine(tmp_path / "a")
+        order = rng.permutation(n)
+        out = np.empty((n, 10, 3))
+        for step in (0, 1):
+            requests = windows(step)
+            for chunk in np.split(order, np.cumsum(sizes)[:-1]):
+                out[chunk] = engine.predict([requests[i] for i in chunk])
+        return out
+
+    whole = forecast([n])
+    assert np.array_equal(forecast([1] * n), whole)
+    assert np.array_equal(forecast([3, 29, 1, 17, 14]), whole)
+    full = ForecastEngine(tmp_path / "a").predict(windows(1), incremental=False)
+    assert np.array_equal(full, whole)
+
+
 def test_restart_and_hot_reload_start_from_a_fresh_cache(tmp_path: Path, feature_rows) -> None:
     make_checkpoint(tmp_path / "a", seed=1)
     make_checkpoint(tmp_path / "b", seed=2)

@@ -94,7 +94,7 @@ def test_cpu_blocking_gives_the_same_selection(monkeypatch: pytest.MonkeyPatch) 
     vsn = VariableSelection(20, 4, 16, 0.0, d_context=16).eval()
     x, ctx = torch.randn(30, 10, 20), torch.randn(30, 16)
     whole = vsn(x, ctx)
-    monkeypatch.setattr(VariableSelection, "CPU_BLOCK_ROWS", 25)  # 2 windows per block
+    monkeypatch.setattr(VariableSelection, "CPU_BLOCK_VALUES", 25 * 20)  # 2 windows per block
     blocked = vsn(x, ctx)
     torch.testing.assert_close(blocked[0], whole[0], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(blocked[1], whole[1], atol=1e-6, rtol=1e-5)

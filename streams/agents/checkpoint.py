@@ -1,9 +1,12 @@
 """Write-behind agent state: changed states are written, and source events acked, once per
-checkpoint (every `INTERVAL_S`, or after `MAX_HELD` events), not once per take() batch.
+checkpoint (when the oldest held event has waited `INTERVAL_S`, or after `MAX_HELD` events),
+not once per take() batch.
 
 Why: every changed state is one changelog record (a symbol's features state is ~40 kB), so
 writing per batch costs up to one such record per bar once batches span many symbols; per
-checkpoint it is one per changed symbol per interval.
+checkpoint it is one per changed symbol per interval. Timing the interval from the oldest held
+event, not from the last checkpoint, keeps the write out of the first batch of a burst that
+follows a quiet spell, while the burst's outputs are still on their way downstream.
 
 A batch's outputs are still published and acked within the batch. Its states stay in memory,
 and its events stay unacked (held), until the next checkpoint writes every changed state, waits
@@ -95,7 +98,7 @@ class Checkpointer:
         self.offsets = OffsetGuard(app, topic)
         self.lock = asyncio.Lock()
         self.held: list[EventT] = []
-        self.last = time.monotonic()
+        self.held_since = 0.0
         app.on_partitions_revoked.connect(self._on_revoked)
 
     async def run(
@@ -108,17 +111,22 @@ class Checkpointer:
                 event.message.incref()  # take() acks once when done: this reference stays
             admitted = await self.offsets.admit(events)
             if admitted:
+                if not self.held:
+                    self.held_since = time.monotonic()
                 self.held += admitted
                 await handle(admitted)
-            if len(self.held) >= MAX_HELD or time.monotonic() - self.last >= INTERVAL_S:
+            if len(self.held) >= MAX_HELD or self._due():
                 await self._checkpoint(self._owned())
 
     async def tick(self) -> None:
         """Checkpoint from a timer, so a quiet stream's last events are committed too."""
-        if self.held and time.monotonic() - self.last >= INTERVAL_S:
+        if self._due():
             async with self.lock:
                 if self.held:  # the agent may have checkpointed while we waited
                     await self._checkpoint(self._owned())
+
+    def _due(self) -> bool:
+        return bool(self.held) and time.monotonic() - self.held_since >= INTERVAL_S
 
     async def _checkpoint(self, owned: set[int] | None) -> None:
         self.cache.write(owned)
@@ -126,7 +134,6 @@ class Checkpointer:
         held, self.held = self.held, []
         for event in held:
             event.ack()
-        self.last = time.monotonic()
 
     def _owned(self) -> set[int]:
         return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topic}

@@ -29,14 +29,16 @@ from streams.agents.state import StateTable
 from streams.corrections import (
     CorrectionConfig,
     CorrectionStats,
+    Reason,
+    Rule,
     Status,
     Step,
     SymbolState,
     correct,
     flush,
 )
+from streams.metrics import BAR_OUTCOMES, Stage
 from streams.metrics import Outcome as BarOutcome
-from streams.metrics import Stage
 from streams.schema import RECEIVED_HEADER, Control, decode, is_control
 
 if TYPE_CHECKING:
@@ -72,11 +74,6 @@ class CorrectionsBatch:
         # When the bars entered barcast: a header, so values stay comparable across restarts.
         self.headers = [*BAR_HEADERS, (RECEIVED_HEADER, str(self.now_ns).encode())]
         self.outputs: list[Out] = []
-        # Metrics of the batch, counted as outputs are made and recorded once per series.
-        self.statuses: Counter[Status] = Counter()
-        self.rules: Counter[str] = Counter()
-        self.reasons: Counter[str] = Counter()
-        self.released = self.gaps = self.gap_minutes = 0
 
     def add(self, event: EventT) -> None:
         if is_control_event(event):
@@ -122,20 +119,13 @@ class CorrectionsBatch:
         )
 
     def _emit(self, key: bytes, step: Step, partition: int) -> None:
+        """The step's outputs. (Its counts are in `stats`: `MetricsFeed` reports them.)"""
+        outputs = self.outputs
         for outcome in step.outcomes:
-            status = outcome.status
-            self.statuses[status] += 1
-            if status is Status.REJECTED:
-                self.reasons[outcome.reason.value] += 1  # type: ignore[union-attr]
-                self.outputs.append(self._dead_letter(key, outcome, partition))
-            elif status is Status.CORRECTED:
-                self.rules.update({change.rule.value for change in outcome.changes})
-        self.released += len(step.clean)
-        if step.gaps:
-            self.gaps += len(step.gaps)
-            self.gap_minutes += sum(gap.missing for gap in step.gaps)
+            if outcome.status is Status.REJECTED:
+                outputs.append(self._dead_letter(key, outcome, partition))
         for bar in step.clean:
-            self.outputs.append(
+            outputs.append(
                 Out(
                     self.clean_topic,
                     key,
@@ -158,25 +148,74 @@ class CorrectionsBatch:
         ]
         return Out(self.dlq_topic, key, value, None, headers, partition)
 
-    def record(self, metrics: Metrics) -> None:
-        """Add the batch's outcomes to the metrics, one increment per series."""
-        statuses = self.statuses
-        accepted = statuses[Status.CLEAN] + statuses[Status.CORRECTED]
-        counts = {BarOutcome(status.value): n for status, n in statuses.items()}
-        counts[BarOutcome.IN] = statuses.total()
-        counts[BarOutcome.SYNTHETIC] = self.released - accepted  # each accepted bar is one
-        for outcome, n in counts.items():
+
+class MetricsFeed:
+    """Adds to the metrics what `CorrectionStats` counted since the last `push()`.
+
+    The rules count every outcome, gap and synthetic bar in the stats anyway; the agent pushes
+    the difference once per batch instead of counting its outputs again per bar, and touches
+    only the series that moved (a labelled Prometheus lookup costs more than a bar's rules)."""
+
+    def __init__(self, stats: CorrectionStats, metrics: Metrics) -> None:
+        self.stats, self.metrics = stats, metrics
+        bars = metrics.bars
+        self.series = {
+            outcome: bars.labels(stage=Stage.CORRECTIONS.value, outcome=outcome.value)
+            for outcome in BAR_OUTCOMES[Stage.CORRECTIONS]
+        }
+        self.pushed = self._counts()
+        self.corrections: Counter[Rule] = Counter()
+        self.rejections: Counter[Reason] = Counter()
+
+    def _counts(self) -> tuple[int, ...]:
+        stats = self.stats
+        return (
+            stats.clean,
+            stats.corrected,
+            stats.duplicate,
+            stats.rejected,
+            stats.synthetic,
+            stats.gaps,
+            stats.gap_bars,
+        )
+
+    def push(self) -> None:
+        counts = self._counts()
+        if counts == self.pushed:
+            return
+        clean, corrected, duplicate, rejected, synthetic, gaps, gap_bars = (
+            now - before for now, before in zip(counts, self.pushed, strict=True)
+        )
+        self.pushed = counts
+        series = self.series
+        for outcome, n in (
+            (BarOutcome.IN, clean + corrected + duplicate + rejected),
+            (BarOutcome.CLEAN, clean),
+            (BarOutcome.CORRECTED, corrected),
+            (BarOutcome.DUPLICATE, duplicate),
+            (BarOutcome.REJECTED, rejected),
+            (BarOutcome.SYNTHETIC, synthetic),
+        ):
             if n:
-                metrics.bar(Stage.CORRECTIONS, outcome, n)
-        for rule, n in self.rules.items():
-            metrics.corrections.labels(rule=rule).inc(n)
-        for reason, n in self.reasons.items():
-            metrics.rejections.labels(reason=reason).inc(n)
-        if self.reasons:
-            metrics.dlq.inc(self.reasons.total())
-        if self.gaps:
-            metrics.gaps.inc(self.gaps)
-            metrics.gap_minutes.inc(self.gap_minutes)
+                series[outcome].inc(n)
+        metrics = self.metrics
+        if corrected:
+            for rule, n in _moved(self.stats.corrections, self.corrections).items():
+                metrics.corrections.labels(rule=rule.value).inc(n)
+        if rejected:
+            for reason, n in _moved(self.stats.rejections, self.rejections).items():
+                metrics.rejections.labels(reason=reason.value).inc(n)
+            metrics.dlq.inc(rejected)
+        if gaps:
+            metrics.gaps.inc(gaps)
+            metrics.gap_minutes.inc(gap_bars)
+
+
+def _moved(counts: Counter[Any], pushed: Counter[Any]) -> Counter[Any]:
+    """What `counts` gained over `pushed`; `pushed` catches up."""
+    moved = counts - pushed
+    pushed.update(moved)
+    return moved
 
 
 def control_ts(value: bytes) -> int | None:
@@ -205,13 +244,14 @@ def register(app: BarcastApp) -> None:
     checkpointer = Checkpointer(app, settings.topic_raw, states)
     config = CorrectionConfig(fill_gaps=settings.fill_gaps)
     stats = CorrectionStats()
+    feed = MetricsFeed(stats, app.metrics)
 
     async def handle(events: Sequence[EventT]) -> None:
         batch = CorrectionsBatch(states, config, stats, settings)
         for event in events:
             batch.add(event)
         await publish(app, batch.outputs)
-        batch.record(app.metrics)
+        feed.push()
 
     @app.agent(source, name="corrections")
     async def correct_bars(stream):  # type: ignore[no-untyped-def]

@@ -1,10 +1,13 @@
 """`features` → `forecasts`: window buffers, the dynamic micro-batcher and off-loop inference.
 
-Events are consumed one by one without auto-acks. A flush (at `max_batch`, after `max_delay`,
-or at END_OF_INTERVAL) runs the model in the inference thread, publishes the forecasts, waits
-for the broker's acks, stores the window slots, and only then acks the events, so a crash
-replays exactly the events whose forecasts may not be out. While a flush runs the agent stops
-pulling events once `max_batch` windows wait: that is the back-pressure.
+Events are consumed one by one without auto-acks. A flush (when `max_batch` windows wait, after
+`max_delay`, or at END_OF_INTERVAL) takes a consistent cut: every waiting window, every unacked
+event and every window change so far. It runs the model on the windows in micro-batches of at
+most `max_batch` in the inference thread and hands each batch's forecasts to the producer; then,
+in order behind the previous cut, it waits for the broker's acks, stores the window slots and
+only then acks the cut's events, so a crash replays exactly the events whose forecasts may not
+be out. The agent keeps consuming while a flush runs, so decoding overlaps inference; once
+`BACKLOG_BATCHES` x `max_batch` windows wait it flushes itself, which is the back-pressure.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ import orjson
 import torch
 
 from model.checkpoint import CheckpointError
-from streams.agents.io import BAR_HEADERS, Out, header, is_control_event, publish, raw_topic
+from streams.agents.io import (
+    BAR_HEADERS,
+    Out,
+    exit_uncommitted,
+    header,
+    is_control_event,
+    raw_topic,
+    send_all,
+)
 from streams.agents.state import StateTable
 from streams.forecast.batcher import MicroBatcher
 from streams.forecast.checkpoints import CheckpointMissing, CheckpointWatcher
@@ -40,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("barcast.forecast")
 RELOAD_INTERVAL_S = 2.0
 SWITCH_INTERVAL_S = 0.0001
+BACKLOG_BATCHES = 4
+IDLE_FLUSH_S = 0.5  # events that asked for no forecast (warm-up rows) are acked this late
 
 
 class ForecastService:
@@ -55,7 +68,10 @@ class ForecastService:
         )
         self.windows: dict[bytes, SymbolWindow] = {}
         self.applied: dict[bytes, int] = {}
+        self.backlog = BACKLOG_BATCHES * settings.max_batch
         self.unacked: list[EventT] = []
+        self.unacked_since = 0.0
+        self.finishing: asyncio.Future[None] | None = None  # the last cut still being stored
         self.dirty: dict[bytes, tuple[int, int]] = {}  # key -> (partition, offset)
         self.stored: dict[bytes, int] = {}  # key -> row count of its last stored meta record
         self.lock = asyncio.Lock()
@@ -80,12 +96,14 @@ class ForecastService:
         return window
 
     async def add(self, event: EventT) -> None:
+        if not self.unacked:
+            self.unacked_since = time.monotonic()
         self.unacked.append(event)
         if is_control_event(event):
             self.batcher.flush_now()
         else:
             self._apply(event)
-        if self.batcher.due():
+        if len(self.batcher) >= self.backlog:
             await self.flush()
         else:
             self.wakeup.set()
@@ -132,36 +150,63 @@ class ForecastService:
 
     async def flush(self) -> None:
         async with self.lock:
+            if not self.unacked:
+                return
             requests: list[WindowRequest] = []
-            outputs: list[Out] = []
             while len(self.batcher):
-                batch = self.batcher.take()
+                requests += self.batcher.take()
+            events, self.unacked = self.unacked, []
+            writes = self._snapshot()
+            max_batch = self.batcher.max_batch
+            sends: list[asyncio.Future] = []
+            for start in range(0, len(requests), max_batch):
+                batch = requests[start : start + max_batch]
                 started = time.perf_counter()
                 quantiles = await asyncio.get_running_loop().run_in_executor(
                     self.executor, self.engine.predict, batch, self.incremental
                 )
                 self.app.metrics.inference_seconds.observe(time.perf_counter() - started)
                 self.app.metrics.batch_size.observe(len(batch))
-                outputs += self._messages(batch, quantiles)
-                requests += batch
-            events, self.unacked = self.unacked, []
-            writes = self._snapshot()
-            await publish(self.app, outputs)
-            published = time.time_ns()
-            for request in requests:
-                latency = (published - request.received_ns) / 1e9
-                self.app.metrics.bar_to_forecast_seconds.observe(latency)
-            for key, partition, offset, value in writes:
-                if value is None:
-                    self.table.delete(key, partition)
-                else:
-                    self.table.put(key, partition, offset, value)
-            await self.table.flush()
-            for event in events:
-                event.ack()
-            self.app.metrics.forecasts.inc(len(outputs))
-            self.app.metrics.bar(Stage.FORECAST, Outcome.IN, len(events))
-            self.app.metrics.bar(Stage.FORECAST, Outcome.OUT, len(outputs))
+                sends += await send_all(self.app, self._messages(batch, quantiles))
+            self.finishing = asyncio.ensure_future(
+                self._finish(self.finishing, sends, writes, events, requests)
+            )
+            self.finishing.add_done_callback(_exit_on_failure)
+
+    async def _finish(
+        self,
+        previous: asyncio.Future[None] | None,
+        sends: list[asyncio.Future],
+        writes: list[tuple[bytes, int, int, bytes | None]],
+        events: list[EventT],
+        requests: list[WindowRequest],
+    ) -> None:
+        """A cut's second half, in order behind the previous cut's: forecasts acknowledged,
+        then window slots stored, then the events acked."""
+        if previous is not None:
+            await previous
+        await asyncio.gather(*sends)
+        published = time.time_ns()
+        for request in requests:
+            latency = (published - request.received_ns) / 1e9
+            self.app.metrics.bar_to_forecast_seconds.observe(latency)
+        for key, partition, offset, value in writes:
+            if value is None:
+                self.table.delete(key, partition)
+            else:
+                self.table.put(key, partition, offset, value)
+        await self.table.flush()
+        for event in events:
+            event.ack()
+        self.app.metrics.forecasts.inc(len(sends))
+        self.app.metrics.bar(Stage.FORECAST, Outcome.IN, len(events))
+        self.app.metrics.bar(Stage.FORECAST, Outcome.OUT, len(sends))
+
+    async def drain(self) -> None:
+        """Flush, and wait until every cut is stored and acked."""
+        await self.flush()
+        if self.finishing is not None:
+            await self.finishing
 
     def _messages(self, batch: list[WindowRequest], quantiles: np.ndarray) -> list[Out]:
         now = time.time_ns()
@@ -201,15 +246,18 @@ class ForecastService:
         """Before partitions move: make everything consumed so far durable (forecasts out,
         state stored, events acked), then forget the in-memory windows; they reload from the
         table, which the next owner of a partition continues from."""
-        await self.flush()
+        await self.drain()
         self.windows.clear()
         self.applied.clear()
         self.stored.clear()
 
     async def flush_when_due(self) -> None:
-        """Flushes windows that waited `max_delay` while no new event arrived."""
+        """Flushes windows once due, and events that asked for no forecast (warm-up rows)
+        after `IDLE_FLUSH_S`, while the agent is waiting for more."""
         while True:
             wait = self.batcher.seconds_until_due()
+            if wait is None and self.unacked:
+                wait = max(0.0, self.unacked_since + IDLE_FLUSH_S - time.monotonic())
             self.wakeup.clear()
             if wait is None:
                 await self.wakeup.wait()
@@ -220,8 +268,7 @@ class ForecastService:
                     continue
                 except TimeoutError:
                     pass
-            if self.batcher.due():
-                await self.flush()
+            await self.flush()
 
     async def reload(self, watcher: CheckpointWatcher) -> None:
         """Validate a new checkpoint off the loop, then swap it in between batches; the
@@ -241,6 +288,11 @@ class ForecastService:
         self.app.metrics.model_reloads.inc()
         self.app.metrics.set_model(self.engine.model_id, self.engine.fingerprint)
         log.info("hot-reloaded checkpoint %s from %s", self.engine.model_id, watcher.current)
+
+
+def _exit_on_failure(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and (error := future.exception()) is not None:
+        exit_uncommitted("storing a flush of forecasts failed", error)
 
 
 def register(app: BarcastApp) -> None:

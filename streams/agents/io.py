@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from streams.schema import KIND_HEADER, RECEIVED_HEADER, Kind
 
@@ -89,19 +89,21 @@ async def each_batch(
         try:
             await handle(events)
         except Exception:
-            log.critical(
-                "agent failed on a batch of %d events; exiting without committing it, so a "
-                "restarted worker processes it again",
-                len(events),
-                exc_info=True,
-            )
-            logging.shutdown()
-            os._exit(EXIT_AGENT_FAILED)
+            exit_uncommitted(f"agent failed on a batch of {len(events)} events")
 
 
-async def publish(app: BarcastApp, records: Sequence[Out]) -> None:
+def exit_uncommitted(what: str, error: BaseException | None = None) -> NoReturn:
+    """End the process now (from an `except` block, or with the `error`), leaving the failed
+    events' offsets uncommitted so that a restarted worker processes them again."""
+    log.critical("%s; exiting without committing it", what, exc_info=error or True)
+    logging.shutdown()
+    os._exit(EXIT_AGENT_FAILED)
+
+
+async def send_all(app: BarcastApp, records: Sequence[Out]) -> list[asyncio.Future]:
+    """Hand `records` to the producer; the returned futures complete on the broker's acks."""
     producer = app.producer
-    pending = [
+    return [
         await producer.send(
             r.topic,
             r.key,
@@ -112,5 +114,9 @@ async def publish(app: BarcastApp, records: Sequence[Out]) -> None:
         )
         for r in records
     ]
+
+
+async def publish(app: BarcastApp, records: Sequence[Out]) -> None:
+    pending = await send_all(app, records)
     if pending:
         await asyncio.gather(*pending)

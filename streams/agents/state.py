@@ -7,17 +7,20 @@ skipped: their outputs are already out) or older (its events are processed again
 identical outputs, removed by key de-duplication), so a restart never double-applies a bar to
 the state and never loses an output.
 
-State records go out through a producer of their own that puts every record in a batch of its
-own. Faust restores a table by reading its changelog up to the high watermark, and some
-Kafka-compatible brokers (Tansu, the embedded one) report a partition's high watermark as the
-last *batch*'s base offset + 1: with multi-record batches the restore would stop short.
+State records go out through a producer of their own, in explicit record batches per changelog
+partition, and each partition's last record of a flush goes in a batch of its own. Faust
+restores a table by reading its changelog up to the high watermark, and some Kafka-compatible
+brokers (Tansu, the embedded one) report a partition's high watermark as the last *batch*'s base
+offset + 1: a flush ending in a multi-record batch would make the restore stop short. A lone
+last batch costs one extra batch per partition per flush, where a batch per record would cost
+one broker round trip per record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from faust.types import TableT
@@ -78,8 +81,24 @@ class StateTable:
             return
         producer = await self.app.state_producer()
         topic = self.table.changelog_topic.get_topic_name()
-        pending = [
-            await producer.send(topic, value, key=key, partition=partition)
-            for partition, key, value in unsent
-        ]
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for partition, key, value in unsent:
+            by_partition.setdefault(partition, []).append((key, value))
+        pending = []
+        for partition, records in by_partition.items():
+            for batch in record_batches(producer, records):
+                pending.append(await producer.send_batch(batch, topic, partition=partition))
         await asyncio.gather(*pending)
+
+
+def record_batches(producer: Any, records: list[tuple[bytes, bytes | None]]) -> list[Any]:
+    """Record batches holding `records` in order, the last record alone in the last batch."""
+    batches = [producer.create_batch()]
+    for key, value in records[:-1]:
+        if batches[-1].append(key=key, value=value, timestamp=None) is None:
+            batches.append(producer.create_batch())
+            batches[-1].append(key=key, value=value, timestamp=None)
+    key, value = records[-1]
+    lone = producer.create_batch()
+    lone.append(key=key, value=value, timestamp=None)
+    return [*(b for b in batches if b.record_count()), lone]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,11 @@ class CorrectionConfig:
     hold_timeout_s: float = 120.0
     recent_keys: int = 64
     max_future_s: float = 86_400.0
+    # Derived in __post_init__, since the rules read them for every bar. spike_band: the
+    # factors of the reference close within which a price moved less than spike_min_move.
+    hold_timeout_ns: int = field(init=False, repr=False, compare=False)
+    max_future_ns: int = field(init=False, repr=False, compare=False)
+    spike_band: tuple[float, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         checks = {
@@ -68,14 +74,10 @@ class CorrectionConfig:
                 f"{self.allow_negative!r}; write frozenset({{{self.allow_negative!r}}})"
             )
         object.__setattr__(self, "allow_negative", frozenset(self.allow_negative))
+        object.__setattr__(self, "hold_timeout_ns", round(self.hold_timeout_s * 1e9))
+        object.__setattr__(self, "max_future_ns", round(self.max_future_s * 1e9))
+        band = (math.exp(-self.spike_min_move), math.exp(self.spike_min_move))
+        object.__setattr__(self, "spike_band", band)
 
     def allows_negative(self, symbol: str) -> bool:
         return symbol in self.allow_negative or (self.spreads_allow_negative and "-" in symbol)
-
-    @property
-    def hold_timeout_ns(self) -> int:
-        return round(self.hold_timeout_s * 1e9)
-
-    @property
-    def max_future_ns(self) -> int:
-        return round(self.max_future_s * 1e9)

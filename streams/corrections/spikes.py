@@ -35,10 +35,11 @@ def suspicious(
     """Prices whose log move from `ref` reaches both `spike_min_move` and `spike_z` robust
     z-scores (rolling median/MAD of `returns`, floored at one tick so quiet markets with a zero
     MAD do not turn every tick into a spike)."""
-    m = config.spike_min_move
     # Repaired prices have low <= open, close <= high: two comparisons clear the common case.
-    if ref * math.exp(-m) < prices[LOW] and prices[HIGH] < ref * math.exp(m):
+    below, above = config.spike_band
+    if ref * below < prices[LOW] and prices[HIGH] < ref * above:
         return ()
+    m = config.spike_min_move
     center = median(returns) if returns else 0.0
     spread = MAD_TO_SIGMA * median([abs(r - center) for r in returns]) if returns else 0.0
     scale = max(spread, tick / ref, 1e-12)

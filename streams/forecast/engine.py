@@ -26,8 +26,14 @@ from streams.settings import Settings
 # on fixed-size row chunks, padded, makes every forecast bit-identical whatever else shared its
 # micro-batch: a restarted worker, a replay with other timing or max_batch=1 all agree exactly,
 # and a step encoded incrementally equals the same step encoded within a whole window.
-ENCODE_ROWS = 16
-FORWARD_ROWS = 16
+# A row's rounding must not depend on where in its chunk it lands either, so chunks are
+# multiples of 16 rows and each fits one CPU block of VariableSelection (tests hold the engine
+# to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often (a burst
+# of 1,000 windows runs 16 forward chunks, not 63) but make a lone window cost a whole chunk;
+# static contexts, computed once per symbol, keep small chunks.
+ENCODE_ROWS = 64
+FORWARD_ROWS = 64
+STATIC_ROWS = 16
 
 
 @dataclass(slots=True)
@@ -135,7 +141,7 @@ class ForecastEngine:
         """Quantiles of the cumulative log return, `(B, horizon, n_quantiles)` float64.
 
         A symbol may appear several times in one batch (a replay catching up); every row that
-        any of its windows needs is encoded once, then each window is a slice of those rows.
+        any of its windows needs is encoded once, then the windows are gathered from them.
         """
         served = self.served
         model = served.forecaster.model
@@ -160,7 +166,7 @@ class ForecastEngine:
         position in the batch, so each symbol's is computed alone in a chunk of its own."""
         for symbol in dict.fromkeys(symbols):
             if symbol not in served.static:
-                ids, reals = served.forecaster.meta.vocab.encode([symbol] * FORWARD_ROWS)
+                ids, reals = served.forecaster.meta.vocab.encode([symbol] * STATIC_ROWS)
                 context = model.static_context(self._tensor(ids), self._tensor(reals))
                 served.static[symbol] = StaticContext(*(t[:1] for t in context))
         rows = [served.static[symbol] for symbol in symbols]
@@ -173,51 +179,40 @@ class ForecastEngine:
         batch: list[WindowRequest],
         incremental: bool,
     ) -> Tensor:
-        """(B, lookback, hidden): per symbol, the cached step encodings plus every new row of
-        the batch's windows, encoded in one call across symbols; each window is a slice."""
+        """(B, lookback, hidden): each row a window needs comes from its symbol's cached window
+        or, when not there, is encoded now (once, in one call across symbols); the windows are
+        then one gather from those rows."""
         lookback = self.lookback
-        by_symbol: dict[str, list[WindowRequest]] = {}
-        for request in batch:
-            by_symbol.setdefault(request.symbol, []).append(request)
-        rows: dict[str, dict[int, Tensor]] = {}
-        todo: list[tuple[str, int, np.ndarray]] = []  # (symbol, row number, features)
-        for symbol, requests in by_symbol.items():
-            cached = served.cache.get(symbol) if incremental else None
-            known: dict[int, Tensor] = {}
-            if cached is not None:
-                first = cached.count - lookback + 1
-                known = {first + j: cached.encoded[j] for j in range(lookback)}
-            rows[symbol] = known
-            wanted: dict[int, np.ndarray] = {}
-            for request in requests:
-                first = request.count - lookback + 1
-                for j in range(lookback):
-                    if first + j not in known:
-                        wanted.setdefault(first + j, request.values[j])
-            todo += [(symbol, row, values) for row, values in sorted(wanted.items())]
-        if todo:
-            selection = torch.cat([served.static[symbol].selection for symbol, _, _ in todo])
-            x = self._tensor(
-                served.forecaster.meta.normalizer.apply(
-                    np.stack([values for _, _, values in todo])[:, None, :]
-                )
-            )
-            for (symbol, row, _), encoded in zip(
-                todo, self._encode(model, x, selection), strict=True
-            ):
-                rows[symbol][row] = encoded[0]
-        windows = []
-        for request in batch:
-            known = rows[request.symbol]
-            windows.append(
-                torch.stack([known[request.count - lookback + 1 + j] for j in range(lookback)])
-            )
-        for symbol, requests in by_symbol.items():
-            last = requests[-1].count
-            served.cache[symbol] = _Cached(
-                last, torch.stack([rows[symbol][last - lookback + 1 + j] for j in range(lookback)])
-            )
-        return torch.stack(windows)
+        symbols = list(dict.fromkeys(r.symbol for r in batch))
+        cached = [served.cache.get(s) if incremental else None for s in symbols]
+        blocks = [c.encoded for c in cached if c is not None]
+        # Per symbol: the row numbers its cache holds (an empty range if none) and where they
+        # start once the cached windows are stacked.
+        first = np.array([1 if c is None else c.count - lookback + 1 for c in cached])
+        last = np.array([0 if c is None else c.count for c in cached])
+        start = lookback * np.cumsum([0] + [c is not None for c in cached])[:-1]
+
+        position = {symbol: i for i, symbol in enumerate(symbols)}
+        owner = np.array([position[r.symbol] for r in batch])[:, None]
+        rows = np.array([r.count for r in batch])[:, None] + np.arange(1 - lookback, 1)
+        index = start[owner] + rows - first[owner]
+        new = (rows < first[owner]) | (rows > last[owner])
+        if new.any():
+            # (symbol, row) keys sort by symbol, then row: np.unique finds each new row once.
+            stride = int(rows.max()) + 1
+            keys = (owner * stride + rows)[new]
+            unique, seen = np.unique(keys, return_index=True)
+            window, step = np.divmod(np.flatnonzero(new)[seen], lookback)
+            values = np.stack([batch[i].values[j] for i, j in zip(window, step, strict=True)])
+            selection = torch.cat([served.static[symbols[k]].selection for k in unique // stride])
+            x = self._tensor(served.forecaster.meta.normalizer.apply(values[:, None, :]))
+            index[new] = lookback * len(blocks) + np.searchsorted(unique, keys)
+            blocks.append(self._encode(model, x, selection)[:, 0])
+        windows = torch.cat(blocks)[self._tensor(index)]
+        latest = {r.symbol: i for i, r in enumerate(batch)}  # a symbol's last window stays
+        for i in latest.values():  # copied, so that it does not keep the whole batch alive
+            served.cache[batch[i].symbol] = _Cached(batch[i].count, windows[i].clone())
+        return windows
 
     def _encode(self, model: TemporalFusionTransformer, x: Tensor, selection: Tensor) -> Tensor:
         """(n, T, F) -> (n, T, hidden), every step encoded on its own in fixed-size chunks."""
