@@ -8,6 +8,7 @@ from typing import Any
 
 import faust
 
+from streams.agents.state import STATE_BATCH_BYTES
 from streams.kafka import (
     BrokerUnavailable,
     aiokafka_config,
@@ -20,9 +21,6 @@ log = logging.getLogger("barcast")
 
 MAX_BACKOFF_S = 30.0
 LAG_INTERVAL_S = 5.0
-# Agent state goes out in explicit batches (streams.agents.state): one produce request carries a
-# batch per partition, so this bounds a request at partitions x this.
-STATE_BATCH_BYTES = 256 * 1024
 
 
 class BarcastApp(faust.App):

@@ -8,8 +8,7 @@ import asyncio
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
 
-from streams.agents.state import record_batches
-from streams.faust_app import STATE_BATCH_BYTES
+from streams.agents.state import STATE_BATCH_BYTES, record_batches
 from streams.kafka import aiokafka_config, ensure_topics
 from streams.settings import Settings
 from tests.kafka_io import read_topic

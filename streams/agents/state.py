@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from streams.faust_app import BarcastApp
 
 _HEAD = struct.Struct("<qi")  # source offset, source partition
+# One produce request carries a batch per partition: this bounds a request at partitions x this.
+STATE_BATCH_BYTES = 256 * 1024
 NO_OFFSET = -1
 
 
