@@ -152,15 +152,13 @@ class ForecastService:
         async with self.lock:
             if not self.unacked:
                 return
-            requests: list[WindowRequest] = []
+            batches: list[list[WindowRequest]] = []
             while len(self.batcher):
-                requests += self.batcher.take()
+                batches.append(self.batcher.take())
             events, self.unacked = self.unacked, []
             writes = self._snapshot()
-            max_batch = self.batcher.max_batch
             sends: list[asyncio.Future] = []
-            for start in range(0, len(requests), max_batch):
-                batch = requests[start : start + max_batch]
+            for batch in batches:
                 started = time.perf_counter()
                 quantiles = await asyncio.get_running_loop().run_in_executor(
                     self.executor, self.engine.predict, batch, self.incremental
@@ -168,8 +166,9 @@ class ForecastService:
                 self.app.metrics.inference_seconds.observe(time.perf_counter() - started)
                 self.app.metrics.batch_size.observe(len(batch))
                 sends += await send_all(self.app, self._messages(batch, quantiles))
+            received = [request.received_ns for batch in batches for request in batch]
             self.finishing = asyncio.ensure_future(
-                self._finish(self.finishing, sends, writes, events, requests)
+                self._finish(self.finishing, sends, writes, events, received)
             )
             self.finishing.add_done_callback(_exit_on_failure)
 
@@ -179,7 +178,7 @@ class ForecastService:
         sends: list[asyncio.Future],
         writes: list[tuple[bytes, int, int, bytes | None]],
         events: list[EventT],
-        requests: list[WindowRequest],
+        received_ns: list[int],
     ) -> None:
         """A cut's second half, in order behind the previous cut's: forecasts acknowledged,
         then window slots stored, then the events acked."""
@@ -187,9 +186,8 @@ class ForecastService:
             await previous
         await asyncio.gather(*sends)
         published = time.time_ns()
-        for request in requests:
-            latency = (published - request.received_ns) / 1e9
-            self.app.metrics.bar_to_forecast_seconds.observe(latency)
+        for received in received_ns:
+            self.app.metrics.bar_to_forecast_seconds.observe((published - received) / 1e9)
         for key, partition, offset, value in writes:
             if value is None:
                 self.table.delete(key, partition)
