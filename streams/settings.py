@@ -71,6 +71,14 @@ class Settings:
     fill_gaps: bool = field(
         default=True, metadata={"doc": "Fill missing minutes with flagged synthetic bars."}
     )
+    checkpoint_max_s: float = field(
+        default=2.0,
+        metadata={
+            "doc": "Longest a busy worker holds consumed events before it stores its state and "
+            "commits them (s): the most a crash replays. Otherwise state is stored once the "
+            "worker is quiet, between bursts."
+        },
+    )
     store: str = field(
         default="memory://", metadata={"doc": "Faust table store (`memory://`, `rocksdb://`)."}
     )
@@ -135,6 +143,10 @@ class Settings:
             raise SettingError(
                 f"{PREFIX}FETCH_MAX_WAIT_MS={self.fetch_max_wait_ms} is out of range; "
                 "use 1-1500 (ms)"
+            )
+        if not 0.1 <= self.checkpoint_max_s <= 60:
+            raise SettingError(
+                f"{PREFIX}CHECKPOINT_MAX_S={self.checkpoint_max_s} is out of range; use 0.1-60 (s)"
             )
         if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
             raise SettingError(

@@ -105,20 +105,23 @@ def test_every_bar_past_warm_up_gets_exactly_one_forecast(
 def test_a_killed_worker_resumes_with_the_same_forecasts(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
 ) -> None:
-    settings = pipeline_settings(broker_settings, tmp_path)
+    # Checkpoints every 0.5 s of the busy worker: the kill lands after some, so the second
+    # worker resumes from stored states and windows, not from scratch.
+    settings = replace(pipeline_settings(broker_settings, tmp_path), checkpoint_max_s=0.5)
     values = bars_from_frame(sixe_bars.iloc[:5000], symbol="6EH4", instrument_id=1)
     reference = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
     produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
     worker = Worker(settings, name="first").start()
     read_topic(settings.broker, settings.topic_forecasts, 500, timeout_s=120)
     worker.kill()
-    with Worker(settings, name="second"):
+    with Worker(settings, name="second") as second:
         end_of_data(settings)
         messages = read_topic(
             settings.broker, settings.topic_forecasts, len(reference), timeout_s=300, idle_s=10
         )
         time.sleep(3)  # anything published twice would show up now
         messages = read_topic(settings.broker, settings.topic_forecasts, idle_s=2)
+    assert "Restoring state from changelog topics" in second.log()
     assert_matches(reference, forecasts_by_key(messages))
 
 

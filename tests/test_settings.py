@@ -44,6 +44,7 @@ def test_environment_overrides_are_typed() -> None:
         ({"BARCAST_ROLE": "everything"}, "BARCAST_ROLE='everything' is not valid"),
         ({"BARCAST_SECURITY_PROTOCOL": "SASL_SSL"}, "needs BARCAST_SASL_MECHANISM"),
         ({"BARCAST_FETCH_MAX_WAIT_MS": "0"}, "BARCAST_FETCH_MAX_WAIT_MS=0 is out of range"),
+        ({"BARCAST_CHECKPOINT_MAX_S": "0"}, "BARCAST_CHECKPOINT_MAX_S=0.0 is out of range"),
     ],
 )
 def test_bad_values_name_the_variable_and_the_fix(env: dict[str, str], message: str) -> None:

@@ -89,7 +89,9 @@ class FeatureLog(TopicLog):
 
 
 def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.DataFrame) -> None:
-    settings = replace(broker_settings, role="stream")
+    # A worker that never goes quiet checkpoints every checkpoint_max_s: often enough here
+    # that each kill lands after one, so the restarts resume from stored state.
+    settings = replace(broker_settings, role="stream", checkpoint_max_s=0.5)
     ensure_topics(settings, pipeline_topics(settings))
     records = tiled_stream(sixe_bars, BARS_PER_SYMBOL, SYMBOLS)
     expected = correct_history(value for _, value in records)

@@ -1,8 +1,9 @@
 """Agents attached to the app according to `BARCAST_ROLE`.
 
-`all` runs the whole pipeline in one worker; `stream` (corrections + features) and `forecast`
-split it into two worker groups; `corrections` runs that stage alone, and `passthrough` copies
-raw bars to the clean topic untouched, the anchor the corrections benchmark compares against.
+`all` runs the whole pipeline in one worker, as one agent (streams.agents.pipeline); `stream`
+(corrections + features) and `forecast` split it into two worker groups; `corrections` runs
+that stage alone, and `passthrough` copies raw bars to the clean topic untouched, the anchor
+the corrections benchmark compares against.
 """
 
 from __future__ import annotations
@@ -25,12 +26,18 @@ def register_agents(app: BarcastApp) -> None:
 
         corrections.register(app)
         return
-    if role in ("all", "stream"):
+    if role == "all":
+        from streams.agents import pipeline
+
+        pipeline.register(app)
+        return
+    if role == "stream":
         from streams.agents import corrections, features
 
         corrections.register(app)
         features.register(app)
-    if role in ("all", "forecast"):
+        return
+    if role == "forecast":
         from streams.agents import forecast
 
         forecast.register(app)

@@ -1,12 +1,13 @@
 """Write-behind agent state: changed states are written, and source events acked, once per
-checkpoint (when the oldest held event has waited `INTERVAL_S`, or after `MAX_HELD` events),
-not once per take() batch.
+checkpoint, not once per take() batch. A checkpoint is due once the oldest held event has waited
+`INTERVAL_S` and the worker is quiet (no stream work for `QUIET_S`), or, on a worker that is
+never quiet, once it has waited the `checkpoint_max_s` setting, or after `MAX_HELD` events.
 
-Why: every changed state is one changelog record (a symbol's features state is ~40 kB), so
-writing per batch costs up to one such record per bar once batches span many symbols; per
-checkpoint it is one per changed symbol per interval. Timing the interval from the oldest held
-event, not from the last checkpoint, keeps the write out of the first batch of a burst that
-follows a quiet spell, while the burst's outputs are still on their way downstream.
+Why: every changed state is one changelog record (a symbol's features state is ~12 kB
+compressed), so writing per batch costs up to one such record per bar once batches span many
+symbols; per checkpoint it is one per changed symbol. Waiting for a quiet worker keeps the writes
+out of a burst: at a minute boundary every symbol's bar arrives at once, and writing 1,000
+states (~12 MB) mid-burst would queue the burst's last bars, and their forecasts, behind it.
 
 A batch's outputs are still published and acked within the batch. Its states stay in memory,
 and its events stay unacked (held), until the next checkpoint writes every changed state, waits
@@ -20,6 +21,7 @@ key de-duplication).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -32,10 +34,32 @@ if TYPE_CHECKING:
 
     from streams.faust_app import BarcastApp
 
-INTERVAL_S = 0.5  # below Faust's commit interval (1 s), so commits are not held back
-MAX_HELD = 20_000  # bounds memory and the replay after a crash
+INTERVAL_S = 0.5  # below Faust's commit interval (1 s), so commits of a quiet worker are prompt
+QUIET_S = 0.1  # no stream work for this long: the burst is over
+TICK_S = 0.05  # how often idle checkpoints are looked for
+MAX_HELD = 20_000  # bounds memory
 
 S = TypeVar("S")
+
+
+def checkpoint_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bool:
+    """Whether to checkpoint `held` events, the oldest held for `held_s`, on a worker that has
+    done no stream work for `quiet_s`, holding events at most `max_s`."""
+    if held >= MAX_HELD:
+        return True
+    return held > 0 and (held_s >= max_s or (held_s >= INTERVAL_S and quiet_s >= QUIET_S))
+
+
+class Activity:
+    """When the worker last did stream work; every agent marks it. One per app, so that one
+    agent's checkpoint also waits for the others' bursts (the forecast stage's inference runs
+    after the upstream stages have gone quiet)."""
+
+    def __init__(self) -> None:
+        self.last = -math.inf
+
+    def mark(self) -> None:
+        self.last = time.monotonic()
 
 
 class StateCache(Generic[S]):
@@ -90,11 +114,21 @@ class StateCache(Generic[S]):
 
 
 class Checkpointer:
-    """Runs an agent's batches under one lock with its checkpoints (after a batch when one is
-    due, and from a timer while the stream is idle)."""
+    """Runs an agent's batches under one lock with its checkpoints (from a timer once the
+    worker is quiet, or after a batch once too many events or too old ones are held).
 
-    def __init__(self, app: BarcastApp, topic: str, cache: StateCache[Any]) -> None:
-        self.app, self.topic, self.cache = app, topic, cache
+    A checkpoint first awaits `before` (what must be durable ahead of the states: the
+    one-agent pipeline drains its forecast stage there), then writes every cache's changed
+    states, waits for the broker, and acks the held events."""
+
+    def __init__(
+        self,
+        app: BarcastApp,
+        topic: str,
+        caches: Sequence[StateCache[Any]],
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.app, self.topic, self.caches, self.before = app, topic, caches, before
         self.offsets = OffsetGuard(app, topic)
         self.lock = asyncio.Lock()
         self.held: list[EventT] = []
@@ -115,22 +149,32 @@ class Checkpointer:
                     self.held_since = time.monotonic()
                 self.held += admitted
                 await handle(admitted)
-            if len(self.held) >= MAX_HELD or self._due():
+                self.app.activity.mark()
+            if self._due():
                 await self._checkpoint(self._owned())
 
     async def tick(self) -> None:
-        """Checkpoint from a timer, so a quiet stream's last events are committed too."""
+        """Checkpoint from a timer (every `TICK_S`): how a quiet worker's events get committed."""
         if self._due():
             async with self.lock:
                 if self.held:  # the agent may have checkpointed while we waited
                     await self._checkpoint(self._owned())
 
     def _due(self) -> bool:
-        return bool(self.held) and time.monotonic() - self.held_since >= INTERVAL_S
+        now = time.monotonic()
+        return checkpoint_due(
+            len(self.held),
+            now - self.held_since,
+            now - self.app.activity.last,
+            self.app.barcast.checkpoint_max_s,
+        )
 
     async def _checkpoint(self, owned: set[int] | None) -> None:
-        self.cache.write(owned)
-        await self.cache.table.flush()
+        if self.before is not None:
+            await self.before()
+        for cache in self.caches:
+            cache.write(owned)
+        await asyncio.gather(*(cache.table.flush() for cache in self.caches))
         held, self.held = self.held, []
         for event in held:
             event.ack()

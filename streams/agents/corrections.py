@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from streams.agents.checkpoint import INTERVAL_S, Checkpointer, StateCache
+from streams.agents.checkpoint import TICK_S, Checkpointer, StateCache
 from streams.agents.io import (
     BAR_HEADERS,
     CONTROL_HEADERS,
@@ -230,38 +230,52 @@ def control_ts(value: bytes) -> int | None:
     return until if type(until) is int else None
 
 
+class CorrectionsStage:
+    """The corrections stage of this worker: its topics, state, rules' config and counters;
+    what feeds it raw records is the caller's (the `corrections` agent, or the one-agent
+    pipeline)."""
+
+    def __init__(self, app: BarcastApp) -> None:
+        settings = app.barcast
+        raw_topic(app, settings.topic_clean)
+        raw_topic(app, settings.topic_dlq)
+        self.settings = settings
+        self.states = StateCache(
+            StateTable(app, "corrections-state"),
+            SymbolState.from_bytes,
+            SymbolState.to_bytes,
+            SymbolState,
+        )
+        self.config = CorrectionConfig(fill_gaps=settings.fill_gaps)
+        self.stats = CorrectionStats()
+        self.feed = MetricsFeed(self.stats, app.metrics)
+
+        @app.timer(SUMMARY_INTERVAL_S)
+        async def log_summary() -> None:
+            if self.stats.total:
+                log.info("corrections: %s", self.stats.summary())
+
+    def batch(self) -> CorrectionsBatch:
+        return CorrectionsBatch(self.states, self.config, self.stats, self.settings)
+
+
 def register(app: BarcastApp) -> None:
+    """The `corrections` agent: `bars.raw` into `bars.clean` and `bars.dlq`."""
     settings = app.barcast
-    source = raw_topic(app, settings.topic_raw)
-    raw_topic(app, settings.topic_clean)
-    raw_topic(app, settings.topic_dlq)
-    states = StateCache(
-        StateTable(app, "corrections-state"),
-        SymbolState.from_bytes,
-        SymbolState.to_bytes,
-        SymbolState,
-    )
-    checkpointer = Checkpointer(app, settings.topic_raw, states)
-    config = CorrectionConfig(fill_gaps=settings.fill_gaps)
-    stats = CorrectionStats()
-    feed = MetricsFeed(stats, app.metrics)
+    stage = CorrectionsStage(app)
+    checkpointer = Checkpointer(app, settings.topic_raw, [stage.states])
 
     async def handle(events: Sequence[EventT]) -> None:
-        batch = CorrectionsBatch(states, config, stats, settings)
+        batch = stage.batch()
         for event in events:
             batch.add(event)
         await publish(app, batch.outputs)
-        feed.push()
+        stage.feed.push()
 
-    @app.agent(source, name="corrections")
+    @app.agent(raw_topic(app, settings.topic_raw), name="corrections")
     async def correct_bars(stream):  # type: ignore[no-untyped-def]
         await each_batch(stream, lambda events: checkpointer.run(events, handle))
 
-    @app.timer(INTERVAL_S)
+    @app.timer(TICK_S)
     async def corrections_checkpoint() -> None:
         await checkpointer.tick()
-
-    @app.timer(SUMMARY_INTERVAL_S)
-    async def log_summary() -> None:
-        if stats.total:
-            log.info("corrections: %s", stats.summary())

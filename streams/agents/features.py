@@ -20,7 +20,7 @@ import orjson
 import zstandard
 
 from features import engine
-from streams.agents.checkpoint import INTERVAL_S, Checkpointer, StateCache
+from streams.agents.checkpoint import TICK_S, Checkpointer, StateCache
 from streams.agents.io import (
     CONTROL_HEADERS,
     Out,
@@ -116,6 +116,9 @@ class FeaturesBatch:
         self.state = engine.new_states(0)
         self.items: list[EventT | _Bar] = []
         self.bars: list[_Bar] = []
+        # (event, bar, its feature values, warm) per bar computed and (event, None, None, False)
+        # per control record, in arrival order: what the one-agent pipeline hands on
+        self.results: list[tuple[Any, dict[str, Any] | None, np.ndarray | None, bool]] = []
         self.malformed = 0
         self.refused = 0
 
@@ -167,8 +170,10 @@ class FeaturesBatch:
         for item in self.items:
             if not isinstance(item, _Bar):
                 outputs.append(_forward(item, self.topic))
+                self.results.append((item, None, None, False))
             elif id(item) in rows:
                 values, warm = rows[id(item)]
+                self.results.append((item.event, item.value, values, warm))
                 event = item.event
                 outputs.append(
                     Out(
@@ -217,6 +222,10 @@ class FeaturesBatch:
             out[id(bar)] = (values[0], bool(warm[0]))
         return out
 
+    def count(self, app: BarcastApp) -> None:
+        app.metrics.bar(Stage.FEATURES, Outcome.IN, len(self.bars) + self.malformed)
+        app.metrics.bar(Stage.FEATURES, Outcome.OUT, len(self.bars) - self.refused)
+
     def update_states(self) -> None:
         """Hand every symbol this batch advanced back to the cache (written at a checkpoint)."""
         for key, row in self.rows.items():
@@ -227,17 +236,22 @@ class FeaturesBatch:
                 self.states.set(key, self.partitions[row], self.applied[row], symbol)
 
 
-def register(app: BarcastApp) -> None:
-    settings = app.barcast
-    source = raw_topic(app, settings.topic_clean)
-    raw_topic(app, settings.topic_features)
-    states = StateCache(
+def feature_states(app: BarcastApp) -> StateCache[SymbolFeatures]:
+    """The features stage's topics and per-symbol states."""
+    raw_topic(app, app.barcast.topic_features)
+    return StateCache(
         StateTable(app, "features-state"),
         SymbolFeatures.from_bytes,
         SymbolFeatures.to_bytes,
         SymbolFeatures,
     )
-    checkpointer = Checkpointer(app, settings.topic_clean, states)
+
+
+def register(app: BarcastApp) -> None:
+    """The `features` agent: `bars.clean` into `features`."""
+    settings = app.barcast
+    states = feature_states(app)
+    checkpointer = Checkpointer(app, settings.topic_clean, [states])
 
     async def handle(events: Sequence[EventT]) -> None:
         batch = FeaturesBatch(states, settings.topic_features)
@@ -246,14 +260,13 @@ def register(app: BarcastApp) -> None:
         outputs = batch.compute()
         batch.update_states()
         await publish(app, outputs)
-        app.metrics.bar(Stage.FEATURES, Outcome.IN, len(batch.bars) + batch.malformed)
-        app.metrics.bar(Stage.FEATURES, Outcome.OUT, len(batch.bars) - batch.refused)
+        batch.count(app)
 
-    @app.agent(source, name="features")
+    @app.agent(raw_topic(app, settings.topic_clean), name="features")
     async def compute_features(stream):  # type: ignore[no-untyped-def]
         await each_batch(stream, lambda events: checkpointer.run(events, handle))
 
-    @app.timer(INTERVAL_S)
+    @app.timer(TICK_S)
     async def features_checkpoint() -> None:
         await checkpointer.tick()
 

@@ -8,6 +8,10 @@ in order behind the previous cut, it waits for the broker's acks, stores the win
 only then acks the cut's events, so a crash replays exactly the events whose forecasts may not
 be out. The agent keeps consuming while a flush runs, so decoding overlaps inference; once
 `BACKLOG_BATCHES` x `max_batch` windows wait it flushes itself, which is the back-pressure.
+
+In the one-agent pipeline (streams.agents.pipeline) the stage stores its windows at the
+pipeline's checkpoints instead (`drain`), which hold the source events' commit until then: a
+cut then acks its events once its forecasts are out, and a burst writes no window state.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,9 +60,49 @@ BACKLOG_BATCHES = 4
 IDLE_FLUSH_S = 0.5  # events that asked for no forecast (warm-up rows) are acked this late
 
 
+@dataclass(slots=True)
+class FeatureRow:
+    """A feature row as the forecast stage needs it. `offset` orders a symbol's rows: the
+    `features` record's offset, or in the one-agent pipeline its position there."""
+
+    key: bytes
+    partition: int
+    offset: int
+    symbol: str
+    ts_event: int
+    close: float
+    synthetic: bool
+    warm: bool
+    values: np.ndarray
+    fingerprint: str
+    received_ns: int
+
+
+def feature_row(event: EventT) -> FeatureRow:
+    """A `features` record (see streams.agents.features.feature_message) as a FeatureRow."""
+    value, message = orjson.loads(event.value), event.message
+    received = header(event, RECEIVED_HEADER)
+    return FeatureRow(
+        key=event.key,
+        partition=message.partition,
+        offset=message.offset,
+        symbol=value["symbol"],
+        ts_event=value["ts_event"],
+        close=value["close"],
+        synthetic=value["synthetic"],
+        warm=value["warm"],
+        values=decode_feature_values(value["values"]),
+        fingerprint=value["fingerprint"],
+        received_ns=int(received) if received else time.time_ns(),
+    )
+
+
 class ForecastService:
-    def __init__(self, app: BarcastApp, engine: ForecastEngine) -> None:
+    def __init__(
+        self, app: BarcastApp, engine: ForecastEngine, windows_on_drain: bool = False
+    ) -> None:
         settings = app.barcast
+        self.windows_on_drain = windows_on_drain
         self.app = app
         self.engine = engine
         self.topic = settings.topic_forecasts
@@ -96,55 +141,54 @@ class ForecastService:
         return window
 
     async def add(self, event: EventT) -> None:
+        """A record of the `features` topic."""
+        await self.add_row(event, None if is_control_event(event) else feature_row(event))
+
+    async def add_row(self, event: EventT, row: FeatureRow | None) -> None:
+        """A feature row (None: END_OF_INTERVAL); `event` is acked once the row's forecast is
+        out and its window stored."""
+        self.app.activity.mark()
         if not self.unacked:
             self.unacked_since = time.monotonic()
         self.unacked.append(event)
-        if is_control_event(event):
+        if row is None:
             self.batcher.flush_now()
         else:
-            self._apply(event)
+            self._apply(row)
         if len(self.batcher) >= self.backlog:
             await self.flush()
         else:
             self.wakeup.set()
 
-    def _apply(self, event: EventT) -> None:
-        key, message = event.key, event.message
+    def _apply(self, row: FeatureRow) -> None:
+        key = row.key
         window = self.window(key)
-        if message.offset <= self.applied[key]:  # in the window already, before a crash
+        if row.offset <= self.applied[key]:  # in the window already, before a crash
             return
-        row = orjson.loads(event.value)
-        if window.count and row["ts_event"] <= window.last_ts:
+        if window.count and row.ts_event <= window.last_ts:
             # Re-published by a features worker that restarted from older state: the row
             # is in the window already.
             return
-        window.append(
-            row["ts_event"],
-            row["close"],
-            row["synthetic"],
-            row["warm"],
-            decode_feature_values(row["values"]),
-        )
-        self.applied[key] = message.offset
-        self.dirty[key] = (message.partition, message.offset)
-        if row["fingerprint"] != self.engine.fingerprint:
+        window.append(row.ts_event, row.close, row.synthetic, row.warm, row.values)
+        self.applied[key] = row.offset
+        self.dirty[key] = (row.partition, row.offset)
+        if row.fingerprint != self.engine.fingerprint:
             raise RuntimeError(
-                f"feature row for {row['symbol']} has fingerprint {row['fingerprint']} but "
+                f"feature row for {row.symbol} has fingerprint {row.fingerprint} but "
                 f"checkpoint {self.engine.model_id} expects {self.engine.fingerprint}: run the "
                 "stream workers and the forecast worker from the same barcast version"
             )
-        if window.ready and window.all_warm and not row["synthetic"]:
-            received = header(event, RECEIVED_HEADER)
+        if window.ready and window.all_warm and not row.synthetic:
             self.batcher.add(
                 WindowRequest(
-                    symbol=row["symbol"],
+                    symbol=row.symbol,
                     key=key,
-                    partition=message.partition,
+                    partition=row.partition,
                     count=window.count,
                     values=window.ordered_values(),
-                    ts_event=row["ts_event"],
-                    close=row["close"],
-                    received_ns=int(received) if received else time.time_ns(),
+                    ts_event=row.ts_event,
+                    close=row.close,
+                    received_ns=row.received_ns,
                 )
             )
 
@@ -156,13 +200,14 @@ class ForecastService:
             while len(self.batcher):
                 batches.append(self.batcher.take())
             events, self.unacked = self.unacked, []
-            writes = self._snapshot()
+            writes = [] if self.windows_on_drain else self._snapshot()
             sends: list[asyncio.Future] = []
             for batch in batches:
                 started = time.perf_counter()
                 quantiles = await asyncio.get_running_loop().run_in_executor(
                     self.executor, self.engine.predict, batch, self.incremental
                 )
+                self.app.activity.mark()
                 self.app.metrics.inference_seconds.observe(time.perf_counter() - started)
                 self.app.metrics.batch_size.observe(len(batch))
                 sends += await send_all(self.app, self._messages(batch, quantiles))
@@ -188,12 +233,7 @@ class ForecastService:
         published = time.time_ns()
         for received in received_ns:
             self.app.metrics.bar_to_forecast_seconds.observe((published - received) / 1e9)
-        for key, partition, offset, value in writes:
-            if value is None:
-                self.table.delete(key, partition)
-            else:
-                self.table.put(key, partition, offset, value)
-        await self.table.flush()
+        await self._store(writes)
         for event in events:
             event.ack()
         self.app.metrics.forecasts.inc(len(sends))
@@ -201,10 +241,21 @@ class ForecastService:
         self.app.metrics.bar(Stage.FORECAST, Outcome.OUT, len(sends))
 
     async def drain(self) -> None:
-        """Flush, and wait until every cut is stored and acked."""
+        """Flush, and wait until every cut is stored and acked (and with `windows_on_drain`,
+        store the windows)."""
         await self.flush()
         if self.finishing is not None:
             await self.finishing
+        if self.windows_on_drain:
+            await self._store(self._snapshot())
+
+    async def _store(self, writes: list[tuple[bytes, int, int, bytes | None]]) -> None:
+        for key, partition, offset, value in writes:
+            if value is None:
+                self.table.delete(key, partition)
+            else:
+                self.table.put(key, partition, offset, value)
+        await self.table.flush()
 
     def _messages(self, batch: list[WindowRequest], quantiles: np.ndarray) -> list[Out]:
         now = time.time_ns()
@@ -293,7 +344,9 @@ def _exit_on_failure(future: asyncio.Future[None]) -> None:
         exit_uncommitted("storing a flush of forecasts failed", error)
 
 
-def register(app: BarcastApp) -> None:
+def start(app: BarcastApp, windows_on_drain: bool = False) -> ForecastService:
+    """The forecast stage of this worker: the model loaded, its timers and rebalance hook set;
+    what feeds it rows is the caller's (the `forecast` agent, or the one-agent pipeline)."""
     settings = app.barcast
     # The model runs in a thread: every torch op gives up the GIL and must win it back from
     # the event loop, which by default holds it for 5 ms at a time. A short switch interval
@@ -302,7 +355,6 @@ def register(app: BarcastApp) -> None:
     # One core stays with the event loop (consumption, heartbeats, publishing); torch's
     # worker threads spinning on it would slow both sides.
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    source = raw_topic(app, settings.topic_features)
     raw_topic(app, settings.topic_forecasts)
     watcher = CheckpointWatcher(settings.model_dir)
     try:
@@ -311,14 +363,9 @@ def register(app: BarcastApp) -> None:
         # Serving without a model, or with one trained on other features, is never right:
         # refuse to start, with the reason on one line instead of a traceback.
         raise SystemExit(f"barcast forecast worker: {exc}") from None
-    service = ForecastService(app, engine)
+    service = ForecastService(app, engine, windows_on_drain)
     app.metrics.set_model(engine.model_id, engine.fingerprint)
     log.info("serving checkpoint %s on %s", engine.model_id, engine.device)
-
-    @app.agent(source, name="forecast")
-    async def forecast(stream):  # type: ignore[no-untyped-def]
-        async for event in stream.noack().events():
-            await service.add(event)
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: BarcastApp, revoked: object, **kwargs: object) -> None:
@@ -331,3 +378,15 @@ def register(app: BarcastApp) -> None:
     @app.timer(RELOAD_INTERVAL_S)
     async def hot_reload() -> None:
         await service.reload(watcher)
+
+    return service
+
+
+def register(app: BarcastApp) -> None:
+    """The `forecast` agent: `features` records into the forecast stage."""
+    service = start(app)
+
+    @app.agent(raw_topic(app, app.barcast.topic_features), name="forecast")
+    async def forecast(stream):  # type: ignore[no-untyped-def]
+        async for event in stream.noack().events():
+            await service.add(event)

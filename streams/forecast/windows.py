@@ -54,13 +54,10 @@ class SymbolWindow:
         self.count += 1
         return slot
 
-    def order(self) -> np.ndarray:
-        """Slot indices oldest first."""
-        start = self.count % self.lookback if self.ready else 0
-        return (np.arange(self.lookback) + start) % self.lookback
-
     def ordered_values(self) -> np.ndarray:
-        return self.values[self.order()]
+        """A copy of the rows, oldest first (two slices: half the cost of a fancy index)."""
+        start = self.count % self.lookback if self.ready else 0
+        return np.concatenate((self.values[start:], self.values[:start]))
 
     def slot_bytes(self, slot: int) -> bytes:
         head = _SLOT_HEAD.pack(
