@@ -7,7 +7,7 @@ import numpy as np
 
 from features import core
 from features.core import F_AR, F_LC, F_R2, F_R5SQ, KP, RING_P, SUMS_P
-from features.primitives import VAR_FLOOR, W10, W20, W60, Layout, kernel, ratio, slot, wsum
+from features.primitives import VAR_FLOOR, W10, W20, W60, Layout, kernel, rare, ratios4, slot, wsum
 from features.spec import spec
 
 GROUP = "adaptive strategy metrics"
@@ -44,9 +44,9 @@ SC_SLOW = 2.0 / (KAMA_SLOW + 1)
 
 
 @kernel
-def efficiency(cs: np.ndarray, t: int, lc: float, w: int, lag: int) -> float:
-    move = abs(lc - cs[slot(RING_P, KP, t, lag) + F_LC]) if t >= lag else 0.0
-    return ratio(move, wsum(cs, SUMS_P, KP, w, F_AR))
+def move(cs: np.ndarray, t: int, lc: float, lag: int) -> float:
+    """|ln(C / C[-lag])|: an efficiency ratio's numerator (its denominator is Σ|r|)."""
+    return abs(lc - cs[slot(RING_P, KP, t, lag) + F_LC]) if t >= lag else 0.0
 
 
 @kernel
@@ -54,15 +54,26 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     t = int(ctx[core.X_T])
     c, lc = ctx[core.X_C], ctx[core.X_LC]
     o = FIRST
-    out[o] = efficiency(cs, t, lc, W20, ER_LAG)
+    # Divisions four at a time (primitives.ratios4), each lane guarded as its scalar form
+    # (KAMA is an average of positive closes).
     var1 = wsum(cs, SUMS_P, KP, W60, F_R2)
-    out[o + 1] = wsum(cs, SUMS_P, KP, W60, F_R5SQ) / (VR_Q * var1) if var1 > VAR_FLOOR else 1.0
+    er20, er10, vr, _ = ratios4(
+        (move(cs, t, lc, ER_LAG), move(cs, t, lc, KAMA_ER), wsum(cs, SUMS_P, KP, W60, F_R5SQ), 0.0),
+        (
+            wsum(cs, SUMS_P, KP, W20, F_AR),
+            wsum(cs, SUMS_P, KP, W10, F_AR),
+            VR_Q * var1 if var1 > VAR_FLOOR else 0.0,
+            0.0,
+        ),
+    )
+    out[o] = er20
+    out[o + 1] = vr if var1 > VAR_FLOOR else 1.0
     prev = gs[KAMA]
-    if t == 0:
+    if rare(t == 0):
         gs[KAMA] = c
     else:
-        er = efficiency(cs, t, lc, W10, KAMA_ER)
-        sc = er * (SC_FAST - SC_SLOW) + SC_SLOW
+        sc = er10 * (SC_FAST - SC_SLOW) + SC_SLOW
         gs[KAMA] = prev + sc * sc * (c - prev)
-    out[o + 2] = c / gs[KAMA] - 1.0
-    out[o + 3] = gs[KAMA] / prev - 1.0 if t > 0 else 0.0
+    dev, change, _, _ = ratios4((c, gs[KAMA], 0.0, 0.0), (gs[KAMA], prev, 0.0, 0.0))
+    out[o + 2] = dev - 1.0
+    out[o + 3] = change - 1.0 if t > 0 else 0.0

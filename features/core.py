@@ -23,9 +23,12 @@ from features.primitives import (
     get_i64,
     kernel,
     put_i64,
+    rare,
+    ratios4,
     resync_sums,
     roll_means,
     slot,
+    whole_vectors,
 )
 
 ATR_PERIOD = 14
@@ -46,7 +49,8 @@ X_TOD, X_DST, X_SESSION, X_SESSION_MIN, X_NEW_SESSION, X_GAP_MIN = 21, 22, 23, 2
 X_LV, X_ATR_REL = 27, 28
 N_SCALARS = 29
 
-# Price record fields (F_*): each bar writes one record. Window w sums the first NF[w] fields:
+# Price record fields (F_*): each bar writes one record. Window w sums the first NF[w] fields
+# (rounded up to whole vectors, see whole_vectors):
 # W5 r, r2; W10 + ar; W14 up to vim; W60 up to r5sq; W20 up to doji. lc and c sit early so the
 # lagged reads (ROC, SMA) share cache lines with the sums' reads; lh, ll feed only the channels.
 FIELDS = (
@@ -61,7 +65,7 @@ FIELDS = (
  F_AON, F_GAP, F_CLV, F_ABODY, F_CS, F_ARP, F_ZERO, F_SAME, F_SYN, F_R5SQ,
  F_UP, F_REV, F_UP2, F_ARR1, F_RRNG1, F_UW, F_LW, F_CH, F_CL, F_DOJI,
  F_LH, F_LL) = range(len(FIELDS))  # fmt: skip
-NF = (F_R2 + 1, F_AR + 1, F_VIM + 1, F_DOJI + 1, F_R5SQ + 1)
+NF = whole_vectors(F_R2 + 1, F_AR + 1, F_VIM + 1, F_DOJI + 1, F_R5SQ + 1)
 KP = len(FIELDS)
 XM = N_SCALARS  # ctx[XM + w*KP + f]: mean of price field f over window w (see mp)
 
@@ -83,7 +87,7 @@ LINREG_WINDOWS = (W20, W60)
 @kernel
 def central_clock(cs: np.ndarray, utc_min: int) -> tuple[int, bool]:
     """US/Central minute, with the year's DST bounds cached so most bars skip the calendar."""
-    if not (cs[YEAR_FROM] <= utc_min < cs[YEAR_TO]):
+    if rare(not (cs[YEAR_FROM] <= utc_min < cs[YEAR_TO])):
         y = calendar.civil_from_days(utc_min // calendar.MIN_PER_DAY)[0]
         cs[YEAR_FROM] = calendar.days_from_civil(y, 1, 1) * calendar.MIN_PER_DAY
         cs[YEAR_TO] = calendar.days_from_civil(y + 1, 1, 1) * calendar.MIN_PER_DAY
@@ -105,19 +109,19 @@ def begin(
     ctx: np.ndarray,
 ) -> None:
     t = int(cs[N])
-    # One-minute prices repeat (O = previous C, H and L at O or C): reuse a log wherever the
-    # price is the same number, which gives the same bits as taking it again.
-    if t == 0:
-        lc = math.log(c)
-        lo = lc if o == c else math.log(o)
+    # One-minute prices repeat (O = previous C, H and L at O or C or the previous H, L): reuse
+    # a log wherever the price is the same number, which gives the same bits as taking it
+    # again. The first bar has no previous prices: NaN equals none.
+    if rare(t == 0):
+        pc = ph = pl = plc = plh = pll = np.nan
     else:
         pc, ph, pl = cs[PC], cs[PH], cs[PL]
         plc, plh, pll = cs[PLC], cs[PLH], cs[PLL]
-        lc = plc if c == pc else math.log(c)
-        lo = plc if o == pc else lc if o == c else math.log(o)
-    lh = lc if h == c else lo if h == o else math.log(h)
-    ll = lc if lo_ == c else lo if lo_ == o else math.log(lo_)
-    if t == 0:
+    lc = log_of(c, pc, plc, ph, plh, pl, pll, np.nan, np.nan)
+    lo = log_of(o, pc, plc, c, lc, ph, plh, pl, pll)
+    lh = log_of(h, c, lc, o, lo, ph, plh, pl, pll)
+    ll = log_of(lo_, c, lc, o, lo, pl, pll, ph, plh)
+    if rare(t == 0):
         pc, ph, pl, plc, plh, pll = c, h, lo_, lc, lh, ll
         cs[ANCHOR] = lc
     r = lc - plc
@@ -126,23 +130,30 @@ def begin(
     ctx[X_LV] = math.log1p(v)
     ctx[X_LO], ctx[X_LH], ctx[X_LL], ctx[X_LC], ctx[X_R] = lo, lh, ll, lc, r
     ctx[X_PC], ctx[X_PH], ctx[X_PL], ctx[X_PLC] = pc, ph, pl, plc
+    # The record goes out first, the window sums read it back last: the work between lets its
+    # scalar stores reach the cache before the sums' vector loads need them.
+    write_record(cs, t, ctx, plh, pll)
 
     # True range (raw, TA-Lib's definition) and Wilder's ATR seeded by the mean of 14 TRs.
     tr = max(h - lo_, abs(h - pc), abs(lo_ - pc)) if t > 0 else h - lo_
-    if 0 < t < ATR_PERIOD:
-        cs[TR_SUM] += tr
-    elif t == ATR_PERIOD:
-        cs[ATR] = (cs[TR_SUM] + tr) / ATR_PERIOD
+    if rare(0 < t <= ATR_PERIOD):
+        if t < ATR_PERIOD:
+            cs[TR_SUM] += tr
+        else:
+            cs[ATR] = (cs[TR_SUM] + tr) / ATR_PERIOD
     else:
         cs[ATR] = (cs[ATR] * (ATR_PERIOD - 1) + tr) / ATR_PERIOD
-    ctx[X_TR], ctx[X_ATR], ctx[X_ATR_REL] = tr, cs[ATR], cs[ATR] / c
 
-    # The first bar has no return: the variances start with the second.
-    ctx[X_EVF_PREV] = ewma_var(cs, EVF, r, EWMA_FAST) if t > 0 else 0.0
+    # The first bar has no return: the variances start with the second (their weights are 0
+    # until then, and ratios4 reads 0/0 as 0). One packed division for the four estimates.
+    before = (cs[EVF], cs[EVF + 1])
     if t > 0:
-        ewma_var(cs, EVS, r, EWMA_SLOW)
-    ctx[X_EVF] = cs[EVF] / cs[EVF + 1] if t > 0 else 0.0
-    ctx[X_EVS] = cs[EVS] / cs[EVS + 1] if t > 0 else 0.0
+        ewma_fold(cs, EVF, r, EWMA_FAST)
+        ewma_fold(cs, EVS, r, EWMA_SLOW)
+    ctx[X_EVF_PREV], ctx[X_EVF], ctx[X_EVS], ctx[X_ATR_REL] = ratios4(
+        (before[0], cs[EVF], cs[EVS], cs[ATR]), (before[1], cs[EVF + 1], cs[EVS + 1], c)
+    )
+    ctx[X_TR], ctx[X_ATR] = tr, cs[ATR]
 
     utc_min = ts // calendar.NS_PER_MIN
     local, dst = central_clock(cs, utc_min)
@@ -155,13 +166,28 @@ def begin(
     put_i64(cs, TS, ts)
     cs[SESSION] = session
 
-    write_record(cs, t, ctx, plh, pll)
     update_linreg(cs, t)
-    if (t & MASK) == MASK:  # once per ring cycle: re-anchor x = lc - anchor, recount exactly
+    if rare((t & MASK) == MASK):  # once per ring cycle: re-anchor x = lc - anchor, recount exactly
         reanchor(cs, t, lc)
         fill_means(cs, SUMS_P, KP, NF, t, ctx, XM)
     else:
         roll_means(cs, RING_P, SUMS_P, KP, NF, t, ctx, XM)
+
+
+@kernel
+def log_of(
+    x: float, a: float, la: float, b: float, lb: float, c: float, lc: float, d: float, ld: float
+) -> float:
+    """log(x), or the log already taken of an equal price a, b, c or d."""
+    if x == a:
+        return la
+    if x == b:
+        return lb
+    if x == c:
+        return lc
+    if x == d:
+        return ld
+    return math.log(x)
 
 
 @kernel
@@ -178,12 +204,18 @@ def varp(ctx: np.ndarray, w: int, f: int, f2: int) -> float:
 
 
 @kernel
-def ewma_var(cs: np.ndarray, off: int, r: float, lam: float) -> float:
-    """EWMA of r² with its weight 1 - lam^n tracked alongside, so sum / weight is unbiased
-    from the first bar (no zero seed to wash out). Returns the estimate before this bar."""
-    before = cs[off] / cs[off + 1] if cs[off + 1] > 0.0 else 0.0
+def ewma_fold(cs: np.ndarray, off: int, r: float, lam: float) -> None:
+    """Fold r² into an EWMA of r² kept with its weight 1 - lam^n, so sum / weight is unbiased
+    from the first bar (no zero seed to wash out)."""
     cs[off] = lam * cs[off] + (1.0 - lam) * (r * r)
     cs[off + 1] = lam * cs[off + 1] + (1.0 - lam)
+
+
+@kernel
+def ewma_var(cs: np.ndarray, off: int, r: float, lam: float) -> float:
+    """ewma_fold, returning the estimate before this bar."""
+    before = cs[off] / cs[off + 1] if cs[off + 1] > 0.0 else 0.0
+    ewma_fold(cs, off, r, lam)
     return before
 
 
@@ -221,8 +253,10 @@ def write_record(cs: np.ndarray, t: int, ctx: np.ndarray, plh: float, pll: float
     cs[rec + F_OC], cs[rec + F_OC2] = oc, oc * oc
     cs[rec + F_ON], cs[rec + F_ON2], cs[rec + F_AON] = on, on * on, abs(on)
     cs[rec + F_GAP] = 1.0 if t > 0 and o != ctx[X_PC] else 0.0
-    cs[rec + F_CLV] = ((c - lo_) - (h - c)) / span if span > 0.0 else 0.0
-    cs[rec + F_BOP] = (c - o) / span if span > 0.0 else 0.0
+    den = span if span > 0.0 else 0.0  # ratios4 reads x / 0 as 0
+    cs[rec + F_CLV], cs[rec + F_BOP], _, _ = ratios4(
+        ((c - lo_) - (h - c), c - o, 0.0, 0.0), (den, den, 0.0, 0.0)
+    )
     cs[rec + F_DOJI] = 1.0 if abs(c - o) <= 0.1 * span else 0.0
     cs[rec + F_ABODY] = abs(oc)
     cs[rec + F_UW], cs[rec + F_LW] = lh - max(lo, lc), min(lo, lc) - ll

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from features import core
-from features.primitives import W60, Layout, advance_sums, kernel, slot, wmean
+from features.primitives import W60, Layout, advance_sums, count, kernel, ratios4, slot, wsum
 from features.spec import spec
 
 GROUP = "CUSUM"
@@ -41,12 +41,18 @@ LAST = LAYOUT.add("last_up_down_any_plus_one", 3)  # bar index + 1 of the last e
 DIR = LAYOUT.add("last_direction")
 RING_E, SUMS_E = LAYOUT.rolling("events", 2)
 SIZE = LAYOUT.size
-PAIR = (2, 2, 2, 2, 2)  # both fields summed over every window
+PAIR = (0, 0, 0, 0, 2)  # both fields summed over 60 bars: the only window read
 
 
 @kernel
 def threshold(ewma_var_before: float) -> float:
     return max(CUSUM_K * math.sqrt(ewma_var_before), H_FLOOR)
+
+
+@kernel
+def since(gs: np.ndarray, t: int, i: int) -> float:
+    """Bars since the last event of kind i (up, down, any), capped."""
+    return min(t + 1.0 - gs[LAST + i], SINCE_CAP)
 
 
 @kernel
@@ -73,12 +79,17 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
     gs[rec + 1] = 1.0 if event < 0.0 else 0.0
     advance_sums(gs, RING_E, SUMS_E, 2, PAIR, t)
     o = FIRST
-    out[o] = pos / h
-    out[o + 1] = neg / h
-    out[o + 2] = event
-    for i in range(3):
-        out[o + 3 + i] = min(t + 1.0 - gs[LAST + i], SINCE_CAP) / SINCE_CAP
-    out[o + 6] = wmean(gs, SUMS_E, 2, W60, 0, t)
-    out[o + 7] = wmean(gs, SUMS_E, 2, W60, 1, t)
+    # Divisions four at a time (primitives.ratios4): h, the cap and the bar count are > 0.
+    cap, n = float(SINCE_CAP), float(count(t, W60))
+    rel_pos, rel_neg, since_up, since_down = ratios4(
+        (pos, neg, since(gs, t, 0), since(gs, t, 1)), (h, h, cap, cap)
+    )
+    since_any, up_share, down_share, _ = ratios4(
+        (since(gs, t, 2), wsum(gs, SUMS_E, 2, W60, 0), wsum(gs, SUMS_E, 2, W60, 1), 0.0),
+        (cap, n, n, 0.0),
+    )
+    out[o], out[o + 1], out[o + 2] = rel_pos, rel_neg, event
+    out[o + 3], out[o + 4], out[o + 5] = since_up, since_down, since_any
+    out[o + 6], out[o + 7] = up_share, down_share
     out[o + 8] = gs[DIR]
     out[o + 9] = h

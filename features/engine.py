@@ -33,7 +33,7 @@ from features import (
     timefeat,
     volume,
 )
-from features.primitives import KERNEL_OPTIONS, get_i64, kernel
+from features.primitives import KERNEL_OPTIONS, get_i64, kernel, rare
 from features.registry import FEATURE_NAMES, FINGERPRINT, WARMUPS
 
 N_FEATURES = 225
@@ -45,7 +45,7 @@ _BASES = np.cumsum([0] + [m.SIZE for m in _BLOCKS])
  B_ADX, B_REGIME, B_ADAPT, STATE_SIZE) = (int(b) for b in _BASES)  # fmt: skip
 _WARMUP = np.array(WARMUPS, dtype=np.int64)
 MAX_WARMUP = int(_WARMUP.max())
-N_CTX = flow.XS + flow.N_SCRATCH  # per-bar scratch: shared scalars, window means, operands
+N_CTX = flow.N_CTX  # per-bar scratch: shared scalars and window means
 _LAYOUT_TEXT = "|".join(m.LAYOUT.describe() for m in _BLOCKS)
 STATE_LAYOUT = hashlib.sha256(_LAYOUT_TEXT.encode()).hexdigest()[:16]  # slot names and sizes
 
@@ -77,6 +77,8 @@ def _step(
     ema5, ema12 = price_trend.update(cs, s[B_TREND:B_OSC], ctx, out)
     price_osc.update(cs, s[B_OSC:B_TIME], ctx, out, ema5, ema12)
     timefeat.update(s[B_TIME:B_VOL], ctx, out)
+    if real:  # the volume block's means, late on purpose (see flow.roll)
+        flow.roll(fs, ctx)
     volume.update(fs, s[B_VOL:B_STATS], ctx, out, real)
     stats.update(cs, s[B_STATS:B_MICRO], ctx, out)
     micro.update(cs, fs, s[B_MICRO:B_NORM], ctx, out, real)
@@ -173,7 +175,7 @@ def _build_kernel(source_key: str) -> Callable[..., int]:
             t = int(s[B_CORE + core.N])
             _step(s, ts[i], o[i], h[i], lo[i], c[i], v[i], syn[i], ctx, out[i])
             warm[i] = t >= MAX_WARMUP
-            if t < MAX_WARMUP:
+            if rare(t < MAX_WARMUP):
                 for j in range(N_FEATURES):
                     if t < _WARMUP[j]:
                         out[i, j] = np.nan

@@ -49,8 +49,9 @@ from features.primitives import (
     clip,
     kernel,
     ratio,
+    ratios4,
+    roots4,
     slot,
-    sqrt0,
     wsum,
 )
 from features.spec import spec
@@ -131,10 +132,26 @@ def update(
     ph, pl = ctx[core.X_PH], ctx[core.X_PL]
     rec = slot(RING_P, KP, t, 0)
     rng20 = wsum(cs, SUMS_P, KP, W20, F_RNG)
-    inv_rng20 = 1.0 / rng20 if rng20 != 0.0 else 0.0  # shared by the shares of the range
     rng60 = wsum(cs, SUMS_P, KP, W60, F_RNG)
     mrng20 = mp(ctx, W20, F_RNG)
     roll20 = roll_spread(ctx, W20)
+    # Roots and divisions four at a time (primitives.roots4, ratios4), each lane guarded as
+    # its scalar form; 1/Σ ln(H/L) over 20 is shared by the shares of the range.
+    ar20, ar60, rv20, _ = roots4(
+        (mp(ctx, W20, F_ARP), mp(ctx, W60, F_ARP), varp(ctx, W20, F_R, F_R2), 0.0)
+    )
+    var = mp(ctx, W20, F_RNG2) - mrng20 * mrng20
+    cov = mp(ctx, W20, F_RRNG1) - mrng20 * mrng20
+    inv_rng20, expansion, tr_atr, range_ac = ratios4(
+        (1.0, mrng20, ctx[core.X_TR], cov),
+        (rng20, mp(ctx, W60, F_RNG), ctx[core.X_ATR], var if var > VAR_FLOOR else 0.0),
+    )
+    span = h - lo_
+    pspan = ph - pl
+    roll_vol, body60, open_pos, close_pos = ratios4(
+        (roll20, wsum(cs, SUMS_P, KP, W60, F_ABODY), ctx[core.X_O] - lo_, c - pl),
+        (rv20, rng60, span if span > 0.0 else 0.0, pspan if pspan > 0.0 else 0.0),
+    )
     out[o] = roll20
     out[o + 1] = roll_spread(ctx, W60)
     out[o + 2] = mp(ctx, W20, F_CS)
@@ -152,9 +169,9 @@ def update(
     lw20 = wsum(cs, SUMS_P, KP, W20, F_LW)
     out[o + 15] = uw20 * inv_rng20
     out[o + 16] = lw20 * inv_rng20
-    out[o + 17] = ratio(mrng20, mp(ctx, W60, F_RNG))
+    out[o + 17] = expansion
     out[o + 18] = cs[rec + F_TR]
-    out[o + 19] = ratio(ctx[core.X_TR], ctx[core.X_ATR])
+    out[o + 19] = tr_atr
     out[o + 20] = mp(ctx, W20, F_AON)
     out[o + 21] = mp(ctx, W20, F_REV)
     out[o + 22] = mp(ctx, W20, F_ZERO)
@@ -167,55 +184,56 @@ def update(
     out[o + 28] = 1.0 if not first and lo_ < pl else 0.0
     move = abs(ctx[core.X_LC] - cs[slot(RING_P, KP, t, 20) + F_LC]) if t >= 20 else 0.0
     out[o + 29] = move * inv_rng20
-    out[o + 31] = sqrt0(mp(ctx, W20, F_ARP))
-    out[o + 32] = sqrt0(mp(ctx, W60, F_ARP))
+    out[o + 31] = ar20
+    out[o + 32] = ar60
     out[o + 34] = (uw20 - lw20) * inv_rng20
-    out[o + 35] = ratio(roll20, sqrt0(varp(ctx, W20, F_R, F_R2)))
+    out[o + 35] = roll_vol
     out[o + 36] = mp(ctx, W60, F_SAME)
-    m = mrng20
-    var = mp(ctx, W20, F_RNG2) - m * m
-    cov = mp(ctx, W20, F_RRNG1) - m * m
-    out[o + 37] = clip(cov / var, -1.0, 1.0) if var > VAR_FLOOR else 0.0
-    out[o + 38] = ratio(wsum(cs, SUMS_P, KP, W60, F_ABODY), rng60)
+    out[o + 37] = clip(range_ac, -1.0, 1.0) if var > VAR_FLOOR else 0.0
+    out[o + 38] = body60
     out[o + 39] = mp(ctx, W60, F_SYN)
     out[o + 40] = mp(ctx, W60, F_GAP)
     out[o + 41] = mp(ctx, W20, F_GAP)
-    span = h - lo_
-    out[o + 42] = (ctx[core.X_O] - lo_) / span if span > 0.0 else 0.5
-    pspan = ph - pl
-    out[o + 43] = clip((c - pl) / pspan, -3.0, 4.0) if pspan > 0.0 else 0.5
+    out[o + 42] = open_pos if span > 0.0 else 0.5
+    out[o + 43] = clip(close_pos, -3.0, 4.0) if pspan > 0.0 else 0.5
     out[o + 45] = ratio(rng20, wsum(cs, SUMS_P, KP, W20, F_TR))
 
 
 @kernel
 def flow_features(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
-    """The FLOW_OUT members, in that order, from the real-bar block."""
+    """The FLOW_OUT members, in that order, from the real-bar block. Divisions go four at a
+    time (primitives.ratios4), each lane guarded as its scalar form."""
     tv = int(fs[flow.NV]) - 1
     v = ctx[core.X_V]
     mv20 = mv(ctx, W20, V_V)
     mv60 = mv(ctx, W60, V_V)
-    inv_mv20 = 1.0 / mv20 if mv20 != 0.0 else 0.0
     sv20 = wsum(fs, SUMS_V, KV, W20, V_V)
-    inv_sv20 = 1.0 / sv20 if sv20 != 0.0 else 0.0
+    inv_mv20, inv_sv20, bvc60, rel_rng = ratios4(
+        (1.0, 1.0, wsum(fs, SUMS_V, KV, W60, V_BVC), ctx[core.X_LH] - ctx[core.X_LL]),
+        (mv20, sv20, wsum(fs, SUMS_V, KV, W60, V_V), mv(ctx, W20, V_RNG)),
+    )
+    rel_v = v * inv_mv20
+    r = fs[slot(flow.RING_V, KV, tv, 0) + V_R]
+    num20, den20 = kyle(ctx, W20)
+    num60, den60 = kyle(ctx, W60)
+    kyle20, kyle60, impact, shape = ratios4(
+        (num20, num60, abs(r) * mv60, 1.0 + rel_v), (den20, den60, v, 1.0 + rel_rng)
+    )
     res[0] = mv(ctx, W20, V_AR) * mv60 * inv_mv20
     res[1] = mv(ctx, W60, V_AR)
-    res[2] = kyle(ctx, W20)
-    res[3] = kyle(ctx, W60)
+    res[2] = kyle20
+    res[3] = kyle60
     res[4] = wsum(fs, SUMS_V, KV, W20, V_BVC) * inv_sv20
-    res[5] = ratio(wsum(fs, SUMS_V, KV, W60, V_BVC), wsum(fs, SUMS_V, KV, W60, V_V))
-    rel_v = v * inv_mv20
-    rel_rng = ratio(ctx[core.X_LH] - ctx[core.X_LL], mv(ctx, W20, V_RNG))
-    res[6] = math.log((1.0 + rel_v) / (1.0 + rel_rng))
-    r = fs[slot(flow.RING_V, KV, tv, 0) + V_R]
-    res[7] = ratio(abs(r) * mv60, v)
+    res[5] = bvc60
+    res[6] = math.log(shape)
+    res[7] = impact
     res[8] = wsum(fs, SUMS_V, KV, W20, V_FRC) * inv_sv20
 
 
 @kernel
-def kyle(ctx: np.ndarray, w: int) -> float:
+def kyle(ctx: np.ndarray, w: int) -> tuple[float, float]:
+    """Kyle's λ over window w as (cov(r, s), var(s)); var reads 0 where s is flat."""
     ms = mv(ctx, w, V_SG)
     var = mv(ctx, w, V_SG2) - ms * ms
-    if var <= VAR_FLOOR:
-        return 0.0
     mr = mv(ctx, w, V_R)
-    return (mv(ctx, w, V_RSG) - mr * ms) / var
+    return mv(ctx, w, V_RSG) - mr * ms, var if var > VAR_FLOOR else 0.0

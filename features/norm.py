@@ -23,14 +23,14 @@ from features.core import (
 )
 from features.flow import KV, V_LV, V_LV2, mv
 from features.primitives import (
-    LANES,
     W20,
     W60,
     Layout,
     advance_sums,
     kernel,
-    quotients,
-    roots,
+    rare,
+    ratios4,
+    roots4,
     slot,
     wmean,
 )
@@ -59,44 +59,44 @@ EW = LAYOUT.add("ewm_mean_var", 4)
 HELD_VOL = LAYOUT.add("last_real_volume_z")
 RING_A, SUMS_A = LAYOUT.rolling("atr_rel", 2)
 SIZE = LAYOUT.size
-PAIR = (2, 2, 2, 2, 2)  # both fields summed over every window
+PAIR = (0, 0, 0, 0, 2)  # both fields summed over 60 bars: the only window read
 
 
 # Every feature here is a z-score: each bar gathers the deviations and variances, then roots
-# and divides them in packed instructions (see primitives.roots). Entry i is feature FIRST + i.
-N = 10
-PADDED = -(-N // LANES) * LANES
-DEV, VAR = flow.XS, flow.XS + PADDED
+# and divides them in packed instructions (see primitives.roots4), four features at a time.
 
 
 @kernel
-def spread(ctx: np.ndarray, i: int, x: float, m: float, m2: float) -> None:
-    """Entry i: x against the window means of x (m) and x² (m2)."""
-    ctx[DEV + i] = x - m
-    ctx[VAR + i] = m2 - m * m
+def spread(x: float, m: float, m2: float) -> tuple[float, float]:
+    """(deviation, variance) of x against the window means of x (m) and x² (m2)."""
+    return x - m, m2 - m * m
 
 
 @kernel
-def spread_win(ctx: np.ndarray, i: int, x: float, w: int, f: int, f2: int) -> None:
-    """Entry i: this bar's field f (value x) within window w of the price block."""
-    spread(ctx, i, x, mp(ctx, w, f), mp(ctx, w, f2))
+def spread_win(ctx: np.ndarray, x: float, w: int, f: int, f2: int) -> tuple[float, float]:
+    """spread of this bar's field f (value x) within window w of the price block."""
+    return spread(x, mp(ctx, w, f), mp(ctx, w, f2))
 
 
 @kernel
-def ew_spread(
-    gs: np.ndarray, off: int, x: float, t: int, span: int, ctx: np.ndarray, i: int
-) -> None:
-    """Entry i: x against its exponentially weighted mean and variance (West's update keeps the
-    variance non-negative)."""
-    if t == 0:
+def ew_spread(gs: np.ndarray, off: int, x: float, t: int, span: int) -> tuple[float, float]:
+    """x against its exponentially weighted mean and variance (West's update keeps the variance
+    non-negative)."""
+    if rare(t == 0):
         gs[off], gs[off + 1] = x, 0.0
-        ctx[DEV + i], ctx[VAR + i] = 0.0, 0.0
-        return
+        return 0.0, 0.0
     a = 2.0 / (span + 1)
     d = x - gs[off]
     gs[off] += a * d
     gs[off + 1] = (1.0 - a) * (gs[off + 1] + a * d * d)
-    ctx[DEV + i], ctx[VAR + i] = x - gs[off], gs[off + 1]
+    return x - gs[off], gs[off + 1]
+
+
+@kernel
+def zscores(
+    dev: tuple[float, float, float, float], var: tuple[float, float, float, float]
+) -> tuple[float, float, float, float]:
+    return ratios4(dev, roots4(var))  # 0 where flat: sqrt0 gave 0
 
 
 @kernel
@@ -105,34 +105,36 @@ def update(
 ) -> None:
     t = int(ctx[core.X_T])
     rec = slot(RING_P, KP, t, 0)
-    spread_win(ctx, 0, cs[rec + F_X], W20, F_X, F_X2)
-    spread_win(ctx, 1, cs[rec + F_X], W60, F_X, F_X2)
+    d0, v0 = spread_win(ctx, cs[rec + F_X], W20, F_X, F_X2)
+    d1, v1 = spread_win(ctx, cs[rec + F_X], W60, F_X, F_X2)
     lc = ctx[core.X_LC]
-    ew_spread(gs, EW, lc, t, EW_FAST, ctx, 2)
-    ew_spread(gs, EW + 2, lc, t, EW_SLOW, ctx, 3)
-    spread_win(ctx, 4, cs[rec + F_RNG], W60, F_RNG, F_RNG2)
+    d2, v2 = ew_spread(gs, EW, lc, t, EW_FAST)
+    d3, v3 = ew_spread(gs, EW + 2, lc, t, EW_SLOW)
+    z = zscores((d0, d1, d2, d3), (v0, v1, v2, v3))
+    for i in range(4):
+        out[FIRST + i] = z[i]
+    d4, v4 = spread_win(ctx, cs[rec + F_RNG], W60, F_RNG, F_RNG2)
+    d5, v5 = 0.0, 0.0
     if real:
         tv = int(fs[flow.NV]) - 1
         lv = fs[slot(flow.RING_V, KV, tv, 0) + V_LV]
-        spread(ctx, 5, lv, mv(ctx, W60, V_LV), mv(ctx, W60, V_LV2))
-    else:
-        spread(ctx, 5, 0.0, 0.0, 0.0)
+        d5, v5 = spread(lv, mv(ctx, W60, V_LV), mv(ctx, W60, V_LV2))
     ta = t - core.ATR_PERIOD  # ATR exists from bar 14 on: its ring counts from there
+    d6, v6 = 0.0, 0.0
     if ta >= 0:
         a = ctx[core.X_ATR_REL]
         ra = slot(RING_A, 2, ta, 0)
         gs[ra], gs[ra + 1] = a, a * a
         advance_sums(gs, RING_A, SUMS_A, 2, PAIR, ta)
-        spread(ctx, 6, a, wmean(gs, SUMS_A, 2, W60, 0, ta), wmean(gs, SUMS_A, 2, W60, 1, ta))
-    else:
-        spread(ctx, 6, 0.0, 0.0, 0.0)
-    spread(ctx, 7, cs[rec + F_AR], mp(ctx, W60, F_AR), mp(ctx, W60, F_R2))
-    spread_win(ctx, 8, cs[rec + F_OC], W60, F_OC, F_OC2)
-    spread_win(ctx, 9, cs[rec + F_ON], W60, F_ON, F_ON2)
-    roots(ctx, VAR, PADDED)
-    quotients(ctx, DEV, VAR, PADDED)  # 0 where flat: sqrt0 gave 0
-    for i in range(N):
-        out[FIRST + i] = ctx[DEV + i]
+        d6, v6 = spread(a, wmean(gs, SUMS_A, 2, W60, 0, ta), wmean(gs, SUMS_A, 2, W60, 1, ta))
+    d7, v7 = spread(cs[rec + F_AR], mp(ctx, W60, F_AR), mp(ctx, W60, F_R2))
+    z = zscores((d4, d5, d6, d7), (v4, v5, v6, v7))
+    for i in range(4):
+        out[FIRST + 4 + i] = z[i]
+    d8, v8 = spread_win(ctx, cs[rec + F_OC], W60, F_OC, F_OC2)
+    d9, v9 = spread_win(ctx, cs[rec + F_ON], W60, F_ON, F_ON2)
+    z = zscores((d8, d9, 0.0, 0.0), (v8, v9, 0.0, 0.0))
+    out[FIRST + 8], out[FIRST + 9] = z[0], z[1]
     # the volume z-score holds its last real bar's value on synthetic bars
     if real:
         gs[HELD_VOL] = out[FIRST + 5]

@@ -31,7 +31,8 @@ from features.primitives import (
     clip,
     extreme,
     kernel,
-    ratio,
+    rare,
+    ratios4,
     wsum,
 )
 from features.spec import spec
@@ -88,10 +89,11 @@ SIZE = LAYOUT.size
 
 
 @kernel
-def wilder_rsi(gs: np.ndarray, off: int, diff: float, t: int, n: int) -> float:
-    """TA-Lib 0.8's RSI after the diff of bar t (t >= 1): plain means of gains and losses over
-    the first n diffs, then Wilder's x·(n-1), +diff, ·(1/n), in TA_RSI's order (0.8 scales by
-    the reciprocal of n where earlier releases divided by n)."""
+def wilder_rsi(gs: np.ndarray, off: int, diff: float, t: int, n: int) -> tuple[float, float]:
+    """TA-Lib 0.8's RSI after the diff of bar t (t >= 1) as (gain, gain + loss), RSI = 100 ·
+    ratio of the two: plain means of gains and losses over the first n diffs, then Wilder's
+    x·(n-1), +diff, ·(1/n), in TA_RSI's order (0.8 scales by the reciprocal of n where earlier
+    releases divided by n)."""
     inv = 1.0 / n
     if t > n:
         gs[off] *= n - 1
@@ -100,12 +102,11 @@ def wilder_rsi(gs: np.ndarray, off: int, diff: float, t: int, n: int) -> float:
         gs[off + 1] -= diff
     else:
         gs[off] += diff
-    if t < n:
-        return 0.0
+    if rare(t < n):
+        return 0.0, 0.0
     gs[off] *= inv
     gs[off + 1] *= inv
-    total = gs[off] + gs[off + 1]
-    return 100.0 * (gs[off] / total) if total != 0.0 else 0.0
+    return gs[off], gs[off] + gs[off + 1]
 
 
 @kernel
@@ -116,13 +117,14 @@ def update(
     h, lo_, c, lc = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C], ctx[core.X_LC]
     o = FIRST
 
+    # Divisions go four at a time (primitives.ratios4), each lane guarded as its scalar form.
     diff = c - ctx[core.X_PC]
-    rsi14 = 0.0
-    for i in range(len(RSI_PERIODS)):
-        v = wilder_rsi(gs, RSI + 2 * i, diff, t, RSI_PERIODS[i]) if t > 0 else 0.0
-        out[o + i] = v
-        if RSI_PERIODS[i] == 14:
-            rsi14 = v
+    g7, n7 = wilder_rsi(gs, RSI, diff, t, RSI_PERIODS[0]) if t > 0 else (0.0, 0.0)
+    g14, n14 = wilder_rsi(gs, RSI + 2, diff, t, RSI_PERIODS[1]) if t > 0 else (0.0, 0.0)
+    g28, n28 = wilder_rsi(gs, RSI + 4, diff, t, RSI_PERIODS[2]) if t > 0 else (0.0, 0.0)
+    rsi7, rsi14, rsi28, inv_ema12 = ratios4((g7, g14, g28, 1.0), (n7, n14, n28, ema12))
+    rsi7, rsi14, rsi28 = 100.0 * rsi7, 100.0 * rsi14, 100.0 * rsi28
+    out[o], out[o + 1], out[o + 2] = rsi7, rsi14, rsi28
     o += len(RSI_PERIODS)
 
     for j in range(len(CHANNELS)):
@@ -130,14 +132,6 @@ def update(
         extreme(gs, TRK + 4 * j + 2, cs, RING_P, KP, F_LL, t, CHANNELS[j], False)
     hh14, ll14 = gs[TRK + 4 * C14], gs[TRK + 4 * C14 + 2]
     hh60, ll60 = gs[TRK + 4 * C60], gs[TRK + 4 * C60 + 2]
-    k14 = (lc - ll14) / (hh14 - ll14) if hh14 > ll14 else 0.5
-    out[o] = k14
-    out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) * INV_STOCH_D
-    gs[STOCH + 1] = gs[STOCH]
-    gs[STOCH] = k14
-    out[o + 2] = (lc - ll60) / (hh60 - ll60) if hh60 > ll60 else 0.5
-    o += 3
-
     # Stochastic RSI over the RSI's own bar count, so the tracker only ever sees valid RSIs.
     ri = t - 14
     if ri >= 0:
@@ -145,8 +139,26 @@ def update(
         extreme(gs, RSI_TRK, gs, RSI_RING, 1, 0, ri, 14, True)
         extreme(gs, RSI_TRK + 2, gs, RSI_RING, 1, 0, ri, 14, False)
     top, bottom = gs[RSI_TRK], gs[RSI_TRK + 2]
-    out[o] = (rsi14 - bottom) / (top - bottom) if top > bottom else 0.5
-    o += 1
+    sum_ar = wsum(cs, SUMS_P, KP, W14, F_AR)
+    sum_tr = wsum(cs, SUMS_P, KP, W14, F_TR)
+    span = hh14 - ll14
+    k14, k60, stoch_rsi, cmo = ratios4(
+        (lc - ll14, lc - ll60, rsi14 - bottom, wsum(cs, SUMS_P, KP, W14, F_R)),
+        (
+            span if hh14 > ll14 else 0.0,
+            hh60 - ll60 if hh60 > ll60 else 0.0,
+            top - bottom if top > bottom else 0.0,
+            sum_ar,
+        ),
+    )
+    k14 = k14 if hh14 > ll14 else 0.5
+    out[o] = k14
+    out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) * INV_STOCH_D
+    gs[STOCH + 1] = gs[STOCH]
+    gs[STOCH] = k14
+    out[o + 2] = k60 if hh60 > ll60 else 0.5
+    out[o + 3] = stoch_rsi if top > bottom else 0.5
+    o += 4
 
     hh20, ll20 = gs[TRK + 4 * C20], gs[TRK + 4 * C20 + 2]
     out[o] = hh20 - ll20
@@ -158,29 +170,7 @@ def update(
     out[o + 6] = ctx[core.X_ATR_REL]
     o += 7
 
-    sum_ar = wsum(cs, SUMS_P, KP, W14, F_AR)
-    sum_tr = wsum(cs, SUMS_P, KP, W14, F_TR)
-    out[o] = ratio(wsum(cs, SUMS_P, KP, W14, F_R), sum_ar)
-    inv_tr = 1.0 / sum_tr if sum_tr != 0.0 else 0.0
-    out[o + 1] = wsum(cs, SUMS_P, KP, W14, F_VIP) * inv_tr
-    out[o + 2] = wsum(cs, SUMS_P, KP, W14, F_VIM) * inv_tr
-    out[o + 3] = mp(ctx, W14, F_OC)
-    out[o + 4] = mp(ctx, W14, F_BOP)
-    span = hh14 - ll14
-    out[o + 5] = clip(math.log(sum_tr / span) * INV_LN14, 0.0, 1.0) if span > 0.0 else 1.0
-    o += 6
-
-    mid20 = 0.5 * (hh20 + ll20)
-    mid60 = 0.5 * (hh60 + ll60)
-    out[o] = lc - mid20
-    out[o + 1] = lc - mid60
-    out[o + 2] = mid20 - mid60
-    inv_ema12 = 1.0 / ema12 if ema12 != 0.0 else 0.0
-    out[o + 3] = h * inv_ema12 - 1.0
-    out[o + 4] = lo_ * inv_ema12 - 1.0
-    o += 5
-
-    if ctx[core.X_NEW_SESSION] > 0.0:
+    if rare(ctx[core.X_NEW_SESSION] > 0.0):
         if t > 0:
             gs[SESS + 3] = ctx[core.X_PLC]
             gs[SESS + 4] = 1.0
@@ -188,8 +178,29 @@ def update(
     else:
         gs[SESS + 1] = max(gs[SESS + 1], h)
         gs[SESS + 2] = min(gs[SESS + 2], lo_)
-    out[o] = lc - gs[SESS]
     top, bottom = gs[SESS + 1], gs[SESS + 2]
-    out[o + 1] = (c - bottom) / (top - bottom) if top > bottom else 0.5
+    inv_tr, chop_arg, session_pos, _ = ratios4(
+        (1.0, sum_tr, c - bottom, 0.0),
+        (sum_tr, span if span > 0.0 else 0.0, top - bottom if top > bottom else 0.0, 0.0),
+    )
+    out[o] = cmo
+    out[o + 1] = wsum(cs, SUMS_P, KP, W14, F_VIP) * inv_tr
+    out[o + 2] = wsum(cs, SUMS_P, KP, W14, F_VIM) * inv_tr
+    out[o + 3] = mp(ctx, W14, F_OC)
+    out[o + 4] = mp(ctx, W14, F_BOP)
+    out[o + 5] = clip(math.log(chop_arg) * INV_LN14, 0.0, 1.0) if span > 0.0 else 1.0
+    o += 6
+
+    mid20 = 0.5 * (hh20 + ll20)
+    mid60 = 0.5 * (hh60 + ll60)
+    out[o] = lc - mid20
+    out[o + 1] = lc - mid60
+    out[o + 2] = mid20 - mid60
+    out[o + 3] = h * inv_ema12 - 1.0
+    out[o + 4] = lo_ * inv_ema12 - 1.0
+    o += 5
+
+    out[o] = lc - gs[SESS]
+    out[o + 1] = session_pos if top > bottom else 0.5
     out[o + 2] = lc - gs[SESS + 3] if gs[SESS + 4] > 0.0 else 0.0
     out[o + 3] = ema5 * inv_ema12 - 1.0

@@ -21,7 +21,7 @@ from features.primitives import (
     ema_seeded,
     ema_step,
     kernel,
-    ratio,
+    ratios4,
     slot,
     sqrt0,
     wsum,
@@ -106,6 +106,7 @@ _DJJ = _N * (_N * (_N + 1.0) * (2.0 * _N + 1.0) / 6.0) - LR_SJ * LR_SJ
 LR_INV_DJJ = np.where(_DJJ > 0.0, 1.0 / np.maximum(_DJJ, 1.0), 0.0)
 INV_N = 1.0 / np.maximum(_N, 1.0)
 INV_CROSS_AGE_CAP = 1.0 / CROSS_AGE_CAP
+SMA_N = tuple(float(n) for n in SMA_PERIODS)  # the SMAs' divisors
 
 
 @kernel
@@ -115,30 +116,37 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     c, lc, atr = ctx[core.X_C], ctx[core.X_LC], ctx[core.X_ATR]
     o = FIRST
 
-    sma5 = sma_update(cs, gs, t, c, 0, out, o)
-    sma_update(cs, gs, t, c, 1, out, o)
-    sma20 = sma_update(cs, gs, t, c, 2, out, o)
-    sma60 = sma_update(cs, gs, t, c, 3, out, o)
-    o += len(SMA_PERIODS)
-    ema5 = ema_update(gs, t, c, 0, out, o)
-    ema12 = ema_update(gs, t, c, 1, out, o)
-    ema26 = ema_update(gs, t, c, 2, out, o)
-    ema_update(gs, t, c, 3, out, o)
-    o += len(EMA_PERIODS)
-    out[o] = sma5 / sma20 - 1.0
-    out[o + 1] = sma20 / sma60 - 1.0
-    out[o + 2] = ratio(ema12, ema26) - 1.0
-    o += 3
-
+    # Divisions go four at a time (primitives.ratios4); every denominator is a positive price
+    # level (or guarded, as the TA-Lib-style ratios are), so each lane equals its scalar form.
+    sma5, sma10, sma20, sma60 = ratios4(sma_totals(cs, gs, t, c), SMA_N)
+    ema5 = ema_seeded(gs, EMA, c, t, EMA_PERIODS[0])
+    ema12 = ema_seeded(gs, EMA + 2, c, t, EMA_PERIODS[1])
+    ema26 = ema_seeded(gs, EMA + 4, c, t, EMA_PERIODS[2])
+    ema60 = ema_seeded(gs, EMA + 6, c, t, EMA_PERIODS[3])
     # MACD: the fast EMA starts MACD_SLOW - MACD_FAST bars late so both first print on bar 25.
     start = MACD_SLOW - MACD_FAST
     fast = ema_seeded(gs, MACD_F, c, t - start, MACD_FAST) if t >= start else 0.0
     line = fast - ema26
     first = MACD_SLOW - 1
     signal = ema_seeded(gs, MACD_S, line, t - first, MACD_SIGNAL) if t >= first else 0.0
-    out[o] = line / c
-    out[o + 1] = signal / c
-    out[o + 2] = (line - signal) / c
+    cc = (c, c, c, c)
+    dev_sma = ratios4(cc, (sma5, sma10, sma20, sma60))
+    dev_ema = ratios4(cc, (ema5, ema12, ema26, ema60))
+    cross = ratios4((sma5, sma20, ema12, line), (sma20, sma60, ema26, c))
+    signal_rel, hist_rel, slope, inv_atr = ratios4(
+        (signal, line - signal, ema12, 1.0), (c, c, gs[PREV_EMA12], atr)
+    )
+    for i in range(4):
+        out[o + i] = dev_sma[i] - 1.0
+        out[o + 4 + i] = dev_ema[i] - 1.0
+    o += len(SMA_PERIODS) + len(EMA_PERIODS)
+    out[o] = cross[0] - 1.0
+    out[o + 1] = cross[1] - 1.0
+    out[o + 2] = cross[2] - 1.0
+    o += 3
+    out[o] = cross[3]
+    out[o + 1] = signal_rel
+    out[o + 2] = hist_rel
     o += 3
 
     for i in range(len(ROC_LAGS)):
@@ -146,7 +154,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
         out[o + i] = lc - cs[slot(RING_P, KP, t, k) + F_LC] if t >= k else 0.0
     o += len(ROC_LAGS)
 
-    out[o] = ratio(ema12, gs[PREV_EMA12]) - 1.0 if t > 0 else 0.0
+    out[o] = slope - 1.0 if t > 0 else 0.0
     gs[PREV_EMA12] = ema12
     o += 1
 
@@ -170,7 +178,6 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[o + 1] = c / (2.0 * gs[DEMA] - gs[DEMA + 1]) - 1.0
     o += 2
 
-    inv_atr = 1.0 / atr if atr != 0.0 else 0.0
     out[o] = (c - sma60) * inv_atr
     kelt = ema_seeded(gs, KELT, c, t, KELTNER_PERIOD)
     out[o + 1] = (c - kelt) * (0.5 * inv_atr)
@@ -184,24 +191,16 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
 
 
 @kernel
-def sma_update(
-    cs: np.ndarray, gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray, o: int
-) -> float:
-    """TA-Lib's SMA: the running total drops the oldest close, then adds the newest."""
-    n = SMA_PERIODS[i]
-    if t >= n:
-        gs[SMA + i] -= cs[slot(RING_P, KP, t, n) + F_C]
-    gs[SMA + i] += c
-    sma = gs[SMA + i] / n
-    out[o + i] = c / sma - 1.0
-    return sma
-
-
-@kernel
-def ema_update(gs: np.ndarray, t: int, c: float, i: int, out: np.ndarray, o: int) -> float:
-    ema = ema_seeded(gs, EMA + 2 * i, c, t, EMA_PERIODS[i])
-    out[o + i] = ratio(c, ema) - 1.0
-    return ema
+def sma_totals(
+    cs: np.ndarray, gs: np.ndarray, t: int, c: float
+) -> tuple[float, float, float, float]:
+    """TA-Lib's SMA running totals: each drops the oldest close, then adds the newest."""
+    for i in range(len(SMA_PERIODS)):
+        n = SMA_PERIODS[i]
+        if t >= n:
+            gs[SMA + i] -= cs[slot(RING_P, KP, t, n) + F_C]
+        gs[SMA + i] += c
+    return gs[SMA], gs[SMA + 1], gs[SMA + 2], gs[SMA + 3]
 
 
 @kernel

@@ -6,11 +6,11 @@ into the compiled code.
 
 A *rolling block* is a ring of `RING` records of `k` float fields plus, for every window in
 `WINDOWS`, the running sums of the block's first `nf[w]` fields (fields are ordered so that
-each window's fields form a prefix). `roll_sums` keeps the sums with one vectorizable
-add/subtract per field and window; `resync_sums` recomputes them exactly from the ring once per
-ring cycle, so float drift can never grow past `RING` updates; `fill_means` turns them into the
-per-bar means the groups read (`roll_means` rolls and fills in one pass). All deterministic: a
-history streamed bar by bar and the same history in one batch give identical bits.
+each window's fields form a prefix). `roll_sums` keeps the sums with one add/subtract per
+field and window; `resync_sums` recomputes them exactly from the ring once per ring cycle, so
+float drift can never grow past `RING` updates; `fill_means` turns them into the per-bar means
+the groups read (`roll_means` rolls and fills in one pass). All deterministic: a history
+streamed bar by bar and the same history in one batch give identical bits.
 """
 
 from __future__ import annotations
@@ -81,6 +81,22 @@ def fma(typingctx, a, b, c):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+@intrinsic
+def rare(typingctx, cond):  # type: ignore[no-untyped-def]
+    """cond, hinted as almost always False (llvm.expect): the compiler lays out what it guards (a
+    once-per-ring resync, a calendar recompute, a window rescan, a warm-up branch) away from
+    the per-bar path, which then takes fewer instruction-cache lines. Same value, same result."""
+    sig = types.boolean(types.boolean)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i1 = ir.IntType(1)
+        fnty = ir.FunctionType(i1, [i1, i1])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.expect.i1")
+        return builder.call(fn, [args[0], ir.Constant(i1, 0)])
+
+    return sig, codegen
+
+
 @kernel
 def ema_step(prev: float, x: float, k: float) -> float:
     return fma(x - prev, k, prev)
@@ -113,65 +129,62 @@ def sqrt0(x: float) -> float:
 
 
 LANES = 4  # operands per packed instruction (a 256-bit vector of float64)
+_VEC = ir.VectorType(ir.DoubleType(), LANES)
+_QUAD = types.UniTuple(types.float64, LANES)
+
+# roots4 and ratios4 apply sqrt0 and ratio to 4-tuples as one packed instruction: square roots and
+# divisions are the kernel's slowest instructions, and a packed one costs about a scalar one.
+# Same IEEE results as the scalar forms, bit for bit; LLVM does not pack these by itself (its SLP
+# pass leaves sqrt and guarded divisions scalar). Vectors are built in registers: a round trip
+# through memory would make the vector load wait for the scalar stores before it.
 
 
-def _packed4(op: str):  # type: ignore[no-untyped-def]
-    """An intrinsic f(a, dst, src) over a[dst : dst + LANES] and a[src : src + LANES] as one vector:
-    "sqrt0" stores sqrt0(a[src + i]) at dst + i, "ratio" stores ratio(a[dst + i], a[src + i]).
-    Same IEEE results as the scalar forms, bit for bit; LLVM does not pack these by itself
-    (its SLP pass leaves sqrt and guarded divisions scalar)."""
-    vec = ir.VectorType(ir.DoubleType(), LANES)
-
-    @intrinsic
-    def packed(typingctx, ary, dst, src):  # type: ignore[no-untyped-def]
-        sig = types.void(ary, dst, src)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            aryty = signature.args[0]
-            a = context.make_array(aryty)(context, builder, args[0])
-
-            def at(i):  # type: ignore[no-untyped-def]
-                p = cgutils.get_item_pointer(context, builder, aryty, a, [i], wraparound=False)
-                return builder.bitcast(p, vec.as_pointer())
-
-            out = at(args[1])
-            x = builder.load(at(args[2]), align=8)
-            zero = ir.Constant(vec, [0.0] * LANES)
-            if op == "sqrt0":
-                fnty = ir.FunctionType(vec, [vec])
-                name = f"llvm.sqrt.v{LANES}f64"
-                sqrt = cgutils.get_or_insert_function(builder.module, fnty, name)
-                value = builder.call(sqrt, [x])
-                keep = builder.fcmp_ordered(">", x, ir.Constant(vec, [VAR_FLOOR] * LANES))
-            else:
-                value = builder.fdiv(builder.load(out, align=8), x)
-                keep = builder.fcmp_unordered("!=", x, zero)
-            builder.store(builder.select(keep, value, zero), out, align=8)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return packed
+def whole_vectors(*nf: int) -> tuple[int, ...]:
+    """A rolling block's fields per window (see roll_means), each rounded up to whole vectors:
+    the extra fields' sums are kept like the others and simply never read."""
+    return tuple(-(-n // LANES) * LANES for n in nf)
 
 
-_roots4 = _packed4("sqrt0")
-_ratios4 = _packed4("ratio")
+def _vector(builder, quad):  # type: ignore[no-untyped-def]
+    v = ir.Constant(_VEC, ir.Undefined)
+    for i in range(LANES):
+        v = builder.insert_element(v, builder.extract_value(quad, i), ir.IntType(32)(i))
+    return v
 
 
-@kernel
-def roots(a: np.ndarray, off: int, n: int) -> None:
-    """a[off + i] = sqrt0(a[off + i]) for i < n, n a multiple of LANES, in packed instructions:
-    square roots and divisions are the kernel's slowest instructions, and a packed one costs
-    about what a scalar one does."""
-    for j in range(0, n, LANES):
-        _roots4(a, off + j, off + j)
+def _quad(context, builder, keep, value):  # type: ignore[no-untyped-def]
+    """The lanes of value where keep holds, else 0, as a 4-tuple."""
+    lanes = builder.select(keep, value, ir.Constant(_VEC, [0.0] * LANES))
+    quad = context.get_constant_undef(_QUAD)
+    for i in range(LANES):
+        quad = builder.insert_value(quad, builder.extract_element(lanes, ir.IntType(32)(i)), i)
+    return quad
 
 
-@kernel
-def quotients(a: np.ndarray, num: int, den: int, n: int) -> None:
-    """a[num + i] = ratio(a[num + i], a[den + i]) for i < n, n a multiple of LANES, packed."""
-    for j in range(0, n, LANES):
-        _ratios4(a, num + j, den + j)
+@intrinsic
+def roots4(typingctx, x):  # type: ignore[no-untyped-def]
+    """(sqrt0(x0), ..., sqrt0(x3))."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        v = _vector(builder, args[0])
+        fnty = ir.FunctionType(_VEC, [_VEC])
+        sqrt = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.sqrt.v{LANES}f64")
+        keep = builder.fcmp_ordered(">", v, ir.Constant(_VEC, [VAR_FLOOR] * LANES))
+        return _quad(context, builder, keep, builder.call(sqrt, [v]))
+
+    return _QUAD(_QUAD), codegen
+
+
+@intrinsic
+def ratios4(typingctx, num, den):  # type: ignore[no-untyped-def]
+    """(ratio(num0, den0), ..., ratio(num3, den3))."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        n, d = _vector(builder, args[0]), _vector(builder, args[1])
+        keep = builder.fcmp_unordered("!=", d, ir.Constant(_VEC, [0.0] * LANES))
+        return _quad(context, builder, keep, builder.fdiv(n, d))
+
+    return _QUAD(_QUAD, _QUAD), codegen
 
 
 @kernel
@@ -197,8 +210,8 @@ def advance_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int)
     """Fold bar t's record (already written) into the sums; exact recount once per ring cycle.
 
     nf[w] = how many leading fields window w sums: fields are ordered so that each window's
-    fields form a prefix, and no bar pays for sums nothing reads."""
-    if (t & MASK) == MASK:
+    fields form a prefix, and bars pay only for sums something reads (up to whole vectors)."""
+    if rare((t & MASK) == MASK):
         resync_sums(s, ring, sums, k, nf, t)
     else:
         roll_sums(s, ring, sums, k, nf, t)
@@ -209,7 +222,7 @@ def advance_means(
     s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int, dst: np.ndarray, off: int
 ) -> None:
     """advance_sums, then the means as fill_means writes them."""
-    if (t & MASK) == MASK:
+    if rare((t & MASK) == MASK):
         resync_sums(s, ring, sums, k, nf, t)
         fill_means(s, sums, k, nf, t, dst, off)
     else:
@@ -220,24 +233,55 @@ def advance_means(
 def roll_means(
     s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int, dst: np.ndarray, off: int
 ) -> None:
-    """roll_sums, writing each new sum's mean (as fill_means does) while it is in a register."""
+    """roll_sums, writing each new sum's mean (as fill_means does) while it is in a register,
+    a vector of fields at a time once the window is full: every nf[w] must be whole vectors
+    (see whole_vectors)."""
     new = slot(ring, k, t, 0)
     for w in range(N_WINDOWS):
         win = WINDOWS[w]
         base = sums + w * k
         means = off + w * k
         inv = INV_COUNT[min(t + 1, win)]
-        if t >= win:
-            old = slot(ring, k, t, win)
-            for f in range(nf[w]):
-                x = s[base + f] + (s[new + f] - s[old + f])
-                s[base + f] = x
-                dst[means + f] = x * inv
-        else:
+        if rare(t < win):
             for f in range(nf[w]):
                 x = s[base + f] + s[new + f]
                 s[base + f] = x
                 dst[means + f] = x * inv
+        else:
+            old = slot(ring, k, t, win)
+            for f in range(0, nf[w], LANES):
+                _roll4(s, base + f, new + f, old + f, dst, means + f, inv)
+
+
+@intrinsic
+def _roll4(typingctx, s, base, new, old, dst, means, inv):  # type: ignore[no-untyped-def]
+    """One vector of a window: s[base + i] += s[new + i] - s[old + i], then dst[means + i] =
+    s[base + i] * inv, for i < LANES. The same IEEE operations, lane by lane, as the scalar loop
+    (which LLVM leaves scalar: it cannot prove the sums apart from the records they read)."""
+    sig = types.void(s, base, new, old, dst, means, inv)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        sty, dty = signature.args[0], signature.args[4]
+        sa = context.make_array(sty)(context, builder, args[0])
+        da = context.make_array(dty)(context, builder, args[4])
+
+        def at(aty, a, i):  # type: ignore[no-untyped-def]
+            p = cgutils.get_item_pointer(context, builder, aty, a, [i], wraparound=False)
+            return builder.bitcast(p, _VEC.as_pointer())
+
+        total = at(sty, sa, args[1])
+        moved = builder.fsub(
+            builder.load(at(sty, sa, args[2]), align=8), builder.load(at(sty, sa, args[3]), align=8)
+        )
+        x = builder.fadd(builder.load(total, align=8), moved)
+        builder.store(x, total, align=8)
+        vinv = ir.Constant(_VEC, ir.Undefined)
+        for i in range(LANES):
+            vinv = builder.insert_element(vinv, args[6], ir.IntType(32)(i))
+        builder.store(builder.fmul(x, vinv), at(dty, da, args[5]), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @kernel
@@ -247,13 +291,13 @@ def roll_sums(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) ->
     for w in range(N_WINDOWS):
         win = WINDOWS[w]
         base = sums + w * k
-        if t >= win:
+        if rare(t < win):
+            for f in range(nf[w]):
+                s[base + f] += s[new + f]
+        else:
             old = slot(ring, k, t, win)
             for f in range(nf[w]):
                 s[base + f] += s[new + f] - s[old + f]
-        else:
-            for f in range(nf[w]):
-                s[base + f] += s[new + f]
 
 
 @kernel
@@ -329,7 +373,7 @@ def extreme(
     if t == 0 or (x >= ts[trk] if hi else x <= ts[trk]):
         ts[trk] = x
         ts[trk + 1] = t
-    elif t - int(ts[trk + 1]) >= win:
+    elif rare(t - int(ts[trk + 1]) >= win):
         rescan(ts, trk, rs, ring, k, f, t, win, hi)
 
 
@@ -355,10 +399,11 @@ def ema_seeded(s: np.ndarray, off: int, x: float, i: int, n: int) -> float:
     Seeded with the plain mean of the first n inputs (valid from i = n - 1), then the fused
     recursion TA-Lib 0.8 uses, so values match talib.EMA bit for bit.
     """
-    if i < n - 1:
-        s[off + 1] += x
-    elif i == n - 1:
-        s[off] = (s[off + 1] + x) / n
+    if rare(i < n):
+        if i < n - 1:
+            s[off + 1] += x
+        else:
+            s[off] = (s[off + 1] + x) / n
     else:
         s[off] = ema_step(s[off], x, 2.0 / (n + 1))
     return s[off]

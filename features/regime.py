@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from features import core
-from features.primitives import Layout, kernel
+from features.primitives import Layout, kernel, ratios4
 from features.spec import spec
 
 GROUP = "regime transition probabilities"
@@ -67,9 +67,9 @@ def classify(r: float, ewma_var_before: float) -> int:
 
 
 @kernel
-def prob(gs: np.ndarray, i: int, j: int, row: float) -> float:
-    """P[i][j] given row = Σ_j N[i][j] + 3·PRIOR."""
-    return (gs[COUNTS + 3 * i + j] + PRIOR) / row
+def count(gs: np.ndarray, i: int, j: int) -> float:
+    """N[i][j] + PRIOR: P[i][j] is this over its row's total (see row_total)."""
+    return gs[COUNTS + 3 * i + j] + PRIOR
 
 
 @kernel
@@ -87,12 +87,18 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
         gs[COUNTS + 3 * int(gs[STATE]) + s] += 1.0
     gs[STATE] = s
     o = FIRST
+    # Divisions four at a time (primitives.ratios4): every row total is at least 3·PRIOR.
     rows = (row_total(gs, DOWN), row_total(gs, FLAT), row_total(gs, UP))
     row = rows[s]
-    p0, p1, p2 = prob(gs, s, DOWN, row), prob(gs, s, FLAT, row), prob(gs, s, UP, row)
+    p0, p1, p2, stay0 = ratios4(
+        (count(gs, s, DOWN), count(gs, s, FLAT), count(gs, s, UP), count(gs, DOWN, DOWN)),
+        (row, row, row, rows[0]),
+    )
+    stay1, stay2, _, _ = ratios4(
+        (count(gs, FLAT, FLAT), count(gs, UP, UP), 0.0, 0.0), (rows[1], rows[2], 0.0, 0.0)
+    )
     out[o] = (p0, p1, p2)[s]
     out[o + 1] = p2
     out[o + 2] = p0
     out[o + 3] = -(p0 * math.log(p0) + p1 * math.log(p1) + p2 * math.log(p2)) / LN3
-    stay = prob(gs, DOWN, DOWN, rows[0]) + prob(gs, FLAT, FLAT, rows[1]) + prob(gs, UP, UP, rows[2])
-    out[o + 4] = stay / 3.0
+    out[o + 4] = (stay0 + stay1 + stay2) / 3.0

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from features import core, flow
+from features import core
 from features.core import (
     F_AR,
     F_ARR1,
@@ -47,15 +47,15 @@ from features.primitives import (
     count,
     extreme,
     kernel,
-    quotients,
-    roots,
+    ratios4,
+    roots4,
     slot,
 )
 from features.spec import spec
 
 GROUP = "statistical"
 FIRST = 105
-EWMA_WARMUP = 20  # bias-corrected EWMA (see core.ewma_var): no zero seed to wait out
+EWMA_WARMUP = 20  # bias-corrected EWMA (see core.ewma_fold): no zero seed to wait out
 RUN_CAP = 20
 FOUR_LN2 = 4.0 * math.log(2.0)
 
@@ -153,7 +153,6 @@ YZ_SCALE = np.where(_N >= 2, _N / _N1, 0.0)
 SQRT_N = np.sqrt(_N)
 INV_FOUR_LN2 = 1.0 / FOUR_LN2
 INV_RUN_CAP = 1.0 / RUN_CAP
-SQ, NUM, DEN = flow.XS, flow.XS + 8, flow.XS + 16  # operand vectors in ctx (see roots)
 INV_SQRT_W60 = 1.0 / math.sqrt(WINDOWS[W60])
 
 
@@ -193,46 +192,56 @@ def yang_zhang_var(ctx: np.ndarray, w: int, t: int) -> float:
 
 @kernel
 def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
-    # Square roots and divisions are gathered into batches of independent operands (roots,
-    # quotients), and each window's 1/std is taken once and multiplied wherever a feature
+    # Square roots and divisions are gathered into batches of independent operands (roots4,
+    # ratios4), and each window's 1/std is taken once and multiplied wherever a feature
     # divides by it: they are the kernel's slowest instructions.
     t = int(ctx[core.X_T])
     r = ctx[core.X_R]
     o = FIRST
     # [0, 12): rv 5/10/20/60, then Parkinson, Garman–Klass, Rogers–Satchell, Yang–Zhang over
-    # 20 and 60: variances here, their roots in place
-    out[FIRST] = varp(ctx, W5, F_R, F_R2)
-    out[FIRST + 1] = varp(ctx, W10, F_R, F_R2)
-    out[FIRST + 2] = varp(ctx, W20, F_R, F_R2)
-    out[FIRST + 3] = varp(ctx, W60, F_R, F_R2)
-    for i in range(2):
-        w = (W20, W60)[i]
-        out[FIRST + 4 + i] = mp(ctx, w, F_RNG2) * INV_FOUR_LN2
-        out[FIRST + 6 + i] = mp(ctx, w, F_GK)
-        out[FIRST + 8 + i] = mp(ctx, w, F_RS)
-        out[FIRST + 10 + i] = yang_zhang_var(ctx, w, t)
-    roots(out, FIRST, 12)
-    rv5, rv20, rv60, park20 = out[o], out[o + 2], out[o + 3], out[o + 4]
+    # 20 and 60
+    rv = roots4(
+        (
+            varp(ctx, W5, F_R, F_R2),
+            varp(ctx, W10, F_R, F_R2),
+            varp(ctx, W20, F_R, F_R2),
+            varp(ctx, W60, F_R, F_R2),
+        )
+    )
+    hl = roots4(
+        (
+            mp(ctx, W20, F_RNG2) * INV_FOUR_LN2,
+            mp(ctx, W60, F_RNG2) * INV_FOUR_LN2,
+            mp(ctx, W20, F_GK),
+            mp(ctx, W60, F_GK),
+        )
+    )
+    rs = roots4(
+        (
+            mp(ctx, W20, F_RS),
+            mp(ctx, W60, F_RS),
+            yang_zhang_var(ctx, W20, t),
+            yang_zhang_var(ctx, W60, t),
+        )
+    )
+    for i in range(4):
+        out[o + i], out[o + 4 + i], out[o + 8 + i] = rv[i], hl[i], rs[i]
+    rv5, rv20, rv60, park20 = rv[0], rv[2], rv[3], hl[0]
 
     ms = mp(ctx, W20, F_R2)
     mabs = mp(ctx, W20, F_AR)
     mup2 = mp(ctx, W20, F_UP2)
     var_abs = ms - mabs * mabs
-    ctx[SQ], ctx[SQ + 1], ctx[SQ + 2] = ms, mup2, ms - mup2
-    ctx[SQ + 3], ctx[SQ + 4], ctx[SQ + 5] = ctx[core.X_EVF], ctx[core.X_EVS], var_abs
-    roots(ctx, SQ, 8)  # the last two lanes are spare
-    evf, evs = ctx[SQ + 3], ctx[SQ + 4]
-    ctx[NUM], ctx[DEN] = 1.0, rv20
-    ctx[NUM + 1], ctx[DEN + 1] = 1.0, rv60
-    ctx[NUM + 2], ctx[DEN + 2] = 1.0, ms if ms > VAR_FLOOR else 0.0
-    ctx[NUM + 3], ctx[DEN + 3] = cs[slot(RING_P, KP, t, 0) + F_RNG], mp(ctx, W20, F_RNG)
-    ctx[NUM + 4], ctx[DEN + 4] = evf, evs
-    ctx[NUM + 5], ctx[DEN + 5] = ctx[SQ + 5], mabs
-    ctx[NUM + 6] = mp(ctx, W20, F_ARR1) - mabs * mabs
-    ctx[DEN + 6] = var_abs if var_abs > VAR_FLOOR else 0.0
-    ctx[NUM + 7], ctx[DEN + 7] = 0.0, 0.0
-    quotients(ctx, NUM, DEN, 8)
-    is20, is60, inv_ms = ctx[NUM], ctx[NUM + 1], ctx[NUM + 2]
+    rms, rms_up, rms_down, evf = roots4((ms, mup2, ms - mup2, ctx[core.X_EVF]))
+    evs, sd_abs, _, _ = roots4((ctx[core.X_EVS], var_abs, 0.0, 0.0))
+    is20, is60, inv_ms, range_ratio = ratios4(
+        (1.0, 1.0, 1.0, cs[slot(RING_P, KP, t, 0) + F_RNG]),
+        (rv20, rv60, ms if ms > VAR_FLOOR else 0.0, mp(ctx, W20, F_RNG)),
+    )
+    ewma_ratio, abs_cv, abs_ac1, _ = ratios4(
+        (evf, sd_abs, mp(ctx, W20, F_ARR1) - mabs * mabs, 0.0),
+        (evs, mabs, var_abs if var_abs > VAR_FLOOR else 0.0, 0.0),
+    )
     iv20, iv60 = is20 * is20, is60 * is60
     m20, m60 = mp(ctx, W20, F_R), mp(ctx, W60, F_R)
     o += 12
@@ -254,11 +263,11 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[o + 3] = r * is60
     o += 4
 
-    inv_rms = ctx[SQ] * inv_ms
+    inv_rms = rms * inv_ms
     out[o] = mabs * inv_rms
     out[o + 1] = (ms - mup2) * inv_ms if ms > VAR_FLOOR else 0.5
-    out[o + 2] = (ctx[SQ + 1] - ctx[SQ + 2]) * inv_rms
-    out[o + 3] = ctx[NUM + 3]
+    out[o + 2] = (rms_up - rms_down) * inv_rms
+    out[o + 3] = range_ratio
     out[o + 4], out[o + 5] = evf, evs
     out[o + 6] = mp(ctx, W20, F_UP)
     o += 7
@@ -269,9 +278,9 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[o] = clip(gs[RUN] * INV_RUN_CAP, -1.0, 1.0)
     extreme(gs, MAX_AR, cs, RING_P, KP, F_AR, t, WINDOWS[W20], True)
     out[o + 1] = gs[MAX_AR] * is20
-    out[o + 2] = ctx[NUM + 4]
-    out[o + 3] = ctx[NUM + 5]
-    out[o + 4] = clip(ctx[NUM + 6], -1.0, 1.0)
+    out[o + 2] = ewma_ratio
+    out[o + 3] = abs_cv
+    out[o + 4] = clip(abs_ac1, -1.0, 1.0)
     out[o + 5] = park20 * is20
     lag = WINDOWS[W60]
     move = ctx[core.X_LC] - cs[slot(RING_P, KP, t, lag) + F_LC] if t >= lag else 0.0

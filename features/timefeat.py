@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from features import calendar, core
-from features.primitives import Layout, kernel
+from features.primitives import Layout, kernel, rare
 from features.spec import spec
 
 GROUP = "time"
@@ -52,7 +52,7 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
     out[o] = TOD_SIN[tod]
     out[o + 1] = TOD_COS[tod]
     date = int(ctx[core.X_SESSION])
-    if gs[DATE] != date + 1:
+    if rare(gs[DATE] != date + 1):
         cache_trade_date(gs, date)
     out[o + 2] = gs[DATE_FEATURES]
     out[o + 3] = gs[DATE_FEATURES + 1]

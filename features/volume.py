@@ -27,7 +27,18 @@ from features.flow import (
     V_V,
     mv,
 )
-from features.primitives import VAR_FLOOR, W5, W14, W20, W60, Layout, kernel, ratio, wsum
+from features.primitives import (
+    VAR_FLOOR,
+    W5,
+    W14,
+    W20,
+    W60,
+    Layout,
+    kernel,
+    ratios4,
+    sqrt0,
+    wsum,
+)
 from features.spec import spec
 
 GROUP = "volume"
@@ -71,23 +82,31 @@ def compute(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
     c, v = ctx[core.X_C], ctx[core.X_V]
     mv20 = mv(ctx, W20, V_V)
     mv60 = mv(ctx, W60, V_V)
+    # Divisions four at a time (primitives.ratios4), each lane guarded as its scalar form.
     sv20 = wsum(fs, SUMS_V, KV, W20, V_V)
-    inv_sv20 = 1.0 / sv20 if sv20 != 0.0 else 0.0
-    inv_mv20 = 1.0 / mv20 if mv20 != 0.0 else 0.0
-    res[0] = v * inv_mv20
-    res[1] = ratio(v, mv60)
     m = mv(ctx, W20, V_LV)
     var = mv(ctx, W20, V_LV2) - m * m
-    res[2] = (ctx[core.X_LV] - m) / math.sqrt(var) if var > VAR_FLOOR else 0.0
-    res[3] = wsum(fs, SUMS_V, KV, W20, V_SV) * inv_sv20
     # C / VWAP = C·ΣV / ΣTP·V, positive whenever any volume traded (prices are > 0)
     tpv20 = wsum(fs, SUMS_V, KV, W20, V_TPV)
-    res[4] = c * sv20 / tpv20 - 1.0 if tpv20 > 0.0 and sv20 > 0.0 else 0.0
+    vwap = tpv20 > 0.0 and sv20 > 0.0
     s_tpv, s_v = fs[flow.S_TPV], fs[flow.S_V]
-    res[5] = c * s_v / s_tpv - 1.0 if s_tpv > 0.0 and s_v > 0.0 else 0.0
+    session = s_tpv > 0.0 and s_v > 0.0
     pos = wsum(fs, SUMS_V, KV, W14, V_MFP)
     flow_total = pos + wsum(fs, SUMS_V, KV, W14, V_MFN)
-    res[6] = 100.0 * pos / flow_total if flow_total > 0.0 else 50.0
+    inv_sv20, inv_mv20, rel60, vwap_rel = ratios4(
+        (1.0, 1.0, v, c * sv20), (sv20, mv20, mv60, tpv20 if vwap else 0.0)
+    )
+    session_rel, mfi, lv_z, _ = ratios4(
+        (c * s_v, 100.0 * pos, ctx[core.X_LV] - m, 0.0),
+        (s_tpv if session else 0.0, flow_total if flow_total > 0.0 else 0.0, sqrt0(var), 0.0),
+    )
+    res[0] = v * inv_mv20
+    res[1] = rel60
+    res[2] = lv_z
+    res[3] = wsum(fs, SUMS_V, KV, W20, V_SV) * inv_sv20
+    res[4] = vwap_rel - 1.0 if vwap else 0.0
+    res[5] = session_rel - 1.0 if session else 0.0
+    res[6] = mfi if flow_total > 0.0 else 50.0
     res[7] = wsum(fs, SUMS_V, KV, W20, V_CLVV) * inv_sv20
     res[8] = (fs[flow.ADL_E] - fs[flow.ADL_E + 1]) * inv_mv20
     res[9] = fs[flow.FORCE_E] * inv_mv20
