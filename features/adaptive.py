@@ -7,8 +7,9 @@ import numpy as np
 
 from features import core
 from features.core import F_AR, F_LC, F_R2, F_R5SQ, KP, RING_P, SUMS_P
-from features.primitives import VAR_FLOOR, W10, W20, W60, Layout, kernel, rare, ratios4, slot, wsum
+from features.primitives import VAR_FLOOR, W10, W20, W60, Layout, kernel, rare, slot, wsum
 from features.spec import spec
+from features.vectors import ratios4
 
 GROUP = "adaptive strategy metrics"
 FIRST = 221
@@ -54,7 +55,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     t = int(ctx[core.X_T])
     c, lc = ctx[core.X_C], ctx[core.X_LC]
     o = FIRST
-    # Divisions four at a time (primitives.ratios4), each lane guarded as its scalar form
+    # Divisions four at a time (vectors.ratios4), each lane guarded as its scalar form
     # (KAMA is an average of positive closes).
     var1 = wsum(cs, SUMS_P, KP, W60, F_R2)
     er20, er10, vr, _ = ratios4(

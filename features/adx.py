@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from features import core
-from features.primitives import Layout, kernel, rare, ratios4
+from features.primitives import Layout, kernel, rare
 from features.spec import spec
+from features.vectors import ratios4
 
 GROUP = "ADX family"
 FIRST = 211
@@ -66,7 +67,7 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
     diff_p = h - ctx[core.X_PH]
     diff_m = ctx[core.X_PL] - lo_
     tr = max(h - lo_, abs(h - ctx[core.X_PC]), abs(lo_ - ctx[core.X_PC]))
-    # Divisions four at a time (primitives.ratios4): Wilder's x / 14 of the three sums here,
+    # Divisions four at a time (vectors.ratios4): Wilder's x / 14 of the three sums here,
     # both DIs below (where TR is not 0); each lane is TA-Lib's division.
     dm_m, dm_p, tr_sum = gs[DM + 1], gs[DM], gs[TR]
     cut_m, cut_p, cut_tr, _ = ratios4((dm_m, dm_p, tr_sum, 0.0), (WILDER, WILDER, WILDER, 0.0))

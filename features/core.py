@@ -24,12 +24,11 @@ from features.primitives import (
     kernel,
     put_i64,
     rare,
-    ratios4,
     resync_sums,
     roll_means,
     slot,
-    whole_vectors,
 )
+from features.vectors import ratios4, whole_vectors
 
 ATR_PERIOD = 14
 EWMA_FAST = 0.94  # RiskMetrics decay for one-minute variance (CUSUM threshold, regime flatness)
@@ -50,7 +49,7 @@ X_LV, X_ATR_REL = 27, 28
 N_SCALARS = 29
 
 # Price record fields (F_*): each bar writes one record. Window w sums the first NF[w] fields
-# (rounded up to whole vectors, see whole_vectors):
+# (rounded up to whole vectors, see vectors.whole_vectors):
 # W5 r, r2; W10 + ar; W14 up to vim; W60 up to r5sq; W20 up to doji. lc and c sit early so the
 # lagged reads (ROC, SMA) share cache lines with the sums' reads; lh, ll feed only the channels.
 FIELDS = (

@@ -10,8 +10,9 @@ import math
 import numpy as np
 
 from features import core
-from features.primitives import W60, Layout, advance_sums, count, kernel, ratios4, slot, wsum
+from features.primitives import W60, Layout, advance_sums, count, kernel, slot, wsum
 from features.spec import spec
+from features.vectors import ratios4
 
 GROUP = "CUSUM"
 FIRST = 201
@@ -79,7 +80,7 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
     gs[rec + 1] = 1.0 if event < 0.0 else 0.0
     advance_sums(gs, RING_E, SUMS_E, 2, PAIR, t)
     o = FIRST
-    # Divisions four at a time (primitives.ratios4): h, the cap and the bar count are > 0.
+    # Divisions four at a time (vectors.ratios4): h, the cap and the bar count are > 0.
     cap, n = float(SINCE_CAP), float(count(t, W60))
     rel_pos, rel_neg, since_up, since_down = ratios4(
         (pos, neg, since(gs, t, 0), since(gs, t, 1)), (h, h, cap, cap)

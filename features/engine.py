@@ -26,6 +26,7 @@ from features import (
     flow,
     micro,
     norm,
+    prefetch,
     price_osc,
     price_trend,
     regime,
@@ -49,8 +50,10 @@ N_CTX = flow.N_CTX  # per-bar scratch: shared scalars and window means
 _LAYOUT_TEXT = "|".join(m.LAYOUT.describe() for m in _BLOCKS)
 STATE_LAYOUT = hashlib.sha256(_LAYOUT_TEXT.encode()).hexdigest()[:16]  # slot names and sizes
 
-# Error codes of the kernel: code = 4 * bar + kind (kind below), -1 = success.
+# Error codes of the kernel: code = 4 * bar + kind (kind below), -1 = success; below -1 the
+# call itself is malformed (inputs of unequal lengths, states of another width).
 _BAD_ROW, _BAD_PRICE, _BAD_VOLUME, _BAD_TIME = 0, 1, 2, 3
+_OK, _BAD_LENGTHS, _BAD_WIDTH = -1, -3, -4
 _NO_BAR = np.iinfo(np.int64).min
 
 
@@ -88,6 +91,16 @@ def _step(
     regime.update(s[B_REGIME:B_ADAPT], ctx, out)
     adaptive.update(cs, s[B_ADAPT:STATE_SIZE], ctx, out)
     core.finish(cs, ctx)
+
+
+@kernel
+def _prefetch(s: np.ndarray) -> None:
+    """Ask for the lines the next bar of this state will touch (see features.prefetch)."""
+    cs, fs = s[B_CORE:B_FLOW], s[B_FLOW:B_BASIC]
+    prefetch.span(cs, 0, core.RING_P)
+    prefetch.rolling(cs, core.RING_P, core.SUMS_P, core.KP, core.NF, int(cs[core.N]))
+    prefetch.span(fs, 0, flow.RING_V)
+    prefetch.rolling(fs, flow.RING_V, flow.SUMS_V, flow.KV, flow.NF, int(fs[flow.NV]))
 
 
 @kernel
@@ -166,6 +179,16 @@ def _build_kernel(source_key: str) -> Callable[..., int]:
         # file defining the cached function, and would otherwise run stale inlined callees.
         if len(source_key) == 0:
             return -2
+        # Checked here rather than in update_many, where the same len() calls in Python cost
+        # a few ns per bar of a typical call.
+        m = len(rows)
+        if rare(
+            not (len(ts) == len(o) == len(h) == len(lo) == len(c) == m)
+            or not (len(v) == len(syn) == len(out) == len(warm) == m)
+        ):
+            return _BAD_LENGTHS
+        if rare(states.shape[1] != STATE_SIZE or len(last) != states.shape[0]):
+            return _BAD_WIDTH
         bad = _validate(states, rows, ts, o, h, lo, c, v, last)
         if bad >= 0:
             return bad
@@ -173,13 +196,15 @@ def _build_kernel(source_key: str) -> Callable[..., int]:
         for i in range(len(rows)):
             s = states[rows[i]]
             t = int(s[B_CORE + core.N])
+            if i + 1 < len(rows):
+                _prefetch(states[rows[i + 1]])
             _step(s, ts[i], o[i], h[i], lo[i], c[i], v[i], syn[i], ctx, out[i])
             warm[i] = t >= MAX_WARMUP
             if rare(t < MAX_WARMUP):
                 for j in range(N_FEATURES):
                     if t < _WARMUP[j]:
                         out[i, j] = np.nan
-        return -1
+        return _OK
 
     return run
 
@@ -225,24 +250,16 @@ def update_many(
     # Live, this runs once a minute for a few dozen bars: written plainly (no generators, no
     # argument tuples) it stays a few percent of the kernel instead of about a tenth.
     m = len(rows)
-    if not (
-        len(ts_event) == len(open) == len(high) == len(low) == len(close) == m
-        and len(volume) == len(synthetic) == m
-    ):
-        inputs = (rows, ts_event, open, high, low, close, volume, synthetic)
-        sizes = ", ".join(f"{n}={len(x)}" for n, x in zip(_INPUT_NAMES, inputs, strict=True))
-        raise ValueError(f"every input needs one entry per bar; got {sizes}")
-    if getattr(states, "shape", None) != (len(states), STATE_SIZE):
-        raise ValueError(_STATES_HELP)
     out, warm = np.empty((m, N_FEATURES)), np.empty(m, dtype=np.bool_)
-    ctx, last = np.empty(N_CTX), np.empty(len(states), dtype=np.int64)
-    try:
+    try:  # len(states) of a non-array raises TypeError too: the check below tells it apart
+        ctx, last = np.empty(N_CTX), np.empty(len(states), dtype=np.int64)
         code = _run(
             states, rows, ts_event, open, high, low, close, volume, synthetic, out, warm, ctx, last
         )
     except TypeError:  # another dtype or layout: convert (copies) and run the same kernel
         if not (
             isinstance(states, np.ndarray)
+            and states.ndim == 2
             and states.dtype == np.float64
             and states.flags.c_contiguous
             and states.flags.writeable
@@ -254,13 +271,18 @@ def update_many(
         if any(x.ndim != 1 for x in inputs):
             raise ValueError("rows, ts_event, prices, volume and synthetic must be 1-D") from None
         code = _run(states, *inputs, out, warm, ctx, last)
-    if code >= 0:
-        bar = (rows, ts_event, open, high, low, close, volume)
-        raise ValueError(_describe_error(code, states, *bar))
+    if code != _OK:
+        inputs = (rows, ts_event, open, high, low, close, volume, synthetic)
+        raise ValueError(_describe_error(code, states, *inputs))
     return out, warm
 
 
-def _describe_error(code: int, states: np.ndarray, *inputs: object) -> str:
+def _describe_error(code: int, states: np.ndarray, *inputs: np.ndarray) -> str:
+    if code == _BAD_LENGTHS:
+        sizes = ", ".join(f"{n}={len(x)}" for n, x in zip(_INPUT_NAMES, inputs, strict=True))
+        return f"every input needs one entry per bar; got {sizes}"
+    if code == _BAD_WIDTH:
+        return _STATES_HELP
     i, kind = divmod(code, 4)
     row, ts, o, h, lo, c, v = (np.asarray(x)[i] for x in inputs[:7])
     where = f"bar {i} (row {row}, ts_event {ts})"

@@ -12,17 +12,8 @@ import math
 import numpy as np
 
 from features import core
-from features.primitives import (
-    N_WINDOWS,
-    Layout,
-    advance_means,
-    ema_step,
-    kernel,
-    rare,
-    ratios4,
-    slot,
-    whole_vectors,
-)
+from features.primitives import N_WINDOWS, Layout, advance_means, ema_step, kernel, rare, slot
+from features.vectors import ratios4, whole_vectors
 
 EWMA_FAST = core.EWMA_FAST
 
@@ -75,7 +66,7 @@ def update(fs: np.ndarray, ctx: np.ndarray) -> None:
     # Bulk volume classification: the buy share of V is Φ(r / σ), σ known before this bar.
     sd = 0.0 if first else math.sqrt(core.ewma_var(fs, EV, r, EWMA_FAST))
     span = h - lo_
-    # Three divisions in one (primitives.ratios4). The typical price is divided by 3, not
+    # Three divisions in one (vectors.ratios4). The typical price is divided by 3, not
     # multiplied by 1/3: MFI splits on exact ties between successive TPs.
     tp, z, clv, _ = ratios4(
         (h + lo_ + c, r, (c - lo_) - (h - c), 0.0), (3.0, sd, span if span > 0.0 else 0.0, 0.0)

@@ -41,20 +41,9 @@ from features.core import (
     varp,
 )
 from features.flow import KV, SUMS_V, V_AR, V_BVC, V_FRC, V_R, V_RNG, V_RSG, V_SG, V_SG2, V_V, mv
-from features.primitives import (
-    VAR_FLOOR,
-    W20,
-    W60,
-    Layout,
-    clip,
-    kernel,
-    ratio,
-    ratios4,
-    roots4,
-    slot,
-    wsum,
-)
+from features.primitives import VAR_FLOOR, W20, W60, Layout, clip, kernel, ratio, slot, wsum
 from features.spec import spec
+from features.vectors import ratios4, roots4
 
 GROUP = "microstructure"
 FIRST = 145
@@ -135,7 +124,7 @@ def update(
     rng60 = wsum(cs, SUMS_P, KP, W60, F_RNG)
     mrng20 = mp(ctx, W20, F_RNG)
     roll20 = roll_spread(ctx, W20)
-    # Roots and divisions four at a time (primitives.roots4, ratios4), each lane guarded as
+    # Roots and divisions four at a time (vectors.roots4, ratios4), each lane guarded as
     # its scalar form; 1/Σ ln(H/L) over 20 is shared by the shares of the range.
     ar20, ar60, rv20, _ = roots4(
         (mp(ctx, W20, F_ARP), mp(ctx, W60, F_ARP), varp(ctx, W20, F_R, F_R2), 0.0)
@@ -202,7 +191,7 @@ def update(
 @kernel
 def flow_features(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
     """The FLOW_OUT members, in that order, from the real-bar block. Divisions go four at a
-    time (primitives.ratios4), each lane guarded as its scalar form."""
+    time (vectors.ratios4), each lane guarded as its scalar form."""
     tv = int(fs[flow.NV]) - 1
     v = ctx[core.X_V]
     mv20 = mv(ctx, W20, V_V)

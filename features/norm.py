@@ -22,19 +22,9 @@ from features.core import (
     mp,
 )
 from features.flow import KV, V_LV, V_LV2, mv
-from features.primitives import (
-    W20,
-    W60,
-    Layout,
-    advance_sums,
-    kernel,
-    rare,
-    ratios4,
-    roots4,
-    slot,
-    wmean,
-)
+from features.primitives import W20, W60, Layout, advance_sums, kernel, rare, slot, wmean
 from features.spec import spec
+from features.vectors import ratios4, roots4
 
 GROUP = "normalization"
 FIRST = 191
@@ -63,7 +53,7 @@ PAIR = (0, 0, 0, 0, 2)  # both fields summed over 60 bars: the only window read
 
 
 # Every feature here is a z-score: each bar gathers the deviations and variances, then roots
-# and divides them in packed instructions (see primitives.roots4), four features at a time.
+# and divides them in packed instructions (see vectors.roots4), four features at a time.
 
 
 @kernel

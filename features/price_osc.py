@@ -24,18 +24,9 @@ from features.core import (
     SUMS_P,
     mp,
 )
-from features.primitives import (
-    RING,
-    W14,
-    Layout,
-    clip,
-    extreme,
-    kernel,
-    rare,
-    ratios4,
-    wsum,
-)
+from features.primitives import RING, W14, Layout, clip, extreme, kernel, rare, wsum
 from features.spec import spec
+from features.vectors import ratios4
 
 GROUP = "advanced price"
 FIRST = 46
@@ -117,7 +108,7 @@ def update(
     h, lo_, c, lc = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C], ctx[core.X_LC]
     o = FIRST
 
-    # Divisions go four at a time (primitives.ratios4), each lane guarded as its scalar form.
+    # Divisions go four at a time (vectors.ratios4), each lane guarded as its scalar form.
     diff = c - ctx[core.X_PC]
     g7, n7 = wilder_rsi(gs, RSI, diff, t, RSI_PERIODS[0]) if t > 0 else (0.0, 0.0)
     g14, n14 = wilder_rsi(gs, RSI + 2, diff, t, RSI_PERIODS[1]) if t > 0 else (0.0, 0.0)

@@ -21,12 +21,12 @@ from features.primitives import (
     ema_seeded,
     ema_step,
     kernel,
-    ratios4,
     slot,
     sqrt0,
     wsum,
 )
 from features.spec import spec
+from features.vectors import ratios4
 
 GROUP = "advanced price"
 FIRST = 15
@@ -116,7 +116,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     c, lc, atr = ctx[core.X_C], ctx[core.X_LC], ctx[core.X_ATR]
     o = FIRST
 
-    # Divisions go four at a time (primitives.ratios4); every denominator is a positive price
+    # Divisions go four at a time (vectors.ratios4); every denominator is a positive price
     # level (or guarded, as the TA-Lib-style ratios are), so each lane equals its scalar form.
     sma5, sma10, sma20, sma60 = ratios4(sma_totals(cs, gs, t, c), SMA_N)
     ema5 = ema_seeded(gs, EMA, c, t, EMA_PERIODS[0])

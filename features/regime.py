@@ -12,8 +12,9 @@ import math
 import numpy as np
 
 from features import core
-from features.primitives import Layout, kernel, ratios4
+from features.primitives import Layout, kernel
 from features.spec import spec
+from features.vectors import ratios4
 
 GROUP = "regime transition probabilities"
 FIRST = 216
@@ -87,7 +88,7 @@ def update(gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> None:
         gs[COUNTS + 3 * int(gs[STATE]) + s] += 1.0
     gs[STATE] = s
     o = FIRST
-    # Divisions four at a time (primitives.ratios4): every row total is at least 3·PRIOR.
+    # Divisions four at a time (vectors.ratios4): every row total is at least 3·PRIOR.
     rows = (row_total(gs, DOWN), row_total(gs, FLAT), row_total(gs, UP))
     row = rows[s]
     p0, p1, p2, stay0 = ratios4(

@@ -47,11 +47,10 @@ from features.primitives import (
     count,
     extreme,
     kernel,
-    ratios4,
-    roots4,
     slot,
 )
 from features.spec import spec
+from features.vectors import ratios4, roots4
 
 GROUP = "statistical"
 FIRST = 105

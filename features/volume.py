@@ -27,19 +27,9 @@ from features.flow import (
     V_V,
     mv,
 )
-from features.primitives import (
-    VAR_FLOOR,
-    W5,
-    W14,
-    W20,
-    W60,
-    Layout,
-    kernel,
-    ratios4,
-    sqrt0,
-    wsum,
-)
+from features.primitives import VAR_FLOOR, W5, W14, W20, W60, Layout, kernel, sqrt0, wsum
 from features.spec import spec
+from features.vectors import ratios4
 
 GROUP = "volume"
 FIRST = 90
@@ -82,7 +72,7 @@ def compute(fs: np.ndarray, ctx: np.ndarray, res: np.ndarray) -> None:
     c, v = ctx[core.X_C], ctx[core.X_V]
     mv20 = mv(ctx, W20, V_V)
     mv60 = mv(ctx, W60, V_V)
-    # Divisions four at a time (primitives.ratios4), each lane guarded as its scalar form.
+    # Divisions four at a time (vectors.ratios4), each lane guarded as its scalar form.
     sv20 = wsum(fs, SUMS_V, KV, W20, V_V)
     m = mv(ctx, W20, V_LV)
     var = mv(ctx, W20, V_LV2) - m * m

@@ -32,8 +32,8 @@ class BarcastApp(faust.App):
         super().__init__(group_id(settings), **options)
         self.barcast = settings
         self._embedded: Any = None
-        self._state_producer: Any = None
-        self._state_producer_lock = asyncio.Lock()
+        self._batch_producer: Any = None
+        self._batch_producer_lock = asyncio.Lock()
         from streams.metrics import Metrics
 
         self.metrics = Metrics()
@@ -68,10 +68,12 @@ class BarcastApp(faust.App):
         later are still collected as usual, and refcounting frees frozen ones."""
         gc.freeze()
 
-    async def state_producer(self) -> Any:
-        """The producer for agent state (see streams.agents.state), started on first use."""
-        async with self._state_producer_lock:  # agents checkpoint concurrently: start one
-            if self._state_producer is None:
+    async def batch_producer(self) -> Any:
+        """The producer that writes explicit record batches (agent state, see
+        streams.agents.state, and the pipeline's outputs, see streams.agents.io.send_batches),
+        started on first use."""
+        async with self._batch_producer_lock:  # agents checkpoint concurrently: start one
+            if self._batch_producer is None:
                 from aiokafka import AIOKafkaProducer
 
                 producer = AIOKafkaProducer(
@@ -81,12 +83,12 @@ class BarcastApp(faust.App):
                     max_batch_size=STATE_BATCH_BYTES,
                 )
                 await producer.start()
-                self._state_producer = producer
-        return self._state_producer
+                self._batch_producer = producer
+        return self._batch_producer
 
     async def on_stop(self) -> None:
-        if self._state_producer is not None:
-            await self._state_producer.stop()
+        if self._batch_producer is not None:
+            await self._batch_producer.stop()
         await super().on_stop()
         if self._embedded is not None:
             self._embedded.stop()

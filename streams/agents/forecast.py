@@ -37,7 +37,7 @@ from streams.agents.io import (
     header,
     is_control_event,
     raw_topic,
-    send_all,
+    send_batches,
 )
 from streams.agents.state import StateTable
 from streams.forecast.batcher import MicroBatcher
@@ -210,7 +210,7 @@ class ForecastService:
                 self.app.activity.mark()
                 self.app.metrics.inference_seconds.observe(time.perf_counter() - started)
                 self.app.metrics.batch_size.observe(len(batch))
-                sends += await send_all(self.app, self._messages(batch, quantiles))
+                sends += await send_batches(self.app, self._messages(batch, quantiles))
             received = [request.received_ns for batch in batches for request in batch]
             self.finishing = asyncio.ensure_future(
                 self._finish(self.finishing, sends, writes, events, received)
@@ -236,9 +236,9 @@ class ForecastService:
         await self._store(writes)
         for event in events:
             event.ack()
-        self.app.metrics.forecasts.inc(len(sends))
+        self.app.metrics.forecasts.inc(len(received_ns))
         self.app.metrics.bar(Stage.FORECAST, Outcome.IN, len(events))
-        self.app.metrics.bar(Stage.FORECAST, Outcome.OUT, len(sends))
+        self.app.metrics.bar(Stage.FORECAST, Outcome.OUT, len(received_ns))
 
     async def drain(self) -> None:
         """Flush, and wait until every cut is stored and acked (and with `windows_on_drain`,

@@ -10,16 +10,18 @@ Positions: a clean bar's position is its raw record's offset x `FANOUT` plus its
 that record's outputs (gap fills and releases of held bars make several), so per partition the
 features and forecast stages see increasing positions as they would see offsets.
 
-Durability is one chain. A checkpoint first drains the forecast stage (forecasts out, windows
-stored), then stores the corrections and features states, then acks the raw events; the forecast
-stage acks each raw event too, once the forecast of its bar is out. So a recovered features
-state never holds a bar that the recovered forecast windows lack, and after a crash the replayed
-raw bars that a recovered state already holds are skipped, the others recomputed to the same
-outputs (removed downstream by key de-duplication).
+Durability is one chain. A checkpoint first waits for the broker's acks of every record published
+since the last one and drains the forecast stage (forecasts out, windows stored), then stores the
+corrections and features states, then acks the raw events; the forecast stage acks each raw
+event too, once the forecast of its bar is out; batches never wait for acks. So a recovered
+features state never holds a bar that the recovered forecast windows lack, and after a crash the
+replayed raw bars that a recovered state already holds are skipped, the others recomputed to the
+same outputs (removed downstream by key de-duplication).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from streams.agents.corrections import CorrectionsStage
 from streams.agents.features import FeaturesBatch, feature_states
 from streams.agents.forecast import FeatureRow
 from streams.agents.forecast import start as start_forecasts
-from streams.agents.io import each_batch, header, publish, raw_topic
+from streams.agents.io import each_batch, exit_uncommitted, header, raw_topic, send_batches
 from streams.corrections import SYNTHETIC
 from streams.schema import PRICE_SCALE, RECEIVED_HEADER
 
@@ -72,8 +74,21 @@ def register(app: BarcastApp) -> None:
     corrections = CorrectionsStage(app)
     features = feature_states(app)
     forecasts = start_forecasts(app, windows_on_drain=True)
+    sent: list[asyncio.Future] = []  # records published since the last checkpoint
+
+    async def durable() -> None:
+        """What a checkpoint stores states behind: every record published (the separate
+        agents wait for their acks per batch, the pipeline once per checkpoint), every forecast
+        out and its window stored."""
+        try:
+            await asyncio.gather(*sent)
+        except Exception as exc:
+            exit_uncommitted("publishing bars.clean/features records failed", exc)
+        sent.clear()
+        await forecasts.drain()
+
     checkpointer = Checkpointer(
-        app, settings.topic_raw, [corrections.states, features], before=forecasts.drain
+        app, settings.topic_raw, [corrections.states, features], before=durable
     )
 
     async def handle(events: Sequence[EventT]) -> None:
@@ -93,15 +108,16 @@ def register(app: BarcastApp) -> None:
                     computed.add(CleanBar(out.key, out.value, out.headers, position, event))
         outputs = computed.compute()
         computed.update_states()
-        # Downstream readers of bars.clean and features see what the separate agents publish,
-        # before any forecast made from it.
-        await publish(app, [*cleaned.outputs, *outputs])
-        corrections.feed.push()
-        computed.count(app)
+        # The next batch and the forecast stage go on while the broker acks these records:
+        # should the worker die first, the raw bars are replayed (their checkpoint waits for
+        # the acks) and publish the same records again.
+        sent.extend(await send_batches(app, [*cleaned.outputs, *outputs]))
         for clean, bar, values, warm in computed.results:
             clean.source.message.incref()  # the forecast stage acks it too
             row = None if bar is None else _row(clean, bar, values, warm)
             await forecasts.add_row(clean.source, row)
+        corrections.feed.push()
+        computed.count(app)
 
     @app.agent(raw_topic(app, settings.topic_raw), name="pipeline")
     async def pipeline(stream):  # type: ignore[no-untyped-def]

@@ -81,7 +81,7 @@ class StateTable:
         unsent, self._unsent = self._unsent, []
         if not unsent:
             return
-        producer = await self.app.state_producer()
+        producer = await self.app.batch_producer()
         topic = self.table.changelog_topic.get_topic_name()
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
         for partition, key, value in unsent:

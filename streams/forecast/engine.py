@@ -20,6 +20,7 @@ from features import engine as feature_engine
 from model.covariates import future_covariates
 from model.forecaster import Forecaster, autocast_for
 from model.tft import StaticContext, TemporalFusionTransformer
+from streams.forecast.programs import ChunkPrograms, chunk_programs
 from streams.settings import Settings
 
 # Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
@@ -60,6 +61,7 @@ class Served:
 
     forecaster: Forecaster
     path: Path
+    programs: ChunkPrograms
     cache: dict[str, _Cached] = field(default_factory=dict)
     static: dict[str, StaticContext] = field(default_factory=dict)
 
@@ -104,7 +106,14 @@ class ForecastEngine:
             cpu_precision=self.cpu_precision,
             expected_fingerprint=feature_engine.FINGERPRINT,
         )
-        return Served(forecaster, path)
+        programs = chunk_programs(
+            forecaster.model,
+            forecaster.device,
+            forecaster.precision,
+            FORWARD_ROWS,
+            ENCODE_ROWS,
+        )
+        return Served(forecaster, path, programs)
 
     def swap(self, served: Served) -> None:
         self.served = served  # the new one starts with an empty step-encoding cache
@@ -152,7 +161,7 @@ class ForecastEngine:
             future = future_covariates(np.array([r.ts_event for r in batch]), self.horizon)
             quantiles = _chunked(
                 FORWARD_ROWS,
-                lambda e, f, *s: model.forward_encoded(e, StaticContext(*s), f).quantiles,
+                lambda e, f, *s: served.programs.forward(e, *s[:4], f),
                 encoded,
                 self._tensor(future),
                 *static,
@@ -207,19 +216,19 @@ class ForecastEngine:
             selection = torch.cat([served.static[symbols[k]].selection for k in unique // stride])
             x = self._tensor(served.forecaster.meta.normalizer.apply(values[:, None, :]))
             index[new] = lookback * len(blocks) + np.searchsorted(unique, keys)
-            blocks.append(self._encode(model, x, selection)[:, 0])
+            blocks.append(self._encode(served, x, selection)[:, 0])
         windows = torch.cat(blocks)[self._tensor(index)]
         latest = {r.symbol: i for i, r in enumerate(batch)}  # a symbol's last window stays
         for i in latest.values():  # copied, so that it does not keep the whole batch alive
             served.cache[batch[i].symbol] = _Cached(batch[i].count, windows[i].clone())
         return windows
 
-    def _encode(self, model: TemporalFusionTransformer, x: Tensor, selection: Tensor) -> Tensor:
+    def _encode(self, served: Served, x: Tensor, selection: Tensor) -> Tensor:
         """(n, T, F) -> (n, T, hidden), every step encoded on its own in fixed-size chunks."""
         n, t, f = x.shape
         steps = x.reshape(n * t, 1, f)
         context = selection.repeat_interleave(t, dim=0)
-        encoded = _chunked(ENCODE_ROWS, lambda a, b: model.encode_history(a, b)[0], steps, context)
+        encoded = _chunked(ENCODE_ROWS, served.programs.encode, steps, context)
         return encoded.reshape(n, t, -1)
 
     def _tensor(self, array: np.ndarray) -> Tensor:

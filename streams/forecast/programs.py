@@ -1,0 +1,76 @@
+"""The model's two per-chunk programs in the forecast worker: TorchScript on CPU fp32, else eager.
+
+A chunk is hundreds of small ops. Run eagerly in the inference thread, each op gives the GIL
+back and must win it again from the event loop, and in a burst (the loop busy with the very
+bars being forecast) that convoy made chunks ~13x slower. A traced chunk runs in C++ with the
+GIL released throughout. Chunks have fixed shapes (see streams.forecast.engine), so a trace
+records exactly the ops eager mode runs and results are bit-identical; the engine's tests hold
+it to that. `torch.jit.trace` is deprecated, but its successors do not fit: `torch.export` runs
+a graph op by op from Python again, and `torch.compile` fuses ops, which changes rounding.
+CUDA (bf16 autocast) and INT8 stay eager: there a chunk is a few kernel launches, not the GIL.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from model.tft import StaticContext, TemporalFusionTransformer
+
+
+class ChunkPrograms(NamedTuple):
+    # (encoded, selection, enrichment, state_h, state_c, future) -> quantiles
+    forward: Callable[..., Tensor]
+    encode: Callable[[Tensor, Tensor], Tensor]  # steps (n, 1, n_hist), selection -> (n, 1, h)
+
+
+class _Forward(nn.Module):
+    """`forward_encoded`'s quantiles, with the static context as plain tensors (a trace takes
+    tensors only); the static weights only pass through to an output this drops."""
+
+    def __init__(self, model: TemporalFusionTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, encoded: Tensor, *static_and_future: Tensor) -> Tensor:
+        selection, enrichment, state_h, state_c, future = static_and_future
+        static = StaticContext(selection, enrichment, state_h, state_c, selection)
+        return self.model.forward_encoded(encoded, static, future).quantiles
+
+
+class _Encode(nn.Module):
+    def __init__(self, model: TemporalFusionTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, steps: Tensor, selection: Tensor) -> Tensor:
+        return self.model.encode_history(steps, selection)[0]
+
+
+def chunk_programs(
+    model: TemporalFusionTransformer,
+    device: torch.device,
+    precision: str,
+    forward_rows: int,
+    encode_rows: int,
+) -> ChunkPrograms:
+    forward, encode = _Forward(model).eval(), _Encode(model).eval()
+    if device.type != "cpu" or precision != "fp32":
+        return ChunkPrograms(forward, encode)
+    c = model.config
+    state = [torch.zeros(forward_rows, c.hidden) for _ in range(4)]
+    window = torch.zeros(forward_rows, c.lookback, c.hidden)
+    future = torch.zeros(forward_rows, c.horizon, c.n_future)
+    steps, selection = torch.zeros(encode_rows, 1, c.n_hist), torch.zeros(encode_rows, c.hidden)
+    with torch.no_grad(), warnings.catch_warnings():
+        # Expected: the deprecation, and shape-derived Python ints frozen into the trace.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return ChunkPrograms(
+            torch.jit.trace(forward, (window, *state, future)),
+            torch.jit.trace(encode, (steps, selection)),
+        )
