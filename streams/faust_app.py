@@ -63,9 +63,10 @@ class BarcastApp(faust.App):
 
     async def freeze_heap(self, *args: Any, **kwargs: Any) -> None:
         """Put every object alive once partitions are assigned (modules, torch, recovered
-        tables: ~360k objects) out of the cycle collector's reach. Full collections over them
-        took ~250 ms every few seconds, stalling whatever burst was in flight; objects made
-        later are still collected as usual, and refcounting frees frozen ones."""
+        tables: ~360k objects) out of the cycle collector's reach. In a probed burst, full
+        collections over them took ~250 ms every few seconds, stalling whatever burst was in
+        flight; objects made later are still collected as usual, and refcounting frees frozen
+        ones."""
         gc.freeze()
 
     async def batch_producer(self) -> Any:

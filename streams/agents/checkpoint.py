@@ -9,9 +9,10 @@ symbols; per checkpoint it is one per changed symbol. Waiting for a quiet worker
 out of a burst: at a minute boundary every symbol's bar arrives at once, and writing 1,000
 states (~12 MB) mid-burst would queue the burst's last bars, and their forecasts, behind it.
 
-A batch's outputs are still published and acked within the batch. Its states stay in memory,
-and its events stay unacked (held), until the next checkpoint writes every changed state, waits
-for the broker, and only then acks the held events: Faust never commits an offset whose state
+A batch's outputs are published within the batch (the separate agents also wait for their acks
+there; the one-agent pipeline waits at the checkpoint). Its states stay in memory, and its
+events stay unacked (held), until the next checkpoint writes every changed state, waits for the
+broker, and only then acks the held events: Faust never commits an offset whose state
 is not durable. A crash loses at most the held window: the restarted worker recovers the last
 checkpoint's states and replays from the committed offset; events at or below a recovered
 state's offset are skipped, the others produce the same outputs again (removed downstream by
@@ -26,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from streams.agents.io import each_batch, raw_topic
 from streams.agents.offsets import OffsetGuard
 from streams.agents.state import StateTable
 
@@ -152,6 +154,19 @@ class Checkpointer:
                 self.app.activity.mark()
             if self._due():
                 await self._checkpoint(self._owned())
+
+    def serve(self, name: str, handle: Callable[[Sequence[EventT]], Awaitable[None]]) -> None:
+        """Register the agent `name` on this checkpointer's topic, running `handle` on each
+        take() batch, and the timer that checkpoints it once the worker is quiet."""
+        app = self.app
+
+        @app.agent(raw_topic(app, self.topic), name=name)
+        async def agent(stream):  # type: ignore[no-untyped-def]
+            await each_batch(stream, lambda events: self.run(events, handle))
+
+        @app.timer(TICK_S, name=f"{name}_checkpoint")
+        async def checkpoint() -> None:
+            await self.tick()
 
     async def tick(self) -> None:
         """Checkpoint from a timer (every `TICK_S`): how a quiet worker's events get committed."""

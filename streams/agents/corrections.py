@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from streams.agents.checkpoint import TICK_S, Checkpointer, StateCache
+from streams.agents.checkpoint import Checkpointer, StateCache
 from streams.agents.io import (
     BAR_HEADERS,
     CONTROL_HEADERS,
     Out,
-    each_batch,
     is_control_event,
     publish,
     raw_topic,
@@ -272,10 +271,4 @@ def register(app: BarcastApp) -> None:
         await publish(app, batch.outputs)
         stage.feed.push()
 
-    @app.agent(raw_topic(app, settings.topic_raw), name="corrections")
-    async def correct_bars(stream):  # type: ignore[no-untyped-def]
-        await each_batch(stream, lambda events: checkpointer.run(events, handle))
-
-    @app.timer(TICK_S)
-    async def corrections_checkpoint() -> None:
-        await checkpointer.tick()
+    checkpointer.serve("corrections", handle)

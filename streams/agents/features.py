@@ -20,12 +20,11 @@ import orjson
 import zstandard
 
 from features import engine
-from streams.agents.checkpoint import TICK_S, Checkpointer, StateCache
+from streams.agents.checkpoint import Checkpointer, StateCache
 from streams.agents.io import (
     CONTROL_HEADERS,
     Out,
     bar_headers,
-    each_batch,
     is_control_event,
     publish,
     raw_topic,
@@ -262,13 +261,7 @@ def register(app: BarcastApp) -> None:
         await publish(app, outputs)
         batch.count(app)
 
-    @app.agent(raw_topic(app, settings.topic_clean), name="features")
-    async def compute_features(stream):  # type: ignore[no-untyped-def]
-        await each_batch(stream, lambda events: checkpointer.run(events, handle))
-
-    @app.timer(TICK_S)
-    async def features_checkpoint() -> None:
-        await checkpointer.tick()
+    checkpointer.serve("features", handle)
 
 
 def _forward(event: EventT, topic: str) -> Out:

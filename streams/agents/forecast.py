@@ -78,10 +78,15 @@ class FeatureRow:
     received_ns: int
 
 
+def received_ns(event: EventT) -> int:
+    """When the event's bar entered barcast (its corrections header), else now."""
+    received = header(event, RECEIVED_HEADER)
+    return int(received) if received else time.time_ns()
+
+
 def feature_row(event: EventT) -> FeatureRow:
     """A `features` record (see streams.agents.features.feature_message) as a FeatureRow."""
     value, message = orjson.loads(event.value), event.message
-    received = header(event, RECEIVED_HEADER)
     return FeatureRow(
         key=event.key,
         partition=message.partition,
@@ -93,7 +98,7 @@ def feature_row(event: EventT) -> FeatureRow:
         warm=value["warm"],
         values=decode_feature_values(value["values"]),
         fingerprint=value["fingerprint"],
-        received_ns=int(received) if received else time.time_ns(),
+        received_ns=received_ns(event),
     )
 
 

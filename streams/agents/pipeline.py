@@ -2,7 +2,7 @@
 
 The stages are the separate agents' own (the same batch classes, state tables and outputs on
 `bars.clean`, `bars.dlq`, `features` and `forecasts`), but a bar goes from one stage to the next
-in memory instead of through Kafka. Faust's consumer path costs the event loop ~150 µs per
+in memory instead of through Kafka. Faust's consumer path costs the event loop ~100-150 µs per
 record and hop, more than the stages' own work, and at a minute boundary every symbol's bar
 arrives at once: two hops fewer is most of a burst's time on the loop.
 
@@ -22,7 +22,6 @@ same outputs (removed downstream by key de-duplication).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from features import engine
-from streams.agents.checkpoint import TICK_S, Checkpointer
+from streams.agents.checkpoint import Checkpointer
 from streams.agents.corrections import CorrectionsStage
 from streams.agents.features import FeaturesBatch, feature_states
-from streams.agents.forecast import FeatureRow
+from streams.agents.forecast import FeatureRow, received_ns
 from streams.agents.forecast import start as start_forecasts
-from streams.agents.io import each_batch, exit_uncommitted, header, raw_topic, send_batches
+from streams.agents.io import exit_uncommitted, send_batches
 from streams.corrections import SYNTHETIC
-from streams.schema import PRICE_SCALE, RECEIVED_HEADER
+from streams.schema import PRICE_SCALE
 
 if TYPE_CHECKING:
     from faust.types import EventT
@@ -119,18 +118,11 @@ def register(app: BarcastApp) -> None:
         corrections.feed.push()
         computed.count(app)
 
-    @app.agent(raw_topic(app, settings.topic_raw), name="pipeline")
-    async def pipeline(stream):  # type: ignore[no-untyped-def]
-        await each_batch(stream, lambda events: checkpointer.run(events, handle))
-
-    @app.timer(TICK_S)
-    async def pipeline_checkpoint() -> None:
-        await checkpointer.tick()
+    checkpointer.serve("pipeline", handle)
 
 
 def _row(clean: CleanBar, bar: dict[str, Any], values: np.ndarray, warm: bool) -> FeatureRow:
     """What the forecast stage reads of a bar's features: the `features` record's fields."""
-    received = header(clean, RECEIVED_HEADER)  # type: ignore[arg-type]
     return FeatureRow(
         key=clean.key or b"",
         partition=clean.message.partition,
@@ -142,5 +134,5 @@ def _row(clean: CleanBar, bar: dict[str, Any], values: np.ndarray, warm: bool) -
         warm=warm,
         values=values,
         fingerprint=engine.FINGERPRINT,
-        received_ns=int(received) if received else time.time_ns(),
+        received_ns=received_ns(clean),
     )
