@@ -113,6 +113,9 @@ def test_a_killed_worker_resumes_with_the_same_forecasts(
     produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
     worker = Worker(settings, name="first").start()
     read_topic(settings.broker, settings.topic_forecasts, 500, timeout_s=120)
+    # The kill lands after the first checkpoint, whatever the worker's speed.
+    changelog = f"{settings.app_id}-corrections-state-changelog"
+    assert read_topic(settings.broker, changelog, 1), "the first worker never checkpointed"
     worker.kill()
     with Worker(settings, name="second") as second:
         end_of_data(settings)
