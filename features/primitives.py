@@ -29,8 +29,12 @@ from features.vectors import LANES, VAR_FLOOR, roll4
 # model turns the zero checks on every division into plain IEEE semantics (the guards below keep
 # them unreachable). Kernels never allocate (callers pass scratch space), so numba's
 # reference-counting runtime is off (`_nrt=False`): otherwise every array view and call pays
-# atomic refcount updates, which cost more than the features themselves.
-KERNEL_OPTIONS = {"error_model": "numpy", "_nrt": False}
+# atomic refcount updates, which cost more than the features themselves. Every kernel is inlined
+# into the entry point (`forceinline`): left to its own heuristics, LLVM kept some 35 helpers
+# (module updates, window rolls, extreme trackers, the prefetch) as calls, and each call passed
+# numba's array structs through the stack and spilled every live float register around it
+# (all are caller-saved). Inlined, a bar costs about a fifth less, with the same bits.
+KERNEL_OPTIONS = {"error_model": "numpy", "_nrt": False, "forceinline": True}
 # Only the engine's entry point is cached (`cache=True`, see engine): numba keys a cached function
 # on its own source file alone, so cached helpers would survive edits of the constants they
 # inline from other modules. Helpers compile into the entry point's cached object instead.
