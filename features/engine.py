@@ -97,10 +97,14 @@ def _step(
 def _prefetch(s: np.ndarray) -> None:
     """Ask for the lines the next bar of this state will touch (see features.prefetch)."""
     cs, fs = s[B_CORE:B_FLOW], s[B_FLOW:B_BASIC]
+    t = int(cs[core.N])
     prefetch.span(cs, 0, core.RING_P)
-    prefetch.rolling(cs, core.RING_P, core.SUMS_P, core.KP, core.NF, int(cs[core.N]))
+    prefetch.rolling(cs, core.RING_P, core.SUMS_P, core.KP, core.NF, t)
     prefetch.span(fs, 0, flow.RING_V)
     prefetch.rolling(fs, flow.RING_V, flow.SUMS_V, flow.KV, flow.NF, int(fs[flow.NV]))
+    ns, us = s[B_NORM:B_CUSUM], s[B_CUSUM:B_ADX]
+    prefetch.rolling(ns, norm.RING_A, norm.SUMS_A, 2, norm.PAIR, t - core.ATR_PERIOD)
+    prefetch.rolling(us, cusum.RING_E, cusum.SUMS_E, 2, cusum.PAIR, t)
 
 
 @kernel

@@ -4,9 +4,11 @@ A minute of 64 symbols cycles ~2.5 MB of state, more than L2, and other work bet
 (a caller's Python heap) evicts it from L3 as well: each bar then waits on memory for its ring
 records and window sums. The kernel asks for the next bar's lines while it computes the current
 bar, so their latency overlaps useful work instead of stalling it: about 7% off a bar after
-such work. Only lines likely to have left the caches are asked for: prefetching every line a
-bar touches gained more there (12%) but cost 4% when the state stays in L3. Prefetches are
-hints: they change no value, only when memory arrives."""
+such work. Only lines likely to have left the caches are asked for: the bar counts, the window
+sums, and the records leaving windows of 10 bars and more (ten minutes of 64 symbols' state
+traffic overflow L2), those of the CUSUM and ATR rings included. Prefetching every line a bar
+touches gained more after other work (12%) but cost 4% when the state stays in L3. Prefetches
+are hints: they change no value, only when memory arrives."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from features.primitives import N_WINDOWS, W20, WINDOWS, kernel, slot
+from features.primitives import N_WINDOWS, W10, WINDOWS, kernel, slot
 
 LINE = 8  # float64 per 64-byte cache line
 
@@ -50,9 +52,10 @@ def span(s: np.ndarray, off: int, n: int) -> None:
 @kernel
 def rolling(s: np.ndarray, ring: int, sums: int, k: int, nf: tuple, t: int) -> None:
     """What advancing a rolling block (see primitives) to bar t reads from far back: the records
-    leaving the 20- and 60-bar windows, and the window sums. The new record's slot and the
-    shorter windows' records were touched a few bars ago and are still cached."""
+    leaving the windows of 10 bars and more, and the window sums. The new record's slot and the
+    5-bar window's record were touched a few bars ago and are still cached."""
     for w in range(N_WINDOWS):
-        if w >= W20:
-            span(s, slot(ring, k, t, WINDOWS[w]), nf[w])
-        span(s, sums + w * k, nf[w])
+        if nf[w] > 0:
+            if w >= W10:
+                span(s, slot(ring, k, t, WINDOWS[w]), nf[w])
+            span(s, sums + w * k, nf[w])
