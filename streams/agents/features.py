@@ -105,8 +105,10 @@ class SymbolFeatures:
 class FeaturesBatch:
     """One take() batch: one engine call for every bar of every symbol."""
 
-    def __init__(self, states: StateCache[SymbolFeatures], topic: str) -> None:
-        self.states, self.topic = states, topic
+    def __init__(
+        self, states: StateCache[SymbolFeatures], topic: str, keep_results: bool = False
+    ) -> None:
+        self.states, self.topic, self.keep_results = states, topic, keep_results
         self.rows: dict[bytes, int] = {}
         self.symbols: list[SymbolFeatures] = []
         self.applied: list[int] = []  # offset of the last source event each state reflects
@@ -115,8 +117,9 @@ class FeaturesBatch:
         self.state = engine.new_states(0)
         self.items: list[EventT | _Bar] = []
         self.bars: list[_Bar] = []
-        # (event, bar, its feature values, warm) per bar computed and (event, None, None, False)
-        # per control record, in arrival order: what the one-agent pipeline hands on
+        # With keep_results: (event, bar, its feature values, warm) per bar computed and
+        # (event, None, None, False) per control record, in arrival order, for the one-agent
+        # pipeline to hand on
         self.results: list[tuple[Any, dict[str, Any] | None, np.ndarray | None, bool]] = []
         self.malformed = 0
         self.refused = 0
@@ -169,10 +172,12 @@ class FeaturesBatch:
         for item in self.items:
             if not isinstance(item, _Bar):
                 outputs.append(_forward(item, self.topic))
-                self.results.append((item, None, None, False))
+                if self.keep_results:
+                    self.results.append((item, None, None, False))
             elif id(item) in rows:
                 values, warm = rows[id(item)]
-                self.results.append((item.event, item.value, values, warm))
+                if self.keep_results:
+                    self.results.append((item.event, item.value, values, warm))
                 event = item.event
                 outputs.append(
                     Out(

@@ -92,7 +92,7 @@ def register(app: BarcastApp) -> None:
 
     async def handle(events: Sequence[EventT]) -> None:
         cleaned = corrections.batch()
-        computed = FeaturesBatch(features, settings.topic_features)
+        computed = FeaturesBatch(features, settings.topic_features, keep_results=True)
         for event in events:
             first = len(cleaned.outputs)
             cleaned.add(event)
