@@ -22,6 +22,12 @@ KIND_HEADER = "barcast-kind"
 # Wall-clock ns when the corrections agent consumed the raw bar; carried in a header, not the
 # value, so that values stay deterministic and restarts can be compared byte for byte.
 RECEIVED_HEADER = "barcast-received-ns"
+# Kafka Connect's dead-letter header names (on `bars.dlq`), so existing DLQ tooling reads ours.
+DLQ_TOPIC = "__connect.errors.topic"
+DLQ_PARTITION = "__connect.errors.partition"
+DLQ_OFFSET = "__connect.errors.offset"
+DLQ_REASON = "__connect.errors.exception.class.name"
+DLQ_MESSAGE = "__connect.errors.exception.message"
 
 
 class Kind(StrEnum):

@@ -38,7 +38,17 @@ from streams.corrections import (
 )
 from streams.metrics import BAR_OUTCOMES, Stage
 from streams.metrics import Outcome as BarOutcome
-from streams.schema import RECEIVED_HEADER, Control, decode, is_control
+from streams.schema import (
+    DLQ_MESSAGE,
+    DLQ_OFFSET,
+    DLQ_PARTITION,
+    DLQ_REASON,
+    DLQ_TOPIC,
+    RECEIVED_HEADER,
+    Control,
+    decode,
+    is_control,
+)
 
 if TYPE_CHECKING:
     from faust.types import EventT
@@ -48,13 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("barcast.corrections")
 SUMMARY_INTERVAL_S = 30.0
-
-# Kafka Connect's dead-letter header names, so existing DLQ tooling reads ours.
-DLQ_TOPIC = "__connect.errors.topic"
-DLQ_PARTITION = "__connect.errors.partition"
-DLQ_OFFSET = "__connect.errors.offset"
-DLQ_REASON = "__connect.errors.exception.class.name"
-DLQ_MESSAGE = "__connect.errors.exception.message"
 
 
 class CorrectionsBatch:
