@@ -11,6 +11,10 @@ symbols; the gateway resolves them against the file with its own rules, announce
 instrument with a SymbolMappingMsg, reports unresolvable symbols with an ErrorMsg, acknowledges
 the subscription, streams the bars at or after `start` (intraday replay, inclusive), ends each
 minute with an END_OF_INTERVAL system message, and sends heartbeats while idle.
+
+How it names the instruments is `mappings`: SymbolMappingMsg records (a live session), only the
+file's own symbol mappings in the metadata (a gateway replaying a historical file, as
+Databento's test gateway does), or not at all.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from itertools import groupby
 from pathlib import Path
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 
 import databento
 import databento_dbn
@@ -33,6 +38,14 @@ from databento_dbn import SType, SystemCode
 
 LSG_VERSION = "0.0.0-barcast-tests"
 MONTH_CODES = "FGHJKMNQUVXZ"
+
+
+class Mappings(StrEnum):
+    """Where a session names its instruments."""
+
+    RECORDS = "records"  # SymbolMappingMsg records after the metadata
+    METADATA = "metadata"  # the file's raw_symbol -> instrument_id mappings in the metadata
+    NONE = "none"
 
 
 @dataclass
@@ -81,9 +94,15 @@ class LiveGateway:
         api_key: str,
         disconnect_after: int | None = None,
         idle_heartbeat_s: float = 0.2,
+        mappings: Mappings = Mappings.RECORDS,
     ):
         store = databento.DBNStore.from_file(dbn_path)
         self.dataset = store.metadata.dataset
+        self.mappings = mappings
+        self.file_mappings = [
+            SimpleNamespace(raw_symbol=raw, intervals=[SimpleNamespace(**iv) for iv in ivs])
+            for raw, ivs in store.metadata.mappings.items()
+        ]
         self.bars = [r for r in store if isinstance(r, databento_dbn.OHLCVMsg)]
         self.symbols = {
             int(iv["symbol"]): raw
@@ -184,12 +203,8 @@ class LiveGateway:
         sub = session.subscriptions[0]
         start = sub.start if sub.start is not None else self.bars[0].ts_event
         resolved, missing = self._resolve(sub)
-        metadata = databento_dbn.Metadata(
-            self.dataset, start, SType(sub.stype_in), SType.INSTRUMENT_ID,
-            databento_dbn.Schema(sub.schema), sub.symbols, [], [], [], None, None, False, 3,
-        )  # fmt: skip
-        out = [metadata.encode()]
-        for iid, subscribed in resolved.items():
+        out = [self._metadata(sub, start).encode()]
+        for iid, subscribed in resolved.items() if self.mappings == Mappings.RECORDS else ():
             out.append(bytes(databento_dbn.SymbolMappingMsg(
                 1, iid, start, SType(sub.stype_in), subscribed, SType.RAW_SYMBOL,
                 self.symbols[iid], start, databento_dbn.UNDEF_TIMESTAMP,
@@ -220,6 +235,16 @@ class LiveGateway:
             except TimeoutError:
                 writer.write(self._system(time.time_ns(), "Heartbeat", SystemCode.HEARTBEAT))
                 await writer.drain()
+
+    def _metadata(self, sub: Subscription, start: int) -> databento_dbn.Metadata:
+        if self.mappings == Mappings.METADATA:  # the historical file's own symbology
+            stype_in, mappings = SType.RAW_SYMBOL, self.file_mappings
+        else:
+            stype_in, mappings = SType(sub.stype_in), []
+        return databento_dbn.Metadata(
+            self.dataset, start, stype_in, SType.INSTRUMENT_ID, databento_dbn.Schema(sub.schema),
+            sub.symbols, [], [], mappings, None, None, False, 3,
+        )  # fmt: skip
 
     def _intervals(
         self, start: int, resolved: dict[int, str]

@@ -8,6 +8,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import databento
 import orjson
@@ -16,11 +17,12 @@ import pytest
 from streams import schema
 from streams.ingest import live_cli
 from streams.ingest.errors import ExitCode
-from streams.ingest.live import LiveIngest, LiveOptions, RecentKeys
+from streams.ingest.live import LiveIngest, LiveOptions, LiveStats, RecentKeys
 from streams.ingest.producer import BarProducer
+from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
-from tests.kafka_io import read_topic
-from tests.live_gateway import LiveGateway
+from tests.kafka_io import Message, read_topic
+from tests.live_gateway import LiveGateway, Mappings
 
 KEY = "db-" + "k" * 24 + "BUCKT"
 SYMBOLS = ("ES.FUT", "NQ.FUT", "6E.FUT", "ZN.FUT")
@@ -42,19 +44,24 @@ def test_recent_keys_forget_beyond_the_window() -> None:
     assert keys.newest == 1200
 
 
-@pytest.mark.integration
-def test_forced_disconnect_loses_and_doubles_nothing(
-    broker_settings: Settings, dbn_files: list[Path]
-) -> None:
-    path = next(p for p in dbn_files if "esu4-nqu4" in p.name)
+def file_rows(path: Path) -> dict[tuple[str, int], Any]:
+    """The file's bars by (raw symbol, ts_event), as databento's own reader maps them."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = databento.DBNStore.from_file(path).to_df(price_type="fixed", pretty_ts=False)
-    rows = {(r.symbol, r.ts_event): r for r in expected.reset_index().itertuples()}
-    # 23 is odd: the cut falls between ESU4 and NQU4 of the same minute, so the resubscription
-    # from that minute must both drop a duplicate and deliver a bar not seen yet.
-    with LiveGateway(path, KEY, disconnect_after=23) as gateway:
-        sink = BarProducer(broker_settings, broker_settings.topic_raw, linger_ms=5)
+    return {(r.symbol, r.ts_event): r for r in expected.reset_index().itertuples()}
+
+
+def ingest_across_a_hang_up(
+    settings: Settings, path: Path, mappings: Mappings, done: Callable[[LiveStats], bool]
+) -> tuple[LiveGateway, LiveStats]:
+    """Live ingest of `path` until `done`, with the first session cut after 23 bars: odd, so
+    the cut falls between ESU4 and NQU4 of the same minute, and the resubscription from that
+    minute must both drop a duplicate and deliver a bar not seen yet."""
+    with LiveGateway(path, KEY, disconnect_after=23, mappings=mappings) as gateway:
+        sink = BarProducer(
+            settings, settings.topic_raw, linger_ms=5, dead_letters=settings.topic_dlq
+        )
         options = LiveOptions(
             "GLBX.MDP3", "ohlcv-1m", "parent", SYMBOLS, gateway="127.0.0.1",
             port=gateway.port, backoff_s=0.1,
@@ -63,20 +70,36 @@ def test_forced_disconnect_loses_and_doubles_nothing(
         worker = threading.Thread(target=ingest.run)
         worker.start()
         try:
-            wait_until(lambda: ingest.stats.bars >= len(rows) and ingest.stats.heartbeats > 0)
+            wait_until(lambda: done(ingest.stats) and ingest.stats.heartbeats > 0)
         finally:
             ingest.stop()
             worker.join(30)
         sink.flush()
         sink.check()
     assert not worker.is_alive()
-
-    first, second = gateway.sessions[:2]
+    first = gateway.sessions[0]
     assert first.aborted and first.bars_sent == 23 and first.subscriptions[0].start is None
-    assert second.subscriptions[0].start in {ts for _, ts in rows}
-    stats = ingest.stats
-    assert (stats.bars, stats.reconnects) == (len(rows), 1) and stats.duplicates >= 1
-    assert stats.errors >= 2 and stats.mappings >= 2  # 6E.FUT and ZN.FUT resolve to nothing
+    assert ingest.stats.reconnects == 1 and ingest.stats.duplicates >= 1
+    return gateway, ingest.stats
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mappings", [Mappings.RECORDS, Mappings.METADATA])
+def test_forced_disconnect_loses_and_doubles_nothing(
+    broker_settings: Settings, dbn_files: list[Path], mappings: Mappings
+) -> None:
+    """With SymbolMappingMsg records, or (a gateway replaying a historical file) with the
+    instruments named only in the metadata's mappings, as `barcast replay` reads them."""
+    path = next(p for p in dbn_files if "esu4-nqu4" in p.name)
+    rows = file_rows(path)
+    gateway, stats = ingest_across_a_hang_up(
+        broker_settings, path, mappings, lambda stats: stats.bars >= len(rows)
+    )
+    assert gateway.sessions[1].subscriptions[0].start in {ts for _, ts in rows}
+    assert (stats.bars, stats.unmapped) == (len(rows), 0)
+    assert stats.errors >= 2  # 6E.FUT and ZN.FUT resolve to nothing
+    assert stats.mappings == (4 if mappings == Mappings.RECORDS else 0)  # 2 per session
+    assert read_topic(broker_settings.broker, broker_settings.topic_dlq, idle_s=1) == []
 
     messages = read_topic(broker_settings.broker, broker_settings.topic_raw, idle_s=2)
     bars = [m for m in messages if m.headers[schema.KIND_HEADER] == b"bar"]
@@ -122,3 +145,41 @@ def test_rejected_key_exits_with_auth_code_and_never_prints_the_key(
     assert err.startswith("barcast ingest-live: the Databento gateway refused the session")
     assert "Authentication failed" in err and err.count("\n") == 1
     assert wrong not in out + err + caplog.text
+
+
+@pytest.mark.integration
+def test_bars_of_unnamed_instruments_go_to_the_dead_letter_topic_once(
+    broker_settings: Settings, dbn_files: list[Path]
+) -> None:
+    path = next(p for p in dbn_files if "esu4-nqu4" in p.name)
+    rows = file_rows(path)
+    ids = {row.instrument_id: symbol for (symbol, _), row in rows.items()}
+    _, stats = ingest_across_a_hang_up(
+        broker_settings, path, Mappings.NONE, lambda stats: stats.unmapped >= len(rows)
+    )
+    assert (stats.bars, stats.unmapped, stats.mappings) == (0, len(rows), 0)
+    raw = read_topic(broker_settings.broker, broker_settings.topic_raw, idle_s=1)
+    assert raw and {m.headers[schema.KIND_HEADER] for m in raw} == {b"control"}
+    letters = read_topic(broker_settings.broker, broker_settings.topic_dlq, len(rows) + 1)
+    got = sorted((ids[v["instrument_id"]], v["ts_event"]) for v in map(dead_letter, letters))
+    assert got == sorted(rows), "every bar once, none doubled by the replay after the hang-up"
+    for message in letters:
+        value = orjson.loads(message.value)
+        row = rows[(ids[value["instrument_id"]], value["ts_event"])]
+        assert [value[f] for f in ("open", "high", "low", "close", "volume")] == [
+            row.open, row.high, row.low, row.close, row.volume
+        ]  # fmt: skip
+        assert message.key == str(value["instrument_id"]).encode()
+        assert message.headers[DLQ_TOPIC] == broker_settings.topic_raw.encode()
+        assert f"instrument_id {value['instrument_id']} has no raw symbol" in (
+            message.headers[DLQ_MESSAGE].decode()
+        )
+
+
+def dead_letter(message: Message) -> dict[str, Any]:
+    """A bars.dlq record of live ingest: the bars.raw value without a symbol."""
+    value = orjson.loads(message.value)
+    assert message.headers[DLQ_REASON] == b"unmapped_symbol"
+    assert value["symbol"] is None and value["source"] == "live:GLBX.MDP3"
+    assert list(value) == list(schema.RawBar.__annotations__)
+    return value

@@ -6,6 +6,11 @@ inclusive), and bars already forwarded are dropped by their (rtype, instrument_i
 nothing is lost or doubled. Bars at that exact timestamp are why `start` is not "newest + 1":
 of two instruments stamped the same minute, the connection may have dropped between them.
 
+Symbols are resolved as replay resolves them, by one `SymbolBook`: from the session's metadata
+mappings (a gateway replaying a historical file sends only those), instrument definitions and
+SymbolMappingMsg records. A bar whose instrument none of them names goes to the dead-letter
+topic with the reason `unmapped_symbol`, never only into a count.
+
 END_OF_INTERVAL system messages become one control record per partition, forwarded once per
 interval even when a replay repeats them.
 """
@@ -23,6 +28,7 @@ import databento_dbn
 import numpy as np
 import orjson
 
+from streams import schema
 from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_DTYPE
 from streams.ingest.errors import AuthFailed, GatewayUnavailable
@@ -33,6 +39,7 @@ log = logging.getLogger("barcast.live")
 
 DEFAULT_PORT = 13000
 DEDUPE_WINDOW_NS = 10 * 60 * 10**9
+UNMAPPED = "unmapped_symbol"  # the dead-letter reason code of a bar no symbol source names
 FATAL_ERROR_CODES = frozenset(
     {databento_dbn.ErrorCode.AUTH_FAILED, databento_dbn.ErrorCode.API_KEY_DEACTIVATED}
 )
@@ -64,12 +71,12 @@ class LiveOptions:
 class LiveStats:
     bars: int = 0
     duplicates: int = 0
-    unmapped: int = 0
+    unmapped: int = 0  # bars sent to the dead-letter topic
     controls: int = 0
     heartbeats: int = 0
     system: int = 0
     errors: int = 0
-    mappings: int = 0
+    mappings: int = 0  # SymbolMappingMsg and instrument definition records
     reconnects: int = 0
     last_ts_event: int | None = None
 
@@ -116,7 +123,10 @@ class LiveIngest:
         self._sink = sink
         self._book = SymbolBook()
         self._seen = RecentKeys()
-        self._source = source_json(f"live:{options.dataset}")
+        self._source_name = f"live:{options.dataset}"
+        self._source = source_json(self._source_name)
+        self._metadata_read = False
+        self._unmapped_ids: set[int] = set()
         self._last_control: int | None = None
         self._stop = threading.Event()
         self._client: Any = None
@@ -190,6 +200,7 @@ class LiveIngest:
         if self._first_connect_ns is None:
             self._first_connect_ns = time.time_ns()
         self._fatal = None
+        self._metadata_read = False
         # A callback (run on the client's event loop) sees every record from the first byte;
         # the client's iterator only queues records once it is enabled, after the session has
         # started, and can miss the symbol mappings sent first.
@@ -228,7 +239,18 @@ class LiveIngest:
 
     def _on_record(self, record: Any) -> None:
         if self._fatal is None:
+            if not self._metadata_read:
+                self._read_metadata()
             self._handle(record)
+
+    def _read_metadata(self) -> None:
+        """The session's metadata arrives before its first record; a gateway that replays a
+        historical file names the instruments only in its mappings."""
+        client = self._client
+        metadata = None if client is None else client.metadata
+        if metadata is not None:
+            self._metadata_read = True
+            self._book.add_metadata(metadata)
 
     def _on_callback_error(self, exc: Exception) -> None:
         if self._fatal is None:
@@ -240,8 +262,7 @@ class LiveIngest:
     def _handle(self, record: Any) -> None:
         if isinstance(record, databento_dbn.OHLCVMsg):
             self._bar(record)
-        elif isinstance(record, databento_dbn.SymbolMappingMsg):
-            self._book.add_record(record)
+        elif self._book.add_record(record):  # a SymbolMappingMsg or instrument definition
             self.stats.mappings += 1
         elif isinstance(record, databento_dbn.SystemMsg):
             self._system(record)
@@ -272,16 +293,36 @@ class LiveIngest:
         bars = np.frombuffer(bytes(record), dtype=OHLCV_DTYPE)
         index = self._book.resolve(bars["instrument_id"], bars["ts_event"])
         if index[0] < 0:
-            self.stats.unmapped += 1
-            log.warning(
-                "live: bar of instrument_id %d before its symbol mapping; dropped",
-                record.instrument_id,
-            )
-            return
-        values, keys, timestamps = encode_bars(bars, index, self._book, self._source)
-        self._sink.send_bars(values, keys, timestamps)
-        self.stats.bars += 1
+            self._dead_letter(bars[0])
+        else:
+            values, keys, timestamps = encode_bars(bars, index, self._book, self._source)
+            self._sink.send_bars(values, keys, timestamps)
+            self.stats.bars += 1
         self.stats.last_ts_event = self._seen.newest
+
+    def _dead_letter(self, bar: np.void) -> None:
+        instrument_id = int(bar["instrument_id"])
+        why = (
+            f"instrument_id {instrument_id} has no raw symbol: the session named it in neither "
+            f"its metadata mappings, a SymbolMappingMsg nor an instrument definition"
+        )
+        value = {
+            name: None if name == "symbol" else int(bar[name])
+            for name in schema.RawBar.__annotations__
+            if name != "source"
+        }
+        value["source"] = self._source_name
+        self._sink.send_dead_letter(
+            str(instrument_id).encode(),
+            orjson.dumps(value),
+            int(bar["ts_event"]) // 1_000_000,
+            UNMAPPED,
+            why,
+        )
+        self.stats.unmapped += 1
+        if instrument_id not in self._unmapped_ids:  # once per instrument, not once a bar
+            self._unmapped_ids.add(instrument_id)
+            log.warning("live: %s; its bars go to the dead-letter topic", why)
 
 
 def _iso(ts_ns: int) -> str:

@@ -98,7 +98,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not key:
             raise AuthFailed(f"{KEY_VARIABLE} is not set; export your Databento API key")
-        sink = BarProducer(settings, args.topic or settings.topic_raw, linger_ms=5.0)
+        sink = BarProducer(
+            settings,
+            args.topic or settings.topic_raw,
+            linger_ms=5.0,
+            dead_letters=settings.topic_dlq,
+        )
         ingest = LiveIngest(options, key, sink)
         with _stop_on_signals(ingest.stop):
             ingest.run()

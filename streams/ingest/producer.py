@@ -47,18 +47,26 @@ def producer_config(settings: Settings, linger_ms: float) -> dict[str, Any]:
 
 
 class BarProducer:
-    """Sends bars and control records to one topic; creates the topic if it is missing."""
+    """Sends bars and control records to one topic, and with `dead_letters` the bars it cannot
+    publish there to that topic; creates the topics if they are missing."""
 
-    def __init__(self, settings: Settings, topic: str, linger_ms: float = 50.0):
+    def __init__(
+        self,
+        settings: Settings,
+        topic: str,
+        linger_ms: float = 50.0,
+        dead_letters: str | None = None,
+    ):
         from confluent_kafka import Producer
 
         self.topic = topic
+        self.dead_letters = dead_letters
         self.failed = 0
         self.sent = 0
         self._first_error: str | None = None
         self._last_error: str | None = None
         try:
-            ensure_topics(settings, [topic])
+            ensure_topics(settings, [topic] if dead_letters is None else [topic, dead_letters])
             topics = wait_for_metadata(
                 bootstrap_servers(settings), settings.connect_timeout_s, settings
             )
@@ -97,6 +105,24 @@ class BarProducer:
                 headers=CONTROL_HEADERS,
             )
         self.sent += self.partitions
+        self._producer.poll(0)
+
+    def send_dead_letter(
+        self, key: bytes, value: bytes, timestamp: int, reason: str, message: str
+    ) -> None:
+        """A bar that could not go to `topic`, with Kafka Connect's dead-letter headers: the
+        topic it was meant for, the reason code and why. It never reached a partition of that
+        topic, so there is no source partition or offset."""
+        if self.dead_letters is None:
+            raise ValueError(f"BarProducer for {self.topic!r} was made without dead_letters")
+        headers = [
+            *BAR_HEADERS,
+            (schema.DLQ_TOPIC, self.topic.encode()),
+            (schema.DLQ_REASON, reason.encode()),
+            (schema.DLQ_MESSAGE, message.encode()),
+        ]
+        self._producer.produce(self.dead_letters, value, key, timestamp=timestamp, headers=headers)
+        self.sent += 1
         self._producer.poll(0)
 
     def poll(self, timeout_s: float) -> None:
