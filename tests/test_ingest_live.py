@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import databento
+import databento_dbn
 import orjson
 import pytest
 
@@ -183,3 +184,33 @@ def dead_letter(message: Message) -> dict[str, Any]:
     assert value["symbol"] is None and value["source"] == "live:GLBX.MDP3"
     assert list(value) == list(schema.RawBar.__annotations__)
     return value
+
+
+class Recorded:
+    """What live ingest hands its sink, kept in memory: a unit test of the symbol sources."""
+
+    def __init__(self) -> None:
+        self.bars: list[bytes] = []
+        self.dead_letters: list[str] = []
+
+    def send_bars(self, values: list[bytes], keys: list[bytes], timestamps: list[int]) -> None:
+        self.bars += values
+
+    def send_dead_letter(self, key: bytes, value: bytes, ts: int, reason: str, why: str) -> None:
+        self.dead_letters.append(reason)
+
+
+def test_instrument_definitions_name_live_bars(dbn_files: list[Path]) -> None:
+    definitions = next(p for p in dbn_files if "definition" in p.name)
+    sink = Recorded()
+    options = LiveOptions("GLBX.MDP3", "ohlcv-1m", "parent", ("ES.FUT",))
+    ingest = LiveIngest(options, KEY, sink)  # type: ignore[arg-type]
+    minute = 60 * 10**9
+    bar = lambda i: databento_dbn.OHLCVMsg(33, 1, 95414, i * minute, 4, 5, 3, 4, 7)  # noqa: E731
+    ingest._handle(bar(28_000_000))
+    for record in databento.DBNStore.from_file(definitions):
+        ingest._handle(record)
+    ingest._handle(bar(28_000_001))
+    assert sink.dead_letters == ["unmapped_symbol"]
+    assert [orjson.loads(v)["symbol"] for v in sink.bars] == ["ESM3"]
+    assert ingest.stats.mappings == 2 and ingest.stats.unmapped == 1
