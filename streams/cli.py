@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from streams.settings import SettingError
@@ -19,6 +20,8 @@ COMMAND_MODULES = (
     "model.cli",
     "streams.demo",
 )
+# What a shell reports for a command killed by SIGPIPE (128 + 13), as `git log | head` exits.
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,12 +44,25 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that left shows up here, not in the exit-time flush
+        return code
+    except BrokenPipeError:
+        return reader_left()
     except SettingError as exc:
         print(f"barcast: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def reader_left() -> int:
+    """stdout's reader closed the pipe (`barcast features list | head`): stop quietly. Python
+    still flushes stdout at exit, which would raise again; the rest goes to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":
