@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import orjson
@@ -25,6 +25,7 @@ from streams.settings import Settings
 
 FIRST_FORECAST_TIMEOUT_S = 300.0  # a cold start compiles the Numba kernels first
 IDLE_EXIT_S = 8.0
+REDRAW_S = 1.0
 DEMO_TRAINING = {"hidden": 32, "heads": 4, "epochs": 3, "windows_per_epoch": 2048}
 
 
@@ -123,6 +124,7 @@ def watch(settings: Settings) -> dict[tuple[str, int], dict[str, Any]]:
     )
     forecasts: dict[tuple[str, int], dict[str, Any]] = {}
     latest: dict[str, dict[str, Any]] = {}
+    table = ForecastTable(sys.stdout)
     started = last_seen = last_draw = time.monotonic()
     try:
         while time.monotonic() - last_seen < IDLE_EXIT_S or (
@@ -135,17 +137,37 @@ def watch(settings: Settings) -> dict[tuple[str, int], dict[str, Any]]:
                 forecasts[(value["symbol"], value["ts_event"])] = value
                 latest[value["symbol"]] = value
                 last_seen = time.monotonic()
-            if time.monotonic() - last_draw > 1.0 and latest:
-                draw(latest, len(forecasts))
+            if time.monotonic() - last_draw > REDRAW_S and latest:
+                table.show(latest, len(forecasts))
                 last_draw = time.monotonic()
     finally:
         consumer.close()
     if latest:
-        draw(latest, len(forecasts))
+        table.show(latest, len(forecasts))
     return forecasts
 
 
-def draw(latest: dict[str, dict[str, Any]], total: int) -> None:
+class ForecastTable:
+    """The latest forecasts, shown again only when they changed: redrawn in place on a
+    terminal, appended to a log or pipe (where a table a second while the demo waits to exit
+    would repeat itself)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.shown: str | None = None
+
+    def show(self, latest: dict[str, dict[str, Any]], total: int) -> None:
+        text = render(latest, total)
+        if text == self.shown:
+            return
+        self.shown = text
+        if self.out.isatty():
+            self.out.write("\x1b[H\x1b[J")
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+def render(latest: dict[str, dict[str, Any]], total: int) -> str:
     lines = [
         f"forecasts so far: {total}",
         f"{'symbol':<8} {'bar (UTC)':<17} {'close':>10} {'q10 h=1':>10} {'q50 h=1':>10} "
@@ -158,9 +180,7 @@ def draw(latest: dict[str, dict[str, Any]], total: int) -> None:
             f"{f['price_q50'][0]:>10.5f} {f['price_q90'][0]:>10.5f} {f['price_q10'][-1]:>10.5f} "
             f"{f['price_q90'][-1]:>10.5f} {f['latency_ms']:>7.0f}ms"
         )
-    if sys.stdout.isatty():
-        sys.stdout.write("\x1b[H\x1b[J")  # redraw in place on a terminal
-    print("\n".join(lines), flush=True)
+    return "\n".join(lines)
 
 
 def fan_chart(forecasts: dict[tuple[str, int], dict[str, Any]], path: Path) -> Path:
