@@ -28,7 +28,7 @@ bench-deps: $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps pytorch-forecasting==1.8.0 lightning==2.6.6 \
 	  pytorch-lightning==2.6.6 lightning-utilities==0.15.3 torchmetrics==1.9.0 \
 	  scikit-learn==1.9.1 scipy==1.17.1 scikit-base==1.0.2 joblib==1.6.0 threadpoolctl==3.8.0 \
-	  narwhals==2.29.0 cloudpickle==3.1.3 tqdm==4.70.1
+	  narwhals==2.29.0 cloudpickle==3.1.3
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

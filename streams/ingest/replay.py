@@ -20,12 +20,12 @@ from typing import Any, TextIO
 
 import numpy as np
 import orjson
+from tqdm import tqdm
 
 from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_SCHEMAS, DbnReader
 from streams.ingest.errors import UnsupportedSchema
 from streams.ingest.producer import BarProducer
-from streams.ingest.progress import Progress
 from streams.ingest.symbols import SymbolBook, SymbolFilter, Verdict, check_filter
 from streams.settings import Settings
 
@@ -145,13 +145,10 @@ class Replay:
                 check_filter(symbols, book, names)
             if not self.options.dry_run:
                 sink = BarProducer(self.settings, self.options.topic)
-            total = sum(r.file_size for r in readers)
-            progress = Progress(total, self._progress_stream) if self._progress_stream else None
-            for reader in readers:
-                if reader.schema != DEFINITION_SCHEMA:
-                    self._read_file(reader, book, symbols, sink, progress)
-            if progress:
-                progress.close(self.summary.read, total)
+            with self._progress_bar(sum(r.file_size for r in readers)) as progress:
+                for reader in readers:
+                    if reader.schema != DEFINITION_SCHEMA:
+                        self._read_file(reader, book, symbols, sink, progress)
             if symbols.active and not complete:
                 check_filter(symbols, book, names)
         finally:
@@ -164,6 +161,21 @@ class Replay:
         if sink is not None:
             sink.check()
         return self.summary
+
+    def _progress_bar(self, total_bytes: int) -> tqdm:
+        """Bytes of input read (known up front even for compressed files), with rate and ETA;
+        drawn only on a terminal (`disable=None`), so logs and pipes get the JSON summary alone."""
+        stream = self._progress_stream
+        return tqdm(
+            total=total_bytes,
+            file=stream,
+            disable=None if stream is not None else True,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc="replay",
+            mininterval=0.1,
+        )
 
     def _check_schema(self, reader: DbnReader) -> None:
         schema = reader.schema
@@ -180,7 +192,7 @@ class Replay:
         book: SymbolBook,
         symbols: SymbolFilter,
         sink: BarProducer | None,
-        progress: Progress | None = None,
+        progress: tqdm | None = None,
     ) -> None:
         source = source_json(f"replay:{reader.path.name}")
         wait = sink.poll if sink is not None else time.sleep
@@ -192,8 +204,9 @@ class Replay:
                     self._bars(segment, book, symbols, sink, source, pacer)
                 else:
                     self._others(segment, book)
-                if progress:
-                    progress.update(self.summary.read, done + reader.file_pos)
+                if progress is not None:
+                    progress.set_postfix_str(f"{self.summary.read:,} records", refresh=False)
+                    progress.update(done + reader.file_pos - progress.n)
         finally:
             self.summary.bytes = done + reader.file_pos
             self.summary.dbn_bytes += reader.offset
