@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from typing import Any
 
 import faust
 
 from streams.agents.checkpoint import Activity
+from streams.agents.io import exit_uncommitted
 from streams.agents.state import STATE_BATCH_BYTES
+from streams.internals import InternalsMoved, live_fetcher
 from streams.kafka import (
     BrokerUnavailable,
     aiokafka_config,
     bootstrap_servers,
     wait_for_metadata,
 )
-from streams.settings import Settings
+from streams.settings import SettingError, Settings
 
 log = logging.getLogger("barcast")
 
@@ -54,12 +57,16 @@ class BarcastApp(faust.App):
         """faust-streaming creates its consumer with fetch_max_wait_ms=1500 and no setting.
         Kafka answers a fetch as soon as data arrives, but Tansu (the embedded broker) holds it
         for the whole wait, which then delays every hop of a bar. Table recovery keeps Faust's
-        wait; from its end on, fetches wait at most `fetch_max_wait_ms`."""
-        consumer = getattr(getattr(self.consumer, "_thread", None), "_consumer", None)
-        fetcher = getattr(consumer, "_fetcher", None)
-        if fetcher is not None and fetcher._fetch_max_wait_ms != self.barcast.fetch_max_wait_ms:
+        wait; from its end on, fetches wait at most `fetch_max_wait_ms`, set on aiokafka's
+        fetcher (no public way reaches it), which `live_fetcher` checks is still there."""
+        try:
+            fetcher = live_fetcher(self.consumer)
+        except InternalsMoved as exc:
+            exit_uncommitted("cannot set the consumer's fetch wait", exc)
+        if fetcher._fetch_max_wait_ms != self.barcast.fetch_max_wait_ms:
             fetcher._fetch_max_wait_ms = self.barcast.fetch_max_wait_ms
             log.info("consumer fetches now wait at most %d ms", fetcher._fetch_max_wait_ms)
+        self.metrics.fetch_max_wait_ms.set(fetcher._fetch_max_wait_ms)
 
     async def freeze_heap(self, *args: Any, **kwargs: Any) -> None:
         """Put every object alive once partitions are assigned (modules, torch, recovered
@@ -82,6 +89,7 @@ class BarcastApp(faust.App):
                     acks="all",
                     linger_ms=0,
                     max_batch_size=STATE_BATCH_BYTES,
+                    max_request_size=self.barcast.max_record_bytes,
                 )
                 await producer.start()
                 self._batch_producer = producer
@@ -186,6 +194,7 @@ def create_app(settings: Settings) -> BarcastApp:
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_linger_ms=1,
+        producer_max_request_size=settings.max_record_bytes,
         stream_wait_empty=False,
         web_port=settings.web_port,
         web_host="0.0.0.0",
@@ -212,4 +221,14 @@ def create_app(settings: Settings) -> BarcastApp:
     return app
 
 
-app = create_app(Settings.from_env())
+def settings_or_exit() -> Settings:
+    """The worker's settings; a bad `BARCAST_*` value ends it with exit 2 and one line, as
+    the `barcast` commands do."""
+    try:
+        return Settings.from_env()
+    except SettingError as exc:
+        print(f"barcast worker: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+app = create_app(settings_or_exit())

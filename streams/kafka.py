@@ -24,7 +24,7 @@ class BrokerUnavailable(ConnectionError):
 def bootstrap_servers(settings: Settings) -> str:
     if settings.embedded:
         return f"127.0.0.1:{settings.embedded_port}"
-    return settings.broker
+    return ",".join(settings.brokers)
 
 
 def unavailable_message(bootstrap: str, timeout_s: float) -> str:

@@ -127,6 +127,16 @@ class Metrics:
             registry=reg,
         )
         self.forecasts = Counter("barcast_forecasts_total", "Forecasts published.", registry=reg)
+        self.checkpoints = Counter(
+            "barcast_checkpoints_total",
+            "Checkpoints done: states stored and the consumed offsets they cover released.",
+            registry=reg,
+        )
+        self.fetch_max_wait_ms = Gauge(
+            "barcast_fetch_max_wait_ms",
+            "Longest wait of the live consumer's fetches (ms), read back from it.",
+            registry=reg,
+        )
         self.model_info = Gauge(
             "barcast_model_info",
             "The checkpoint serving forecasts (value is always 1).",

@@ -15,6 +15,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "BARCAST_"
 EMBEDDED = "embedded"
+# A bounded dead letter (streams.agents.dlq, 16 KiB of key and of value) must fit.
+MIN_RECORD_BYTES, MAX_RECORD_BYTES = 65_536, 100_000_000
 
 
 class SettingError(ValueError):
@@ -25,7 +27,10 @@ class SettingError(ValueError):
 class Settings:
     broker: str = field(
         default=EMBEDDED,
-        metadata={"doc": "Kafka bootstrap servers (host:port,...), or `embedded` for Tansu."},
+        metadata={
+            "doc": "Kafka bootstrap servers: `host:port,...`, Faust's `kafka://host:port,...` "
+            "(or `;`-separated), or `embedded` for Tansu."
+        },
     )
     embedded_port: int = field(
         default=19092, metadata={"doc": "Loopback port of the embedded broker."}
@@ -80,7 +85,11 @@ class Settings:
         },
     )
     store: str = field(
-        default="memory://", metadata={"doc": "Faust table store (`memory://`, `rocksdb://`)."}
+        default="memory://",
+        metadata={
+            "doc": "Faust table store: `memory://` only (tables are restored from their "
+            "changelog topics; no RocksDB binding is installed)."
+        },
     )
     web_port: int = field(default=6066, metadata={"doc": "Faust web port (`/metrics`)."})
     session_timeout_s: float = field(default=10.0, metadata={"doc": "Consumer session timeout."})
@@ -95,6 +104,13 @@ class Settings:
         metadata={
             "doc": "Longest a consumer fetch waits for data once tables are recovered (ms); "
             "brokers that hold a fetch this long although data arrived add it to every hop."
+        },
+    )
+    max_record_bytes: int = field(
+        default=1_000_000,
+        metadata={
+            "doc": "Largest record the worker publishes (bytes, at most the brokers' "
+            "`message.max.bytes`); a bigger output goes to the DLQ as a bounded copy."
         },
     )
     security_protocol: str = field(
@@ -128,11 +144,13 @@ class Settings:
     def validate(self) -> None:
         choices = {
             "role": ("all", "stream", "forecast", "corrections", "passthrough"),
+            "store": ("memory://",),
             "device": ("auto", "cpu", "cuda"),
             "cpu_precision": ("fp32", "int8"),
             "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
             "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
         }
+        _ = self.brokers  # a malformed BARCAST_BROKER fails here, naming the accepted forms
         for name, allowed in choices.items():
             value = getattr(self, name)
             if value not in allowed:
@@ -148,6 +166,11 @@ class Settings:
             raise SettingError(
                 f"{PREFIX}CHECKPOINT_MAX_S={self.checkpoint_max_s} is out of range; use 0.1-60 (s)"
             )
+        if not MIN_RECORD_BYTES <= self.max_record_bytes <= MAX_RECORD_BYTES:
+            raise SettingError(
+                f"{PREFIX}MAX_RECORD_BYTES={self.max_record_bytes} is out of range; use "
+                f"{MIN_RECORD_BYTES}-{MAX_RECORD_BYTES} (at most the brokers' message.max.bytes)"
+            )
         if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
             raise SettingError(
                 f"{PREFIX}SECURITY_PROTOCOL={self.security_protocol} needs "
@@ -157,6 +180,11 @@ class Settings:
     @property
     def embedded(self) -> bool:
         return self.broker == EMBEDDED
+
+    @property
+    def brokers(self) -> list[str]:
+        """`host:port` of each configured bootstrap server (none when embedded)."""
+        return [] if self.embedded else broker_list(self.broker)
 
     def to_env(self) -> dict[str, str]:
         """The `BARCAST_*` variables that reproduce these settings in a child process."""
@@ -172,6 +200,28 @@ class Settings:
             )
             for f in fields(self)
         }
+
+
+BROKER_FORMS = (
+    "`embedded`, `host:port[,host:port...]`, `kafka://host:port[,host:port...]` "
+    "or `kafka://host:port;host:port`"
+)
+FAUST_SCHEME = "kafka://"
+
+
+def broker_list(value: str) -> list[str]:
+    """`host:port` of each server in a `BARCAST_BROKER` value, written as Kafka clients do or
+    as Faust does (a `kafka://` scheme, `,` or `;` between servers)."""
+    servers = []
+    for part in value.replace(";", ",").split(","):
+        server = part.strip().removeprefix(FAUST_SCHEME)
+        host, colon, port = server.rpartition(":")
+        if not (colon and host and "/" not in server and port.isdigit() and 0 < int(port) < 65536):
+            raise SettingError(
+                f"{PREFIX}BROKER={value!r}: {part.strip()!r} is not host:port; use {BROKER_FORMS}"
+            )
+        servers.append(f"{host}:{port}")
+    return servers
 
 
 def env_names() -> list[str]:

@@ -8,9 +8,9 @@ from dataclasses import replace
 import orjson
 import pandas as pd
 
-from streams.agents.corrections import DLQ_MESSAGE, DLQ_OFFSET, DLQ_REASON, DLQ_TOPIC
 from streams.corrections import Status, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
+from streams.schema import DLQ_MESSAGE, DLQ_OFFSET, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
 from tests.bar_streams import faulty_stream
 from tests.kafka_io import produce, read_topic

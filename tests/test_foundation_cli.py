@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -65,3 +66,21 @@ def test_tail_without_a_broker_fails_within_the_timeout(broker_settings: Setting
     assert elapsed < 2 + 15  # the timeout plus interpreter start-up, never a hang
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and dead in lines[0] and "BARCAST_BROKER" in lines[0], done.stderr
+
+
+def test_tail_reaches_a_broker_written_as_faust_writes_it(broker_settings: Settings) -> None:
+    topic = broker_settings.topic_forecasts
+    ensure_topics(broker_settings, [topic])
+    produce(broker_settings.broker, topic, [(b"ESH4", b"{}")])
+    faust_form = replace(broker_settings, broker=f"kafka://{broker_settings.broker}")
+    done = run_barcast(faust_form, "tail", topic, "--from-beginning", "--max", "1")
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["key"] == "ESH4"
+
+
+def test_a_malformed_broker_exits_2_naming_the_accepted_forms(broker_settings: Settings) -> None:
+    bad = replace(broker_settings, broker="kafka://127.0.0.1")
+    for command in (["tail", "forecasts", "--max", "1"], ["replay", "--dry-run", "x.dbn"]):
+        done = run_barcast(bad, *command)
+        assert done.returncode == 2, done.stderr
+        assert "BARCAST_BROKER" in done.stderr and "kafka://host:port" in done.stderr

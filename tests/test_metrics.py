@@ -24,6 +24,8 @@ EXPORTED = {
     "barcast_forecasts": "counter",
     "barcast_model_info": "gauge",
     "barcast_model_reloads": "counter",
+    "barcast_checkpoints": "counter",
+    "barcast_fetch_max_wait_ms": "gauge",
 }
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka import aiokafka_config, confluent_config
+from streams.kafka import aiokafka_config, bootstrap_servers, confluent_config
 from streams.settings import REPO_ROOT, SettingError, Settings, env_names, markdown_table
 
 
@@ -86,3 +86,42 @@ def test_readme_settings_table_is_generated_from_the_code() -> None:
         "README settings table is stale: paste the output of "
         "`python -c 'from streams.settings import markdown_table; print(markdown_table())'`"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "servers"),
+    [
+        ("k1:9092,k2:9092", "k1:9092,k2:9092"),
+        ("kafka://k1:9092", "k1:9092"),
+        ("kafka://k1:9092,k2:9093", "k1:9092,k2:9093"),
+        ("kafka://k1:9092;k2:9093", "k1:9092,k2:9093"),
+        ("kafka://k1:9092;kafka://k2:9093", "k1:9092,k2:9093"),
+        (" k1:9092 , [::1]:9093", "k1:9092,[::1]:9093"),
+    ],
+)
+def test_brokers_are_accepted_as_kafka_clients_and_faust_write_them(
+    value: str, servers: str
+) -> None:
+    settings = Settings.from_env({"BARCAST_BROKER": value})
+    assert bootstrap_servers(settings) == servers
+    assert confluent_config(settings)["bootstrap.servers"] == servers
+    assert aiokafka_config(settings)["bootstrap_servers"] == servers
+
+
+@pytest.mark.parametrize(
+    "value", ["kafka://k1", "k1:9092,", "http://k1:9092", "k1:port", "k1:0", "k1:9092/x", ":9092"]
+)
+def test_a_malformed_broker_names_the_accepted_forms(value: str) -> None:
+    with pytest.raises(SettingError, match="BARCAST_BROKER") as error:
+        Settings.from_env({"BARCAST_BROKER": value})
+    assert "kafka://host:port" in str(error.value) and "host:port[,host:port" in str(error.value)
+
+
+def test_max_record_bytes_must_leave_room_for_a_bounded_dead_letter() -> None:
+    with pytest.raises(SettingError, match="BARCAST_MAX_RECORD_BYTES=1000 is out of range"):
+        Settings.from_env({"BARCAST_MAX_RECORD_BYTES": "1000"})
+
+
+def test_rocksdb_store_is_refused_naming_the_accepted_value() -> None:
+    with pytest.raises(SettingError, match=r"BARCAST_STORE='rocksdb://' is not valid.*memory://"):
+        Settings.from_env({"BARCAST_STORE": "rocksdb://"})

@@ -9,83 +9,25 @@ publish and the commit of its source offset) but must be byte-identical to the f
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import replace
 
 import orjson
 import pandas as pd
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from features import engine
-from streams.agents.corrections import DLQ_OFFSET, DLQ_PARTITION
 from streams.corrections import Status, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.schema import decode_feature_values
 from streams.settings import Settings
 from tests.bar_streams import expected_features, tiled_stream
 from tests.kafka_io import produce
+from tests.topic_logs import CleanLog, DeadLetterLog, FeatureLog, wait_for_metric
 from tests.worker import Worker
 
 SYMBOLS = ["6EH4", "6EM4", "6EU4", "6EZ4"]
 BARS_PER_SYMBOL = 2500  # ~10k messages: long enough that both kills land mid-stream
-
-
-class TopicLog:
-    """Everything published to one topic so far, read incrementally by a plain consumer:
-    value per de-duplication key, and every key seen more than once."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False}
-        )
-        self.consumer.assign(
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        )
-        self.topic = topic
-        self.messages = 0
-        self.values: dict[tuple[object, ...], bytes] = {}
-        self.repeats: list[tuple[object, ...]] = []
-
-    def key(self, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> tuple[object, ...]:
-        raise NotImplementedError
-
-    def read_until(self, done: int, timeout_s: float = 120.0) -> int:
-        """Read until `done` distinct keys are in (or the timeout); return how many are."""
-        deadline = time.monotonic() + timeout_s
-        while len(self.values) < done and time.monotonic() < deadline:
-            for msg in self.consumer.consume(10000, timeout=0.2):
-                if msg.error():
-                    continue
-                self.messages += 1
-                value = msg.value()
-                key = self.key(msg.key(), value, dict(msg.headers() or []))
-                if key in self.values:
-                    assert self.values[key] == value, f"{self.topic}: {key} repeated, other bytes"
-                    self.repeats.append(key)
-                else:
-                    self.values[key] = value
-        return len(self.values)
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-class CleanLog(TopicLog):
-    def key(self, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> tuple[object, ...]:
-        bar = orjson.loads(value)
-        return bar["symbol"], bar["ts_event"], bar["rtype"]
-
-
-class DeadLetterLog(TopicLog):
-    def key(self, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> tuple[object, ...]:
-        return int(headers[DLQ_PARTITION]), int(headers[DLQ_OFFSET])
-
-
-class FeatureLog(TopicLog):
-    def key(self, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> tuple[object, ...]:
-        row = orjson.loads(value)
-        return row["symbol"], row["ts_event"]
+CHECKPOINTS = "barcast_checkpoints_total"
 
 
 def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.DataFrame) -> None:
@@ -107,14 +49,18 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
     clean, dlq, features = logs
     total = len(expected.clean)
     try:
-        # Kill 1 while corrections are a third through, kill 2 halfway through what is left
-        # of the features: each kill lands mid-stream for the stage it targets.
+        # Kill 1 once the first worker has checkpointed and corrections are a third through,
+        # kill 2 once the second has checkpointed and is halfway through what is left of the
+        # features: each kill lands mid-stream for the stage it targets, after a checkpoint
+        # that the next worker restores from.
         first = Worker(settings, "first").start()
+        wait_for_metric(first, CHECKPOINTS, 1)
         clean.read_until(total // 3)
         first.kill()
         assert clean.read_until(total, timeout_s=2.0) < total, "kill 1 came after corrections"
         done = features.read_until(total, timeout_s=1.0)
         second = Worker(settings, "second").start()
+        wait_for_metric(second, CHECKPOINTS, 1)
         features.read_until((done + total) // 2)
         second.kill()
         assert features.read_until(total, timeout_s=2.0) < total, "kill 2 came after features"

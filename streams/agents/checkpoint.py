@@ -193,6 +193,8 @@ class Checkpointer:
         held, self.held = self.held, []
         for event in held:
             event.ack()
+        if held:
+            self.app.metrics.checkpoints.inc()
 
     def _owned(self) -> set[int]:
         return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topic}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from streams.agents.checkpoint import Checkpointer, StateCache
+from streams.agents.dlq import dead_letter
 from streams.agents.io import (
     BAR_HEADERS,
     CONTROL_HEADERS,
@@ -38,17 +39,7 @@ from streams.corrections import (
 )
 from streams.metrics import BAR_OUTCOMES, Stage
 from streams.metrics import Outcome as BarOutcome
-from streams.schema import (
-    DLQ_MESSAGE,
-    DLQ_OFFSET,
-    DLQ_PARTITION,
-    DLQ_REASON,
-    DLQ_TOPIC,
-    RECEIVED_HEADER,
-    Control,
-    decode,
-    is_control,
-)
+from streams.schema import RECEIVED_HEADER, Control, decode, is_control
 
 if TYPE_CHECKING:
     from faust.types import EventT
@@ -93,7 +84,15 @@ class CorrectionsBatch:
         if offset <= applied:  # applied before a crash: its outputs are already out
             return
         ref = [message.topic, partition, offset]
-        step = correct(event.value, state, self.config, self.stats, ref=ref, now_ns=self.now_ns)
+        step = correct(
+            event.value,
+            state,
+            self.config,
+            self.stats,
+            ref=ref,
+            now_ns=self.now_ns,
+            key_bytes=len(key),
+        )
         self.states.set(key, partition, offset, state)
         self._emit(key, step, partition)
 
@@ -139,16 +138,10 @@ class CorrectionsBatch:
             )
 
     def _dead_letter(self, key: bytes, outcome: Any, partition: int) -> Out:
-        topic, source_partition, offset = outcome.ref
         value = outcome.value if isinstance(outcome.value, bytes) else orjson.dumps(outcome.value)
-        headers = [
-            (DLQ_TOPIC, str(topic).encode()),
-            (DLQ_PARTITION, str(source_partition).encode()),
-            (DLQ_OFFSET, str(offset).encode()),
-            (DLQ_REASON, outcome.reason.value.encode()),
-            (DLQ_MESSAGE, outcome.message.encode()),
-        ]
-        return Out(self.dlq_topic, key, value, None, headers, partition)
+        source = tuple(outcome.ref)
+        reason = outcome.reason.value
+        return dead_letter(self.dlq_topic, key, value, source, reason, outcome.message, partition)
 
 
 class MetricsFeed:

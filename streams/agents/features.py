@@ -9,7 +9,6 @@ of an uninterrupted run.
 
 from __future__ import annotations
 
-import logging
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import zstandard
 
 from features import engine
 from streams.agents.checkpoint import Checkpointer, StateCache
+from streams.agents.dlq import Reason, event_dead_letter
 from streams.agents.io import (
     CONTROL_HEADERS,
     Out,
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
     from streams.faust_app import BarcastApp
 
-log = logging.getLogger("barcast.features")
 
 PRICE_FIELDS = ("open", "high", "low", "close")
 _LAST_TS = struct.Struct("<q")  # ts_event of the symbol's last bar, before the engine state
@@ -106,16 +105,21 @@ class FeaturesBatch:
     """One take() batch: one engine call for every bar of every symbol."""
 
     def __init__(
-        self, states: StateCache[SymbolFeatures], topic: str, keep_results: bool = False
+        self,
+        states: StateCache[SymbolFeatures],
+        topic: str,
+        dlq_topic: str,
+        keep_results: bool = False,
     ) -> None:
         self.states, self.topic, self.keep_results = states, topic, keep_results
+        self.dlq_topic = dlq_topic
         self.rows: dict[bytes, int] = {}
         self.symbols: list[SymbolFeatures] = []
         self.applied: list[int] = []  # offset of the last source event each state reflects
         self.partitions: list[int] = []
         self.touched: set[int] = set()
         self.state = engine.new_states(0)
-        self.items: list[EventT | _Bar] = []
+        self.items: list[EventT | _Bar | Out] = []  # Out: a dead letter
         self.bars: list[_Bar] = []
         # With keep_results: (event, bar, its feature values, warm) per bar computed and
         # (event, None, None, False) per control record, in arrival order, for the one-agent
@@ -137,13 +141,8 @@ class FeaturesBatch:
         bar = decode_bar(event.value)
         if bar is None:
             self.malformed += 1
-            log.error(
-                "features: %s[%d]@%d is not a bars.clean bar; skipped: %.200r",
-                message.topic,
-                message.partition,
-                message.offset,
-                event.value,
-            )
+            why = "not a bars.clean bar (JSON with int ts_event and prices, volume, symbol)"
+            self.items.append(event_dead_letter(self.dlq_topic, event, Reason.MALFORMED, why))
             return
         symbol = self.symbols[row]
         if bar["ts_event"] <= symbol.last_ts:  # re-published upstream: applied already
@@ -170,7 +169,9 @@ class FeaturesBatch:
         rows = self._update() if self.bars else {}
         outputs = []
         for item in self.items:
-            if not isinstance(item, _Bar):
+            if isinstance(item, Out):
+                outputs.append(item)
+            elif not isinstance(item, _Bar):
                 outputs.append(_forward(item, self.topic))
                 if self.keep_results:
                     self.results.append((item, None, None, False))
@@ -193,8 +194,8 @@ class FeaturesBatch:
 
     def _update(self) -> dict[int, tuple[np.ndarray, bool]]:
         """Feature rows by id(bar): all bars in one engine call; should the engine refuse the
-        batch (it validates every bar before it moves any state), bar by bar, skipping and
-        logging the bars it refuses."""
+        batch (it validates every bar before it moves any state), bar by bar, the bars it
+        refuses going to the dead-letter topic (at the end of the batch's outputs)."""
         bars = self.bars
         columns = engine_columns([b.value for b in bars])
         rows = np.array([b.row for b in bars], dtype=np.int64)
@@ -214,14 +215,8 @@ class FeaturesBatch:
                 )
             except ValueError as exc:
                 self.refused += 1
-                message = bar.event.message
-                log.error(
-                    "features: %s[%d]@%d refused by the engine; skipped: %s",
-                    message.topic,
-                    message.partition,
-                    message.offset,
-                    exc,
-                )
+                why = f"refused by the feature engine: {exc}"
+                self.items.append(event_dead_letter(self.dlq_topic, bar.event, Reason.REFUSED, why))
                 continue
             out[id(bar)] = (values[0], bool(warm[0]))
         return out
@@ -229,6 +224,8 @@ class FeaturesBatch:
     def count(self, app: BarcastApp) -> None:
         app.metrics.bar(Stage.FEATURES, Outcome.IN, len(self.bars) + self.malformed)
         app.metrics.bar(Stage.FEATURES, Outcome.OUT, len(self.bars) - self.refused)
+        if self.malformed or self.refused:
+            app.metrics.dlq.inc(self.malformed + self.refused)
 
     def update_states(self) -> None:
         """Hand every symbol this batch advanced back to the cache (written at a checkpoint)."""
@@ -258,7 +255,7 @@ def register(app: BarcastApp) -> None:
     checkpointer = Checkpointer(app, settings.topic_clean, [states])
 
     async def handle(events: Sequence[EventT]) -> None:
-        batch = FeaturesBatch(states, settings.topic_features)
+        batch = FeaturesBatch(states, settings.topic_features, settings.topic_dlq)
         for event in events:
             batch.add(event)
         outputs = batch.compute()

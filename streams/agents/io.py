@@ -13,9 +13,10 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from streams.agents.dlq import publishable
+from streams.agents.records import Out
 from streams.schema import KIND_HEADER, RECEIVED_HEADER, Kind
 
 if TYPE_CHECKING:
@@ -27,20 +28,12 @@ log = logging.getLogger("barcast.agents")
 
 BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.002
-EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: the orchestrator restarts the worker
+# Exit codes of a worker that stops uncommitted; the orchestrator restarts it either way.
+EXIT_BROKER_FAILED = 69  # EX_UNAVAILABLE: the Kafka cluster failed a request (send, acks)
+EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: a bug in barcast
 
 CONTROL_HEADERS = [(KIND_HEADER, Kind.CONTROL.value.encode())]
 BAR_HEADERS = [(KIND_HEADER, Kind.BAR.value.encode())]
-
-
-@dataclass(slots=True)
-class Out:
-    topic: str
-    key: bytes | None
-    value: bytes
-    timestamp_ms: float | None = None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
-    partition: int | None = None
 
 
 def raw_topic(app: BarcastApp, name: str) -> TopicT:
@@ -88,16 +81,42 @@ async def each_batch(
     async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
         try:
             await handle(events)
-        except Exception:
-            exit_uncommitted(f"agent failed on a batch of {len(events)} events")
+        except Exception as exc:
+            exit_uncommitted(f"agent failed on a batch of {len(events)} events", exc)
 
 
-def exit_uncommitted(what: str, error: BaseException | None = None) -> NoReturn:
-    """End the process now (from an `except` block, or with the `error`), leaving the failed
-    events' offsets uncommitted so that a restarted worker processes them again."""
-    log.critical("%s; exiting without committing it", what, exc_info=error or True)
+def exit_uncommitted(what: str, error: BaseException) -> NoReturn:
+    """End the process now, leaving the failed events' offsets uncommitted so that a restarted
+    worker processes them again. Bad records never get here (streams.agents.dlq): a Kafka error
+    is the cluster's, logged on one line and exit 69; anything else is a bug, exit 70."""
+    code = exit_code(error)
+    if code == EXIT_BROKER_FAILED:
+        log.critical(
+            "%s: the Kafka cluster failed (%s: %s); exiting %d without committing: check the "
+            "brokers in BARCAST_BROKER and that they take records of BARCAST_MAX_RECORD_BYTES",
+            what,
+            type(error).__name__,
+            error,
+            code,
+        )
+    else:
+        log.critical("%s; exiting %d without committing", what, code, exc_info=error)
     logging.shutdown()
-    os._exit(EXIT_AGENT_FAILED)
+    os._exit(code)
+
+
+def exit_code(error: BaseException) -> int:
+    """69 for a failure of the Kafka cluster (a request, an ack), 70 for anything else."""
+    from aiokafka.errors import KafkaError
+
+    if isinstance(error, KafkaError | ConnectionError | TimeoutError):
+        return EXIT_BROKER_FAILED
+    return EXIT_AGENT_FAILED
+
+
+def _publishable(app: BarcastApp, records: Sequence[Out]) -> Sequence[Out]:
+    settings = app.barcast
+    return publishable(records, settings.max_record_bytes, settings.topic_dlq, app.metrics)
 
 
 async def send_all(app: BarcastApp, records: Sequence[Out]) -> list[asyncio.Future]:
@@ -112,7 +131,7 @@ async def send_all(app: BarcastApp, records: Sequence[Out]) -> list[asyncio.Futu
             None if r.timestamp_ms is None else r.timestamp_ms / 1000.0,
             r.headers,
         )
-        for r in records
+        for r in _publishable(app, records)
     ]
 
 
@@ -124,7 +143,7 @@ async def send_batches(app: BarcastApp, records: Sequence[Out]) -> list[asyncio.
     a topic's records through one of the two paths only, or their order is lost."""
     producer = await app.batch_producer()
     runs: dict[tuple[str, int], list[Out]] = {}
-    for record in records:
+    for record in _publishable(app, records):
         if record.partition is None:
             raise ValueError(f"a record for {record.topic} has no partition: send_batches needs it")
         runs.setdefault((record.topic, record.partition), []).append(record)

@@ -92,7 +92,9 @@ def register(app: BarcastApp) -> None:
 
     async def handle(events: Sequence[EventT]) -> None:
         cleaned = corrections.batch()
-        computed = FeaturesBatch(features, settings.topic_features, keep_results=True)
+        computed = FeaturesBatch(
+            features, settings.topic_features, settings.topic_dlq, keep_results=True
+        )
         for event in events:
             first = len(cleaned.outputs)
             cleaned.add(event)

@@ -8,10 +8,12 @@ the same code over a whole history (cleaning training data).
 Outcomes: `clean` (unchanged), `corrected` (with `Change(rule, field, old, new)`s),
 `duplicate` (dropped, counted) or `rejected` (a `Reason` and a human message). Rules, in order:
 
+- oversized: key and value over `max_bar_bytes` (16 KiB) → rejected `oversized`, unparsed.
 - malformed: not JSON, not an object, missing fields, wrong types (prices must be int64
   fixed-point, UNDEF_PRICE/null/NaN when undefined), ids out of range, an rtype that is not
   OHLCV, ts_event before 2000, after 2100, off its interval grid, or more than `max_future_s`
-  ahead of `now_ns`; a symbol that changes its rtype → rejected `malformed`.
+  ahead of `now_ns`, a symbol over 64 or a source over 256 characters; a symbol that changes
+  its rtype → rejected `malformed`. Fields other than the `bars.raw` ones are dropped.
 - duplicates on (symbol, ts_event, rtype), remembered for the last `recent_keys` accepted bars:
   identical content → `duplicate`; other prices or volume → the first is kept, the second
   rejected `conflicting_duplicate`.

@@ -30,6 +30,9 @@ class CorrectionConfig:
         (identical or conflicting) from late bars; older re-sends are rejected as late. Each
         key adds ~45 bytes to the serialized state.
     max_future_s: with `now_ns` given, a ts_event further than this in the future is malformed.
+    max_bar_bytes: a message whose key and value together exceed this is rejected `oversized`
+        before it is parsed (a real bar is ~250 bytes): it would otherwise sit in the symbol's
+        state as a held spike candidate, and its dead letter is bounded anyway.
     """
 
     fill_gaps: bool = True
@@ -44,6 +47,7 @@ class CorrectionConfig:
     hold_timeout_s: float = 120.0
     recent_keys: int = 64
     max_future_s: float = 86_400.0
+    max_bar_bytes: int = 16_384
     # Derived in __post_init__, since the rules read them for every bar. spike_band: the
     # factors of the reference close within which a price moved less than spike_min_move.
     hold_timeout_ns: int = field(init=False, repr=False, compare=False)
@@ -61,6 +65,7 @@ class CorrectionConfig:
             "hold_timeout_s": self.hold_timeout_s >= 0.0,
             "recent_keys": self.recent_keys >= 1,
             "max_future_s": self.max_future_s >= 0.0,
+            "max_bar_bytes": self.max_bar_bytes >= 256,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

@@ -16,7 +16,7 @@ from streams.corrections.outcome import (
     Status,
     Step,
 )
-from streams.corrections.parse import MINUTE_NS, RTYPE_OHLCV_1M, Bar, decode, validate
+from streams.corrections.parse import MINUTE_NS, RTYPE_OHLCV_1M, Bar, decode, oversized, validate
 from streams.corrections.rules import CLOSE, Rejection, repair
 from streams.corrections.spikes import confirmed, describe, suspicious
 from streams.corrections.state import Held, SymbolState
@@ -32,6 +32,7 @@ def correct(
     *,
     ref: Any = None,
     now_ns: int | None = None,
+    key_bytes: int = 0,
 ) -> Step:
     """Run every rule on one `bars.raw` message (orjson bytes or a decoded dict).
 
@@ -40,9 +41,14 @@ def correct(
     input's outcome, unless it is held as a spike candidate (then a later `correct` or `flush`
     on the same state releases it), plus the outcome of a previously held bar this one resolved.
     `ref` (JSON-serializable, e.g. [topic, partition, offset]) comes back on the outcome;
-    `now_ns` (wall clock) enables the far-future timestamp check.
+    `now_ns` (wall clock) enables the far-future timestamp check; `key_bytes` (the message
+    key's length) counts toward `config.max_bar_bytes`.
     """
     step = Step()
+    too_large = oversized(value, key_bytes, config)
+    if too_large is not None:
+        _reject(step, stats, value, ref, Reason.OVERSIZED, too_large)
+        return step
     data = decode(value)
     bar = data if isinstance(data, str) else validate(data, value, config, now_ns)
     if isinstance(bar, str):

@@ -12,7 +12,7 @@ import numpy as np
 from streams.corrections.config import CorrectionConfig
 from streams.corrections.engine import correct, flush, process
 from streams.corrections.outcome import CorrectionStats, Gap, Outcome, Step
-from streams.corrections.parse import PRICE_FIELDS, RTYPE_OHLCV_1M, decode, validate
+from streams.corrections.parse import PRICE_FIELDS, RTYPE_OHLCV_1M, decode, oversized, validate
 from streams.corrections.state import SymbolState
 from streams.schema import is_control, to_fixed
 
@@ -42,6 +42,9 @@ def correct_history(values: Iterable[Any], config: CorrectionConfig | None = Non
     history = History()
     stats, states = history.stats, history.states
     for value in values:
+        if oversized(value, 0, config) is not None:
+            history.add(correct(value, SymbolState(), config, stats))  # rejects it as oversized
+            continue
         data = decode(value)
         if isinstance(data, dict) and is_control(data):
             until = data.get("ts_event")

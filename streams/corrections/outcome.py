@@ -32,6 +32,7 @@ class Reason(StrEnum):
     """Why a bar was rejected: the reason code of its `bars.dlq` record."""
 
     MALFORMED = "malformed"
+    OVERSIZED = "oversized"
     LATE = "late"
     CONFLICTING_DUPLICATE = "conflicting_duplicate"
     UNDEFINED_PRICE = "undefined_price"

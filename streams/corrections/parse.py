@@ -46,13 +46,16 @@ FIELD_TYPES = {
     "source": str,
 }
 UINT_LIMITS = {"instrument_id": 2**32, "publisher_id": 2**16, "volume": 2**64}
+# Longest strings a bar may carry (Databento raw symbols are ~20 characters at most).
+STR_LIMITS = {"symbol": 64, "source": 256}
 
 
 @dataclass(slots=True)
 class Bar:
-    """A validated `bars.raw` message. `data` is our own copy of the decoded dict: the
-    `bars.clean` value is built in it. `prices` are open, high, low, close with None where
-    undefined (UNDEF_PRICE, null or NaN); `digest` identifies the raw content for duplicates."""
+    """A validated `bars.raw` message. `data` is our own copy of the decoded dict holding
+    only the `REQUIRED` fields (others are dropped): the `bars.clean` value is built in it.
+    `prices` are open, high, low, close with None where undefined (UNDEF_PRICE, null or NaN);
+    `digest` identifies the raw content for duplicates."""
 
     value: Any
     data: dict[str, Any]
@@ -61,6 +64,17 @@ class Bar:
     rtype: int
     prices: list[int | None]
     digest: int
+
+
+def oversized(value: Any, key_bytes: int, config: CorrectionConfig) -> str | None:
+    """Why a message whose key is `key_bytes` long is too large to be a bar, or None."""
+    size = key_bytes + (len(value) if isinstance(value, bytes | bytearray | str) else 0)
+    if size <= config.max_bar_bytes:
+        return None
+    return (
+        f"message of {size} bytes (key and value) exceeds the {config.max_bar_bytes}-byte "
+        "limit for a bar (a bar is ~250 bytes); fix what wrote it to bars.raw"
+    )
 
 
 def decode(value: Any) -> dict[str, Any] | str:
@@ -114,6 +128,9 @@ def validate(
         return f"field {name!r} must be {FIELD_TYPES[name].__name__}, got {got}"
     if not symbol:
         return "field 'symbol' is empty; it must hold the raw symbol (e.g. 'ESH4')"
+    if len(symbol) > STR_LIMITS["symbol"] or len(source) > STR_LIMITS["source"]:
+        name = "symbol" if len(symbol) > STR_LIMITS["symbol"] else "source"
+        return f"field {name!r} has {len(data[name])} characters; at most {STR_LIMITS[name]}"
     if not (
         0 <= instrument_id < UINT_LIMITS["instrument_id"]
         and 0 <= publisher_id < UINT_LIMITS["publisher_id"]
@@ -157,6 +174,8 @@ def validate(
                 )
         defined = (UNDEF_PRICE if p is None else p for p in prices)
         identity = (instrument_id, publisher_id, *defined, volume)
+    if len(data) != len(REQUIRED):  # unknown fields: bars.clean carries the known ones only
+        data = {name: data[name] for name in REQUIRED}
     # Content identity for duplicates. Hashes of int tuples are deterministic in CPython (no
     # PYTHONHASHSEED); a test pins one value so an interpreter change cannot slip by.
     return Bar(value, data, symbol, ts, rtype, prices, hash(identity))

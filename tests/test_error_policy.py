@@ -1,0 +1,150 @@
+"""The record side of the error policy without a broker: what reaches bars.clean, what becomes a
+dead letter and how large it may be, which failures stop the worker with which exit code, and
+the checked path to the private consumer attribute barcast sets."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from types import SimpleNamespace
+
+import orjson
+import pytest
+from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
+
+from streams.agents.dlq import (
+    KEPT_BYTES,
+    SHA256_HEADER,
+    TRUNCATED_HEADER,
+    Reason,
+    dead_letter,
+    publishable,
+    record_bytes,
+)
+from streams.agents.io import EXIT_AGENT_FAILED, EXIT_BROKER_FAILED, Out, exit_code
+from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
+from streams.corrections import Reason as Rejected
+from streams.internals import InternalsMoved, live_fetcher
+from streams.metrics import Metrics
+from streams.schema import DLQ_REASON
+
+BAR = {
+    "instrument_id": 1,
+    "symbol": "6EH4",
+    "ts_event": 1_704_153_600_000_000_000,
+    "rtype": 33,
+    "publisher_id": 1,
+    "open": 1_100_000_000,
+    "high": 1_101_000_000,
+    "low": 1_099_000_000,
+    "close": 1_100_500_000,
+    "volume": 10,
+    "source": "test",
+}
+LIMIT = 100_000
+
+
+def run(value: bytes, key_bytes: int = 4) -> tuple[Status, object, list[dict]]:
+    step = correct(value, SymbolState(), CorrectionConfig(), CorrectionStats(), key_bytes=key_bytes)
+    (outcome,) = step.outcomes
+    return outcome.status, outcome.reason, step.clean
+
+
+def test_unknown_fields_of_a_raw_bar_never_reach_bars_clean() -> None:
+    status, _, clean = run(orjson.dumps({**BAR, "note": "x" * 10_000, "extra": [1, 2]}))
+    assert status is Status.CLEAN
+    assert set(clean[0]) == {*BAR, "status", "corrections"}
+    assert len(orjson.dumps(clean[0])) < 400
+
+
+def test_a_bar_larger_than_the_limit_is_rejected_oversized_before_it_is_parsed() -> None:
+    limit = CorrectionConfig().max_bar_bytes
+    big = orjson.dumps({**BAR, "note": "x" * limit})
+    assert run(big)[:2] == (Status.REJECTED, Rejected.OVERSIZED)
+    small = orjson.dumps(BAR)
+    assert run(small, key_bytes=limit - len(small) + 1)[:2] == (Status.REJECTED, Rejected.OVERSIZED)
+    assert run(small, key_bytes=limit - len(small))[0] is Status.CLEAN
+
+
+@pytest.mark.parametrize("field", ["symbol", "source"])
+def test_a_bar_with_an_overlong_string_is_malformed(field: str) -> None:
+    assert run(orjson.dumps({**BAR, field: "E" * 300}))[:2] == (
+        Status.REJECTED,
+        Rejected.MALFORMED,
+    )
+
+
+def headers(record: Out) -> dict[str, bytes]:
+    return dict(record.headers)
+
+
+def test_records_within_the_limit_pass_unchanged() -> None:
+    records = [Out("features", b"6EH4", b"x" * (LIMIT - 5_000), None, [], 0)]
+    assert publishable(records, LIMIT, "dlq", Metrics()) is records
+
+
+def test_an_output_over_the_limit_becomes_a_bounded_dead_letter() -> None:
+    metrics = Metrics()
+    value = b"v" * (LIMIT + 1)
+    records = [
+        Out("bars.clean", b"6EH4", b"{}", 1.0, [], 2),
+        Out("features", b"k", value, 1.0, [], 3),
+    ]
+    small, letter = publishable(records, LIMIT, "dlq", metrics)
+    assert small is records[0]
+    assert (letter.topic, letter.partition, letter.key, letter.value) == (
+        "dlq",
+        3,
+        b"k",
+        value[:KEPT_BYTES],
+    )
+    meta = headers(letter)
+    assert meta[DLQ_REASON] == Reason.UNPUBLISHABLE.encode()
+    assert meta["barcast-intended-topic"] == b"features"
+    assert meta[TRUNCATED_HEADER] == f"1,{len(value)}".encode()
+    assert len(meta[SHA256_HEADER]) == 64 and record_bytes(letter) <= LIMIT
+    assert b"barcast_dlq_total 1.0" in metrics.render()
+
+
+def test_a_dead_letter_over_the_limit_keeps_its_headers_and_says_it_was_cut() -> None:
+    value = b"{" + b"x" * (2 * LIMIT)
+    letter = dead_letter("dlq", b"6EH4", value, ("bars.raw", 1, 7), "oversized", "why", 1)
+    (bounded,) = publishable([letter], LIMIT, "dlq", Metrics())
+    meta = headers(bounded)
+    assert meta[DLQ_REASON] == b"oversized" and meta["__connect.errors.offset"] == b"7"
+    assert meta[TRUNCATED_HEADER] == f"4,{len(value)}".encode()
+    assert bounded.value == value[:KEPT_BYTES] and record_bytes(bounded) <= LIMIT
+
+
+def test_only_kafka_failures_exit_as_the_clusters() -> None:
+    assert exit_code(KafkaTimeoutError()) == EXIT_BROKER_FAILED
+    assert exit_code(RequestTimedOutError()) == EXIT_BROKER_FAILED
+    assert exit_code(TimeoutError()) == EXIT_BROKER_FAILED
+    assert exit_code(KeyError("symbol")) == EXIT_AGENT_FAILED
+
+
+def test_the_fetcher_is_found_where_faust_keeps_it() -> None:
+    fetcher = SimpleNamespace(_fetch_max_wait_ms=1500)
+    consumer = SimpleNamespace(_thread=SimpleNamespace(_consumer=SimpleNamespace(_fetcher=fetcher)))
+    assert live_fetcher(consumer) is fetcher
+
+
+@pytest.mark.parametrize(
+    ("consumer", "missing"),
+    [
+        (SimpleNamespace(), "_thread"),
+        (SimpleNamespace(_thread=SimpleNamespace(_consumer=SimpleNamespace())), "_fetcher"),
+        (
+            SimpleNamespace(
+                _thread=SimpleNamespace(_consumer=SimpleNamespace(_fetcher=SimpleNamespace()))
+            ),
+            "_fetcher._fetch_max_wait_ms",
+        ),
+    ],
+)
+def test_a_moved_fetcher_fails_loudly_naming_the_versions(consumer: object, missing: str) -> None:
+    with pytest.raises(InternalsMoved) as error:
+        live_fetcher(consumer)
+    message = str(error.value)
+    assert missing in message
+    assert f"faust-streaming {version('faust-streaming')}" in message
+    assert f"aiokafka {version('aiokafka')}" in message

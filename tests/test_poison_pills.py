@@ -1,0 +1,137 @@
+"""Poison pills through the real broker and real worker processes: one oversized record and one
+record of each kind of malformation, interleaved with real bars. The worker stays up, every
+real bar reaches bars.clean and features, every bad record is in bars.dlq with its reason, and
+the same holds after a SIGKILL (at an observed checkpoint) and a restart that meets them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import replace
+
+import orjson
+import pandas as pd
+import pytest
+from confluent_kafka import Producer
+
+from streams.agents.dlq import KEPT_BYTES, SHA256_HEADER, TRUNCATED_HEADER
+from streams.corrections import Status, bars_from_frame, correct_history
+from streams.kafka import ensure_topics, pipeline_topics
+from streams.schema import DLQ_MESSAGE, DLQ_REASON
+from streams.settings import Settings
+from tests.topic_logs import CleanLog, DeadLetterLog, FeatureLog, metric, wait_for_metric
+from tests.worker import Worker
+
+pytestmark = pytest.mark.integration
+SYMBOLS = ("6EH4", "6EM4")
+BARS = 400  # per symbol; bad records go in after every 40th bar of the first symbol
+OVERSIZED_BYTES = 1_100_000  # over the default BARCAST_MAX_RECORD_BYTES: its DLQ copy is cut
+
+
+def poison(bar: dict, i: int) -> list[tuple[bytes, str]]:
+    """Bad records (value, expected reason) placed just before `bar`, the i-th of its symbol."""
+    kinds = [
+        (orjson.dumps({**bar, "note": "x" * OVERSIZED_BYTES}), "oversized"),
+        (b"\xff\xfe\x00 not utf-8", "malformed"),
+        (orjson.dumps(bar)[:40], "malformed"),  # truncated JSON
+        (orjson.dumps({**bar, "volume": "10"}), "malformed"),  # wrong type
+        (orjson.dumps({k: v for k, v in bar.items() if k != "ts_event"}), "malformed"),
+        (orjson.dumps(bar).replace(b'"close":', b'"close":NaN,"x":'), "malformed"),
+        (orjson.dumps({**bar, **{f: -bar[f] for f in ("open", "high", "low", "close")}}),
+         "nonpositive_price"),
+        (orjson.dumps([bar]), "malformed"),  # not an object
+    ]  # fmt: skip
+    return [kinds[(i // 40) % len(kinds)]]
+
+
+def stream(bars: pd.DataFrame) -> tuple[list[tuple[bytes, bytes]], Counter[str]]:
+    """(key, value) records of both symbols in turn, with the bad ones, and their reasons."""
+    records: list[tuple[bytes, bytes]] = []
+    reasons: Counter[str] = Counter()
+    per_symbol = [
+        bars_from_frame(bars.iloc[:BARS], symbol=s, instrument_id=7 + n, source="test")
+        for n, s in enumerate(SYMBOLS)
+    ]
+    for i, pair in enumerate(zip(*per_symbol, strict=True)):
+        for bar in pair:
+            key = bar["symbol"].encode()
+            if i % 40 == 20 and bar["symbol"] == SYMBOLS[0]:
+                for value, reason in poison(bar, i):
+                    records.append((key, value))
+                    reasons[reason] += 1
+            records.append((key, orjson.dumps(bar)))
+    return records, reasons
+
+
+def produce_large(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",
+            "message.max.bytes": 4_000_000,
+        }
+    )
+    for key, value in records:
+        producer.produce(topic, value=value, key=key)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def test_bad_records_go_to_the_dlq_and_the_stream_goes_on(
+    broker_settings: Settings, sixe_bars: pd.DataFrame
+) -> None:
+    settings = replace(broker_settings, role="stream", checkpoint_max_s=0.5)
+    ensure_topics(settings, pipeline_topics(settings))
+    records, reasons = stream(sixe_bars)
+    assert reasons["oversized"] >= 2 and len(reasons) == 3
+    expected = correct_history(value for _, value in records)
+    rejected = [o for o in expected.outcomes if o.status is Status.REJECTED]
+    assert Counter(o.reason.value for o in rejected) == reasons
+    total, half = len(expected.clean), len(records) // 2
+    logs = [
+        CleanLog(settings.broker, settings.topic_clean, settings.partitions),
+        DeadLetterLog(settings.broker, settings.topic_dlq, settings.partitions),
+        FeatureLog(settings.broker, settings.topic_features, settings.partitions),
+    ]
+    clean, dlq, features = logs
+    try:
+        produce_large(settings.broker, settings.topic_raw, records[:half])
+        first = Worker(settings, "first").start()
+        wait_for_metric(first, "barcast_checkpoints_total", 1)
+        half_clean = sum(1 for o in expected.outcomes[:half] if o.status is not Status.REJECTED)
+        clean.read_until(half_clean - 1)  # a held spike candidate may wait for the next bar
+        first.kill()  # maybe before the checkpoint of the bad records: then they are replayed
+        produce_large(settings.broker, settings.topic_raw, records[half:])
+        with Worker(settings, "second") as second:
+            assert clean.read_until(total) == total
+            assert features.read_until(total) == total
+            assert dlq.read_until(len(rejected)) == len(rejected)
+            assert second.process is not None and second.process.poll() is None
+            fetch_wait = metric(second, "barcast_fetch_max_wait_ms")
+    finally:
+        for log in logs:
+            log.close()
+
+    assert fetch_wait == settings.fetch_max_wait_ms
+    assert "exiting" not in first.log() + second.log()
+    assert sorted(clean.values) == sorted(
+        (bar["symbol"], bar["ts_event"], bar["rtype"]) for bar in expected.clean
+    )
+    for bar in expected.clean:
+        assert orjson.loads(clean.values[bar["symbol"], bar["ts_event"], bar["rtype"]]) == bar
+    letters = sorted(dlq.values.items())
+    assert Counter(dlq.headers[k][DLQ_REASON].decode() for k, _ in letters) == reasons
+    originals = [o.value for o in rejected]
+    for key, value in letters:
+        headers = dlq.headers[key]
+        assert headers[DLQ_MESSAGE]
+        if TRUNCATED_HEADER in headers:  # the 1 MB records: a bounded copy
+            original = next(v for v in originals if v[:KEPT_BYTES] == value and len(v) > KEPT_BYTES)
+            assert headers[DLQ_REASON] == b"oversized" and len(value) == KEPT_BYTES
+            assert headers[SHA256_HEADER] == hashlib.sha256(original).hexdigest().encode()
+            assert headers[TRUNCATED_HEADER].endswith(f",{len(original)}".encode())
+        else:
+            assert value in originals
+    assert sum(TRUNCATED_HEADER in h for h in dlq.headers.values()) == reasons["oversized"]
