@@ -12,6 +12,10 @@ be out. The agent keeps consuming while a flush runs, so decoding overlaps infer
 In the one-agent pipeline (streams.agents.pipeline) the stage stores its windows at the
 pipeline's checkpoints instead (`drain`), which hold the source events' commit until then: a
 cut then acks its events once its forecasts are out, and a burst writes no window state.
+
+A worker started before any checkpoint exists keeps the windows filling (at the default
+lookback) and forecasts nothing until the first valid one lands in `BARCAST_MODEL_DIR`; from its
+swap on, every ready window is forecast, the first ones at once.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ import numpy as np
 import orjson
 import torch
 
+from features.engine import FINGERPRINT, N_FEATURES
 from model.checkpoint import CheckpointError
+from model.config import TFTConfig
 from streams.agents.io import (
     BAR_HEADERS,
     Out,
@@ -39,9 +45,10 @@ from streams.agents.io import (
     raw_topic,
     send_batches,
 )
+from streams.agents.serving import initial_engine, load
 from streams.agents.state import StateTable
 from streams.forecast.batcher import MicroBatcher
-from streams.forecast.checkpoints import CheckpointMissing, CheckpointWatcher
+from streams.forecast.checkpoints import CheckpointWatcher
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_message
 from streams.forecast.windows import SymbolWindow, meta_key, row_key
@@ -104,12 +111,13 @@ def feature_row(event: EventT) -> FeatureRow:
 
 class ForecastService:
     def __init__(
-        self, app: BarcastApp, engine: ForecastEngine, windows_on_drain: bool = False
+        self, app: BarcastApp, engine: ForecastEngine | None, windows_on_drain: bool = False
     ) -> None:
         settings = app.barcast
         self.windows_on_drain = windows_on_drain
         self.app = app
-        self.engine = engine
+        self.engine = engine  # None until the first checkpoint lands
+        self.lookback = TFTConfig.lookback if engine is None else engine.lookback
         self.topic = settings.topic_forecasts
         self.incremental = settings.incremental_encoding
         self.table = StateTable(app, "forecast-windows")
@@ -132,7 +140,7 @@ class ForecastService:
         """The symbol's window, rebuilt from the table on first sight after a (re)start."""
         window = self.windows.get(key)
         if window is None:
-            window = SymbolWindow(self.engine.lookback, self.engine.n_features)
+            window = SymbolWindow(self.lookback, N_FEATURES)
             offset, meta = self.table.get(meta_key(key))
             if meta is not None:
                 window.load_meta(meta)
@@ -177,13 +185,14 @@ class ForecastService:
         window.append(row.ts_event, row.close, row.synthetic, row.warm, row.values)
         self.applied[key] = row.offset
         self.dirty[key] = (row.partition, row.offset)
-        if row.fingerprint != self.engine.fingerprint:
+        if row.fingerprint != FINGERPRINT:  # a served checkpoint's is this one, too
             raise RuntimeError(
-                f"feature row for {row.symbol} has fingerprint {row.fingerprint} but "
-                f"checkpoint {self.engine.model_id} expects {self.engine.fingerprint}: run the "
-                "stream workers and the forecast worker from the same barcast version"
+                f"feature row for {row.symbol} has fingerprint {row.fingerprint} but this "
+                f"worker's feature set is {FINGERPRINT}: run the stream workers and the "
+                "forecast worker from the same barcast version"
             )
-        if window.ready and window.all_warm and not row.synthetic:
+        ready = window.ready and window.all_warm and not row.synthetic
+        if ready and self.engine is not None:
             self.batcher.add(
                 WindowRequest(
                     symbol=row.symbol,
@@ -330,18 +339,23 @@ class ForecastService:
         path = watcher.poll()
         if path is None:
             return
+        first = self.engine is None
         try:
-            served = await asyncio.to_thread(self.engine.prepare, path)
+            engine, served = await asyncio.to_thread(
+                load, path, self.engine, self.app.barcast, self.lookback
+            )
         except CheckpointError as exc:
             watcher.reject(path)
             log.error("not serving %s: %s", path, exc)
             return
         async with self.lock:
-            self.engine.swap(served)
+            engine.swap(served)
+            self.engine = engine
         watcher.accept(path)
         self.app.metrics.model_reloads.inc()
-        self.app.metrics.set_model(self.engine.model_id, self.engine.fingerprint)
-        log.info("hot-reloaded checkpoint %s from %s", self.engine.model_id, watcher.current)
+        self.app.metrics.set_model(engine.model_id, engine.fingerprint)
+        what = "serving the first checkpoint" if first else "hot-reloaded checkpoint"
+        log.info("%s %s from %s", what, engine.model_id, watcher.current)
 
 
 def _exit_on_failure(future: asyncio.Future[None]) -> None:
@@ -362,15 +376,8 @@ def start(app: BarcastApp, windows_on_drain: bool = False) -> ForecastService:
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     raw_topic(app, settings.topic_forecasts)
     watcher = CheckpointWatcher(settings.model_dir)
-    try:
-        engine = ForecastEngine.from_settings(watcher.require_initial(), settings)
-    except (CheckpointMissing, CheckpointError) as exc:
-        # Serving without a model, or with one trained on other features, is never right:
-        # refuse to start, with the reason on one line instead of a traceback.
-        raise SystemExit(f"barcast forecast worker: {exc}") from None
+    engine = initial_engine(app, watcher)
     service = ForecastService(app, engine, windows_on_drain)
-    app.metrics.set_model(engine.model_id, engine.fingerprint)
-    log.info("serving checkpoint %s on %s", engine.model_id, engine.device)
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: BarcastApp, revoked: object, **kwargs: object) -> None:

@@ -12,10 +12,6 @@ from pathlib import Path
 from model.checkpoint import CONFIG, WEIGHTS
 
 
-class CheckpointMissing(FileNotFoundError):
-    """No checkpoint to serve: the message says how to make one."""
-
-
 class CheckpointWatcher:
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
@@ -35,17 +31,6 @@ class CheckpointWatcher:
         if not candidates:
             return None
         return max(candidates, key=lambda d: ((d / CONFIG).stat().st_mtime_ns, d.name))
-
-    def require_initial(self) -> Path:
-        newest = self.newest()
-        if newest is None:
-            raise CheckpointMissing(
-                f"no checkpoint in {self.model_dir} (BARCAST_MODEL_DIR): train one with "
-                f"`barcast train --data FILE --out {self.model_dir}/NAME`, or point "
-                "BARCAST_MODEL_DIR at a checkpoint directory"
-            )
-        self.current = newest
-        return newest
 
     def poll(self) -> Path | None:
         """A checkpoint newer than the one served that has not failed validation, or None."""
