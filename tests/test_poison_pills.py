@@ -20,6 +20,7 @@ from streams.corrections import Status, bars_from_frame, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.schema import DLQ_MESSAGE, DLQ_REASON
 from streams.settings import Settings
+from tests.checkpoints import make_checkpoint
 from tests.topic_logs import CleanLog, DeadLetterLog, FeatureLog, metric, wait_for_metric
 from tests.worker import Worker
 
@@ -79,10 +80,14 @@ def produce_large(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]
     assert producer.flush(30) == 0
 
 
+@pytest.mark.parametrize("role", ["stream", "all"])
 def test_bad_records_go_to_the_dlq_and_the_stream_goes_on(
-    broker_settings: Settings, sixe_bars: pd.DataFrame
+    broker_settings: Settings, sixe_bars: pd.DataFrame, role: str
 ) -> None:
-    settings = replace(broker_settings, role="stream", checkpoint_max_s=0.5)
+    # Role stream publishes through Faust's producer, role all through record batches.
+    settings = replace(broker_settings, role=role, checkpoint_max_s=0.5)
+    if role == "all":
+        make_checkpoint(settings.model_dir / "first")
     ensure_topics(settings, pipeline_topics(settings))
     records, reasons = stream(sixe_bars)
     assert reasons["oversized"] >= 2 and len(reasons) == 3
