@@ -152,7 +152,6 @@ def make_checkpoint(directory: Path, hidden: int, heads: int, seed: int = 0) -> 
     """A serving-size TFT with random weights in the real checkpoint format."""
     from features import engine as feature_engine
     from model import checkpoint
-    from model.checkpoint import CheckpointMeta
     from model.covariates import SymbolVocab
     from model.normalization import Normalizer
     from model.tft import TemporalFusionTransformer
@@ -161,14 +160,8 @@ def make_checkpoint(directory: Path, hidden: int, heads: int, seed: int = 0) -> 
     vocab = SymbolVocab.from_symbols(["6EH4", "ESU4", "NQU4"])
     config = TFTConfig(hidden=hidden, heads=heads, n_symbols=vocab.size, dropout=0.0)
     rng = np.random.default_rng(seed)
-    meta = CheckpointMeta(
-        config=config,
-        feature_fingerprint=feature_engine.FINGERPRINT,
-        normalizer=Normalizer.fit(rng.normal(size=(256, config.n_hist))),
-        target_scale=1e-3,
-        vocab=vocab,
-        persistence_quantiles=np.zeros((config.horizon, len(config.quantiles))),
-    )
+    normalizer = Normalizer.fit(rng.normal(size=(256, config.n_hist)))
+    meta = checkpoint.untrained_meta(config, vocab, normalizer, feature_engine.FINGERPRINT)
     checkpoint.save(directory, TemporalFusionTransformer(config).eval(), meta)
     return directory
 

@@ -18,15 +18,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from model.calibration import apply_interval_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
 from model.tft import TemporalFusionTransformer
+from model.volatility import SCALE_FEATURE, TimeOfDayProfile, VolatilityScale
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 FORMAT = "barcast-tft"
-VERSION = 1
+VERSION = 2  # 2: outputs in units of a volatility scale, interval calibration as scales
+UNTRAINED_FLOOR = 1e-4  # log-return volatility floor of an untrained checkpoint
 
 
 class CheckpointError(ValueError):
@@ -38,11 +41,22 @@ class CheckpointMeta:
     config: TFTConfig
     feature_fingerprint: str
     normalizer: Normalizer
-    target_scale: float  # model outputs x target_scale = log returns
+    volatility: VolatilityScale  # model outputs x this scale = log returns
+    interval_scale: np.ndarray  # (horizon, n_quantiles) from the calibration split
     vocab: SymbolVocab
     persistence_quantiles: np.ndarray  # (horizon, n_quantiles) training label quantiles
     data: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_returns(
+        self, outputs: np.ndarray, ts_event: np.ndarray, last_rows: np.ndarray
+    ) -> np.ndarray:
+        """Model outputs `(B, H, Q)` -> calibrated quantiles of the cumulative log return, for
+        windows ending at `ts_event` whose newest raw feature rows are `last_rows` `(B, F)`."""
+        c = self.config
+        scale = self.volatility.scale(np.asarray(ts_event, dtype=np.int64), last_rows, c.horizon)
+        calibrated = apply_interval_scale(outputs, self.interval_scale, c.quantiles.index(0.5))
+        return calibrated * scale[..., None]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,7 +65,8 @@ class CheckpointMeta:
             "model": self.config.to_dict(),
             "feature_fingerprint": self.feature_fingerprint,
             "normalization": self.normalizer.to_dict(),
-            "target_scale": self.target_scale,
+            "volatility": self.volatility.to_dict(),
+            "interval_scale": self.interval_scale.tolist(),
             "symbols": list(self.vocab.roots),
             "persistence_quantiles": self.persistence_quantiles.tolist(),
             "data": self.data,
@@ -64,12 +79,35 @@ class CheckpointMeta:
             config=TFTConfig.from_dict(values["model"]),
             feature_fingerprint=values["feature_fingerprint"],
             normalizer=Normalizer.from_dict(values["normalization"]),
-            target_scale=float(values["target_scale"]),
+            volatility=VolatilityScale.from_dict(values["volatility"]),
+            interval_scale=np.asarray(values["interval_scale"], dtype=np.float64),
             vocab=SymbolVocab(tuple(values["symbols"])),
             persistence_quantiles=np.asarray(values["persistence_quantiles"], dtype=np.float64),
             data=values.get("data", {}),
             metrics=values.get("metrics", {}),
         )
+
+
+def untrained_meta(
+    config: TFTConfig, vocab: SymbolVocab, normalizer: Normalizer, fingerprint: str
+) -> CheckpointMeta:
+    """Metadata for a checkpoint of untrained weights (tests, benchmarks): a flat daily
+    profile, uncalibrated intervals, zero persistence quantiles."""
+    from features.engine import FEATURE_NAMES
+
+    volatility = VolatilityScale(
+        TimeOfDayProfile.flat(), list(FEATURE_NAMES).index(SCALE_FEATURE), UNTRAINED_FLOOR
+    )
+    shape = (config.horizon, len(config.quantiles))
+    return CheckpointMeta(
+        config=config,
+        feature_fingerprint=fingerprint,
+        normalizer=normalizer,
+        volatility=volatility,
+        interval_scale=np.ones(shape),
+        vocab=vocab,
+        persistence_quantiles=np.zeros(shape),
+    )
 
 
 def save(directory: Path, model: TemporalFusionTransformer, meta: CheckpointMeta) -> str:
@@ -120,6 +158,11 @@ def load(
     if values.get("format") != FORMAT:
         raise CheckpointError(
             f"{config_path}: not a barcast TFT checkpoint (format {values.get('format')!r})"
+        )
+    if values.get("version") != VERSION:
+        raise CheckpointError(
+            f"{config_path}: checkpoint format version {values.get('version')}, this barcast "
+            f"reads version {VERSION}; retrain it with this barcast's `barcast train`"
         )
     meta = CheckpointMeta.from_dict(values)
     if expected_fingerprint is not None and meta.feature_fingerprint != expected_fingerprint:

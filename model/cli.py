@@ -50,13 +50,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--val-fraction",
         type=float,
         default=0.1,
-        help="share of the time span for validation (before the test span)",
+        help="share of the bars for validation (early stopping), after training",
+    )
+    train.add_argument(
+        "--calib-fraction",
+        type=float,
+        default=0.1,
+        help="share of the bars for interval calibration, after validation",
     )
     train.add_argument(
         "--test-fraction",
         type=float,
         default=0.25,
-        help="share of the time span held out for `barcast evaluate`",
+        help="share of the bars held out for `barcast evaluate`, at the end",
     )
     train.add_argument(
         "--embargo", type=int, default=0, help="bars skipped between splits (0: lookback + horizon)"
@@ -71,8 +77,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     evaluate = subparsers.add_parser(
         "evaluate",
         help="evaluate a checkpoint against baselines on held-out windows",
-        description="Pinball loss, q-risk, MAE, coverage vs persistence and rolling empirical "
-        "quantiles; attention entropy, variable importances, INT8 change. Writes "
+        description="Runs the serving engine over every window the worker would forecast and "
+        "scores it against persistence, rolling empirical quantiles and EWMA and time-of-day "
+        "EWMA volatility forecasts, all calibrated on the checkpoint's calibration split: "
+        "pinball loss, q-risk, MAE, coverage, a block-bootstrap interval of the pinball "
+        "difference; attention entropy, variable importances, INT8 change. Writes "
         "evaluation.json, calibration.png and fan_chart.png.",
     )
     evaluate.add_argument("--checkpoint", type=Path, required=True, metavar="DIR")
@@ -85,9 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     evaluate.add_argument(
         "--split",
-        choices=("test", "val", "all"),
+        choices=("test", "calib", "val", "all"),
         default="test",
-        help="the checkpoint's test or validation period, or every window",
+        help="the checkpoint's test, calibration or validation period, or every window",
     )
     evaluate.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     evaluate.add_argument(

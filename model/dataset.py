@@ -4,7 +4,10 @@ A window ending at row t (the last bar the model sees) holds rows t-lookback+1..
 the cumulative log returns of the close at t+1..t+horizon as its label. Windows use warm feature
 rows only, never span a session break in the label, and never cross a split boundary: train,
 validation and test are time ranges, and the first `embargo` (>= lookback + horizon) bars of
-validation and of test start no window, so no input row or label of one split is near another's.
+validation, of calibration and of test start no window, so no input row or label of one split
+is near another's. Validation picks the best epoch; calibration, a split of its own, fits the
+q10/q90 interval scale, so the windows that choose the model do not also calibrate it.
+A window ends on a real bar, as in serving: the worker never forecasts from a gap fill.
 """
 
 from __future__ import annotations
@@ -19,50 +22,58 @@ import torch
 from model.bars import CleanBars, DataError
 from model.covariates import NS_PER_MIN, SymbolVocab, future_covariates
 from model.normalization import Normalizer
+from model.volatility import TimeOfDayProfile, VolatilityScale, contiguous_returns
 
 
 class Part(IntEnum):
     TRAIN = 0
     VAL = 1
-    TEST = 2
+    CALIB = 2
+    TEST = 3
 
 
 @dataclass(frozen=True)
 class Split:
-    """Time boundaries (UTC ns): train < train_end <= val < val_end <= test."""
+    """Time boundaries (UTC ns): train < train_end <= val < val_end <= calib < calib_end <=
+    test."""
 
     train_end: int
     val_end: int
+    calib_end: int
     embargo: int
 
     @classmethod
     def from_fractions(
-        cls, ts: np.ndarray, val_fraction: float, test_fraction: float, embargo: int
+        cls, ts: np.ndarray, val: float, calib: float, test: float, embargo: int
     ) -> Split:
-        if not (val_fraction > 0 and test_fraction >= 0 and val_fraction + test_fraction < 1):
+        """Boundaries at fractions of the bars (not of the time span, which weekends skew)."""
+        if not (val > 0 and calib > 0 and test >= 0 and val + calib + test < 1):
             raise DataError(
-                f"--val-fraction {val_fraction} / --test-fraction {test_fraction}: need "
-                "val > 0, test >= 0 and val + test < 1"
+                f"--val-fraction {val} / --calib-fraction {calib} / --test-fraction {test}: "
+                "need val > 0, calib > 0, test >= 0 and val + calib + test < 1"
             )
-        start, end = int(ts.min()), int(ts.max())
-        span = end - start
-        return cls(
-            train_end=start + int(span * (1 - val_fraction - test_fraction)),
-            val_end=start + int(span * (1 - test_fraction)),
-            embargo=embargo,
-        )
+        cuts = np.quantile(np.sort(ts), [1 - val - calib - test, 1 - calib - test, 1 - test])
+        train_end, val_end, calib_end = (int(c) for c in cuts)
+        return cls(train_end, val_end, calib_end if test > 0 else int(ts.max()) + 1, embargo)
+
+    @property
+    def bounds(self) -> tuple[int, int, int]:
+        return self.train_end, self.val_end, self.calib_end
 
     def part_of(self, ts: np.ndarray) -> np.ndarray:
-        return np.where(
-            ts < self.train_end, Part.TRAIN, np.where(ts < self.val_end, Part.VAL, Part.TEST)
-        ).astype(np.int8)
+        return np.searchsorted(np.asarray(self.bounds), ts, side="right").astype(np.int8)
 
     def to_dict(self) -> dict[str, int]:
-        return {"train_end": self.train_end, "val_end": self.val_end, "embargo": self.embargo}
+        return {
+            "train_end": self.train_end,
+            "val_end": self.val_end,
+            "calib_end": self.calib_end,
+            "embargo": self.embargo,
+        }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Split:
-        return cls(int(values["train_end"]), int(values["val_end"]), int(values["embargo"]))
+        return cls(*(int(values[k]) for k in ("train_end", "val_end", "calib_end", "embargo")))
 
 
 @dataclass
@@ -76,6 +87,8 @@ class Panel:
     features: np.ndarray  # (R, F) float64, raw feature-engine output
     warm: np.ndarray  # (R,) bool
     targets: np.ndarray  # (R, horizon) float64 log returns; NaN where the label is unavailable
+    synthetic: np.ndarray  # (R,) bool: a gap fill of the corrections (O=H=L=C, volume 0)
+    feature_names: tuple[str, ...] = ()  # the columns of `features`
 
     @property
     def row_symbol(self) -> np.ndarray:
@@ -84,7 +97,7 @@ class Panel:
 
 def build_panel(bars: list[CleanBars], horizon: int) -> Panel:
     """Run the feature engine in batch over each symbol's clean bars."""
-    from features.engine import N_FEATURES, compute_batch
+    from features.engine import FEATURE_NAMES, N_FEATURES, compute_batch
 
     rows = []
     for b in bars:
@@ -97,16 +110,21 @@ def build_panel(bars: list[CleanBars], horizon: int) -> Panel:
                 f"expected ({len(b)}, {N_FEATURES})"
             )
         rows.append((b.ts_event, b.close, values, np.asarray(warm, dtype=bool)))
-    return panel_from_arrays([b.symbol for b in bars], rows, horizon)
+    synthetic = [np.asarray(b.synthetic, dtype=bool) for b in bars]
+    return panel_from_arrays([b.symbol for b in bars], rows, horizon, synthetic, FEATURE_NAMES)
 
 
 def panel_from_arrays(
     symbols: list[str],
     rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
     horizon: int,
+    synthetic: list[np.ndarray] | None = None,
+    feature_names: tuple[str, ...] = (),
 ) -> Panel:
-    """A panel from per-symbol (ts, close, features, warm) arrays (also used by tests)."""
+    """A panel from per-symbol (ts, close, features, warm) arrays and gap-fill flags (none if
+    not given; also used by tests)."""
     lengths = [len(r[0]) for r in rows]
+    flags = synthetic or [np.zeros(n, dtype=bool) for n in lengths]
     return Panel(
         symbols=list(symbols),
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
@@ -115,6 +133,8 @@ def panel_from_arrays(
         features=np.concatenate([r[2] for r in rows]).astype(np.float64),
         warm=np.concatenate([r[3] for r in rows]),
         targets=np.concatenate([forward_returns(r[0], r[1], horizon) for r in rows]),
+        synthetic=np.concatenate(flags).astype(bool),
+        feature_names=tuple(feature_names),
     )
 
 
@@ -145,6 +165,7 @@ def window_ends(panel: Panel, split: Split, part: Part, lookback: int, horizon: 
         t = np.arange(lo + lookback - 1, hi - horizon)
         first = t - lookback + 1
         ok = (cold[t + 1] - cold[first] == 0) & np.isfinite(panel.targets[t]).all(axis=1)
+        ok &= ~panel.synthetic[t]
         ok &= (parts[first] == part) & (parts[t + horizon] == part)
         if part != Part.TRAIN:
             in_part = np.flatnonzero(parts[lo:hi] == part)
@@ -152,6 +173,13 @@ def window_ends(panel: Panel, split: Split, part: Part, lookback: int, horizon: 
             ok &= first >= start + split.embargo
         ends.append(t[ok])
     return np.concatenate(ends).astype(np.int64) if ends else np.zeros(0, dtype=np.int64)
+
+
+def labels_over_gap_fills(panel: Panel, ends: np.ndarray, horizon: int) -> np.ndarray:
+    """(n,) True where a window's label runs over a gap fill: no trade moved the price there,
+    which the zero volume of the inputs all but gives away, so these are scored apart."""
+    filled = np.concatenate([[0], np.cumsum(panel.synthetic)])
+    return filled[ends + horizon + 1] - filled[ends + 1] > 0
 
 
 @dataclass
@@ -166,6 +194,7 @@ class Batch:
     row_window: torch.Tensor  # (U,) a window holding each row
     x_future: torch.Tensor  # (B, horizon, n_future)
     y: torch.Tensor  # (B, horizon) log returns / target_scale
+    unit: torch.Tensor  # (B, horizon) the volatility scale / target_scale: model output x unit = y
 
     @property
     def x_hist(self) -> torch.Tensor:
@@ -185,12 +214,15 @@ class WindowData:
         lookback: int,
         horizon: int,
         target_scale: float,
+        volatility: VolatilityScale,
     ) -> None:
         self.panel = panel
         self.lookback, self.horizon, self.target_scale = lookback, horizon, target_scale
         self.features = torch.from_numpy(normalizer.apply(panel.features))
         self.future = torch.from_numpy(future_covariates(panel.ts, horizon))
         self.targets = torch.from_numpy((panel.targets / target_scale).astype(np.float32))
+        unit = volatility.scale(panel.ts, panel.features, horizon) / target_scale
+        self.unit = torch.from_numpy(unit.astype(np.float32))
         ids, reals = vocab.encode(panel.symbols)
         row_symbol = torch.from_numpy(panel.row_symbol)
         self.symbol = torch.from_numpy(ids)[row_symbol]
@@ -211,7 +243,29 @@ class WindowData:
             row_window=torch.from_numpy(row_window),
             x_future=self.future[t],
             y=self.targets[t],
+            unit=self.unit[t],
         )
+
+
+def one_bar_returns(panel: Panel) -> np.ndarray:
+    """(R,) each row's 1-bar log return; NaN at a symbol's first bar and after a gap."""
+    return np.concatenate(
+        [
+            contiguous_returns(panel.ts[lo:hi], panel.close[lo:hi])
+            for lo, hi in zip(panel.offsets[:-1], panel.offsets[1:], strict=True)
+        ]
+    )
+
+
+def fit_profile(panel: Panel, train_end: int) -> TimeOfDayProfile:
+    """The time-of-day profile of the training bars (ts < train_end), each symbol's returns in
+    units of its own RMS so that one product's level does not outweigh another's."""
+    r = one_bar_returns(panel)
+    train = panel.ts < train_end
+    for lo, hi in zip(panel.offsets[:-1], panel.offsets[1:], strict=True):
+        rms = np.sqrt(np.nanmean(r[lo:hi][train[lo:hi]] ** 2)) if train[lo:hi].any() else 0.0
+        r[lo:hi] = r[lo:hi] / rms if rms > 0 else np.nan
+    return TimeOfDayProfile.fit(panel.ts[train], r[train])
 
 
 def fit_normalizer(panel: Panel, train_ends: np.ndarray, lookback: int) -> Normalizer:

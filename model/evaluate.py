@@ -1,32 +1,41 @@
-"""`barcast evaluate`: the model against two baselines on the same held-out windows.
+"""`barcast evaluate`: the served forecasts against the baselines, on the same windows.
 
-Baselines: persistence (zero return; quantiles from the training label distribution, stored in
-the checkpoint) and rolling empirical quantiles of each horizon's past returns over the last
-`rolling_window` bars of the same symbol. Also reported: attention entropy, variable-selection
-importances and the accuracy change of the INT8 model. Writes evaluation.json, calibration.png
-and fan_chart.png.
+The windows are those the worker forecasts (a real last bar, warm features; `model.dataset`),
+and the TFT's quantiles come from the serving engine itself (`ForecastEngine`), so the figures
+are those of the forecasts the worker publishes. Baselines (`model.baselines`) are each
+calibrated like the TFT (`model.calibration`) on the checkpoint's calibration split, the EWMAs'
+half-life chosen there too. Windows whose labels run over gap fills are scored on a line of their
+own; windows where some forecaster has too little history are left out for all and counted.
+Also reported: a block-bootstrap interval of the TFT's pinball difference to the best baseline,
+attention entropy, variable-selection importances and the accuracy change of the INT8 model.
+Writes evaluation.json, calibration.png and fan_chart.png.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
+from tqdm import tqdm
 
-from model import plots
+from model import baselines, plots
 from model.bars import data_fingerprint, load_bars
+from model.calibration import apply_interval_scale, fit_interval_scale
+from model.checkpoint import CheckpointMeta
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
-from model.dataset import Panel, Part, Split, build_panel, window_ends
-from model.forecaster import ForecastBatch, Forecaster
-from model.metrics import attention_entropy, coverage, summarize
+from model.dataset import Panel, Part, Split, build_panel, labels_over_gap_fills, window_ends
+from model.explain import explain_windows
+from model.metrics import coverage, pinball_per_window, summarize
+from model.significance import block_bootstrap
+from model.volatility import TimeOfDayProfile
 
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
+HALFLIVES = (10, 20, 30, 60, 120)  # bars; each EWMA baseline keeps its best on calibration
+NEW_DATA_CALIBRATION = 0.2  # share of a file's windows that calibrate the baselines (--split all)
 PARTS = ("test", "val", "all")
 
 
@@ -41,71 +50,67 @@ def evaluate(
     rolling_window: int = ROLLING_WINDOW,
     batch_size: int = 256,
 ) -> dict[str, Any]:
-    from features.engine import FEATURE_NAMES, FINGERPRINT
+    from features.engine import FEATURE_NAMES
+    from streams.forecast.engine import ForecastEngine
 
-    model = Forecaster(
-        checkpoint_dir, device=device, cpu_precision=cpu_precision, expected_fingerprint=FINGERPRINT
-    )
-    forecasters = {model.name: model}
-    for precision in ("fp32", "int8"):  # the INT8 change is always measured on the CPU
-        if f"cpu-{precision}" not in forecasters:
-            forecasters[f"cpu-{precision}"] = Forecaster(
-                checkpoint_dir,
-                device="cpu",
-                cpu_precision=precision,
-                expected_fingerprint=FINGERPRINT,
-            )
-    config = model.config
+    engine = ForecastEngine(checkpoint_dir, device, cpu_precision)
+    forecaster = engine.served.forecaster
+    meta, config = forecaster.meta, forecaster.config
     bars, data_report = load_bars(paths)
     panel = build_panel(bars, config.horizon)
-    ends = evaluation_windows(
-        panel, Split.from_dict(model.meta.data["split"]), part, config.lookback, config.horizon
+    split = Split.from_dict(meta.data["split"])
+    ends, fit_ends, calibration_source = evaluation_windows(
+        panel, split, part, config.lookback, config.horizon
     )
     y = panel.targets[ends]
+    tft = run_engine(engine, panel, ends, batch_size, "tft")
+    precisions = {forecaster.name: tft}
+    for precision in ("fp32", "int8"):  # the INT8 change is always measured on the CPU
+        if f"cpu-{precision}" not in precisions:
+            other = ForecastEngine(checkpoint_dir, "cpu", precision)
+            precisions[f"cpu-{precision}"] = run_engine(other, panel, ends, batch_size, precision)
+    forecasts, fitted = baseline_forecasts(panel, ends, fit_ends, meta, rolling_window)
+    forecasts = {"tft": tft} | forecasts
 
-    runs = {name: run_model(f, panel, ends, batch_size) for name, f in forecasters.items()}
-    q, explain = runs[model.name]
-    int8_q, fp32_q = runs["cpu-int8"][0], runs["cpu-fp32"][0]
-    forecasts = {
-        "tft": q,
-        "persistence": persistence(model.meta.persistence_quantiles, len(ends)),
-        "rolling_quantiles": rolling_quantiles(panel, ends, config.quantiles, rolling_window),
-    }
+    defined = np.all([np.isfinite(f).all(axis=(1, 2)) for f in forecasts.values()], axis=0)
+    over_gap = labels_over_gap_fills(panel, ends, config.horizon)
+    scored = defined & ~over_gap
+    if not scored.any():
+        raise ValueError("no window where every forecaster is defined; give more history")
     quantiles = config.quantiles
-    results = {name: summarize(y, f, quantiles) for name, f in forecasts.items()}
-    by_precision = {
-        name: summarize(y, run[0], quantiles)["mean_pinball"] for name, run in runs.items()
+    results = {name: summarize(y[scored], f[scored], quantiles) for name, f in forecasts.items()}
+    gap_results = {
+        name: summarize(y[defined & over_gap], f[defined & over_gap], quantiles)
+        for name, f in forecasts.items()
+        if (defined & over_gap).any()
     }
-    int8, fp32 = by_precision["cpu-int8"], by_precision["cpu-fp32"]
     report = {
         "checkpoint": str(checkpoint_dir),
-        "model_id": model.model_id,
-        "feature_fingerprint": model.fingerprint,
-        "device": model.name,
+        "model_id": forecaster.model_id,
+        "feature_fingerprint": forecaster.fingerprint,
+        "device": forecaster.name,
         "data": {
             "files": data_report["files"],
             "fingerprint": data_fingerprint(data_report),
-            "trained_on": model.meta.data.get("fingerprint"),
+            "trained_on": meta.data.get("fingerprint"),
             "corrections": data_report["corrections"],
         },
         "part": part,
-        "n_windows": len(ends),
-        "first_window_ts": _iso(panel.ts[ends].min()),
-        "last_window_ts": _iso(panel.ts[ends].max()),
+        "calibration": calibration_source | {"n_windows": len(fit_ends)},
+        "n_windows": int(scored.sum()),
+        "left_out": left_out_counts(forecasts, defined, over_gap),
+        "first_window_ts": _iso(panel.ts[ends[scored]].min()),
+        "last_window_ts": _iso(panel.ts[ends[scored]].max()),
         "units": "basis points of cumulative log return",
         "rolling_window_bars": rolling_window,
         "model": results["tft"],
-        "baselines": {k: v for k, v in results.items() if k != "tft"},
-        "beats_rolling_quantiles": results["tft"]["mean_pinball"]
-        < results["rolling_quantiles"]["mean_pinball"],
-        "int8": {
-            "fp32_mean_pinball": fp32,
-            "int8_mean_pinball": int8,
-            "change": int8 - fp32,
-            "relative_change": (int8 - fp32) / fp32,
-            "max_abs_quantile_diff_bp": float(np.abs(int8_q - fp32_q).max() * 1e4),
-        },
-        "mean_pinball_by_precision": by_precision,
+        "baselines": {k: v | fitted.get(k, {}) for k, v in results.items() if k != "tft"},
+        "labels_over_gap_fills": gap_results,
+        "comparison": compare(y[scored], {k: f[scored] for k, f in forecasts.items()}, quantiles),
+        "int8": int8_change(precisions, y[scored], scored, quantiles),
+    }
+    explain = explain_windows(forecaster, panel, ends[scored], batch_size)
+    report |= {
         "attention_entropy": explain["attention_entropy"],
         "attention_entropy_uniform": explain["attention_entropy_uniform"],
         "importance": {
@@ -116,114 +121,175 @@ def evaluate(
         },
     }
     out_dir = out_dir or Path(checkpoint_dir) / "evaluation"
-    write_report(out_dir, report, panel, ends, y, forecasts, model, quantiles)
+    shown = {k: f[scored] for k, f in forecasts.items()}
+    write_report(out_dir, report, panel, ends[scored], y[scored], shown, config.horizon, quantiles)
     return report
 
 
 def evaluation_windows(
     panel: Panel, split: Split, part: str, lookback: int, horizon: int
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """(scored windows, the baselines' calibration windows, where the latter come from).
+
+    `all` scores a file the model may never have seen: its first windows calibrate the
+    baselines (embargoed from the rest and scored by nobody); the TFT keeps its checkpoint's.
+    """
     if part not in PARTS:
         raise ValueError(f"--split {part!r}; use one of {PARTS}")
-    if part == "all":  # every window of the data, e.g. a file the model never saw
+    if part == "all":
         start = int(panel.ts.min())
-        split = replace(split, train_end=start, val_end=start)
-    ends = window_ends(panel, split, Part.VAL if part == "val" else Part.TEST, lookback, horizon)
+        cut = int(np.quantile(panel.ts, NEW_DATA_CALIBRATION))
+        split = replace(split, train_end=start, val_end=start, calib_end=cut)
+        source = {
+            "source": f"first {NEW_DATA_CALIBRATION:.0%} of this data's bars (baselines only)",
+            "tft": "the checkpoint's calibration split",
+        }
+    else:
+        source = {"source": "the checkpoint's calibration split", "tft": "the same"}
+    scored_part = Part.VAL if part == "val" else Part.TEST
+    ends = window_ends(panel, split, scored_part, lookback, horizon)
+    fit_ends = window_ends(panel, split, Part.CALIB, lookback, horizon)
+    bounds = {"val": split.train_end, "test": split.calib_end, "all": split.calib_end}
     if len(ends) == 0:
         raise ValueError(
-            f"no complete {part} window in the data: the checkpoint's {part} period starts at "
-            f"{_iso(split.val_end if part == 'test' else split.train_end)}; pass data covering "
-            "it, or --split all for data the model was not trained on"
+            f"no complete {part} window in the data: that period starts at "
+            f"{_iso(bounds[part])}; pass data covering it, or --split all for data the model "
+            "was not trained on"
         )
-    return ends
+    if len(fit_ends) == 0:
+        raise ValueError(
+            f"no calibration window in the data: the checkpoint's calibration period is "
+            f"{_iso(split.val_end)} to {_iso(split.calib_end)}; pass data covering it too, "
+            "or --split all"
+        )
+    return ends, fit_ends, source
 
 
-def run_model(
-    forecaster: Forecaster, panel: Panel, ends: np.ndarray, batch_size: int
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """Quantile forecasts `(n, H, Q)` of every window, plus attention/selection summaries.
+def run_engine(
+    engine: Any, panel: Panel, ends: np.ndarray, batch_size: int, name: str
+) -> np.ndarray:
+    """The serving engine's quantiles `(n, H, Q)` of every window, fed as the worker feeds it:
+    each symbol's windows in order, so its step-encoding cache works as in a replay."""
+    from streams.forecast.engine import WindowRequest
 
-    Runs the worker's incremental path: every feature row is encoded once, then each window's
-    encodings are gathered and forecast (`Forecaster.encode` + `predict_encoded`).
-    """
-    lookback = forecaster.config.lookback
-    first, last = int(ends.min()) - lookback + 1, int(ends.max())
-    row_symbol = panel.row_symbol
-    encoded, weights = [], []
-    for start in range(first, last + 1, batch_size * 8):
-        rows = np.arange(start, min(start + batch_size * 8, last + 1))
-        enc, w = forecaster.encode(
-            [panel.symbols[i] for i in row_symbol[rows]], panel.features[rows, None, :]
+    lookback, lo = engine.lookback, panel.offsets[panel.row_symbol]
+    requests = [
+        WindowRequest(
+            symbol=panel.symbols[panel.row_symbol[t]],
+            key=b"",
+            partition=0,
+            count=int(t - lo[t] + 1),
+            values=panel.features[t - lookback + 1 : t + 1],
+            ts_event=int(panel.ts[t]),
+            close=float(panel.close[t]),
+            received_ns=0,
         )
-        encoded.append(enc[:, 0])
-        weights.append(w[:, 0])
-        _progress(f"{forecaster.name} encode", rows[-1] - first + 1, last - first + 1)
-    all_encoded = torch.cat(encoded)
-    hist = (torch.cat(weights)[torch.from_numpy(ends - first)]).mean(0).cpu().numpy()
-    steps = np.arange(-lookback + 1, 1)
-    out, static, future, entropy, uniform = [], 0.0, 0.0, 0.0, 0.0
-    for start in range(0, len(ends), batch_size):
-        t = ends[start : start + batch_size]
-        batch = ForecastBatch(
-            symbols=[panel.symbols[i] for i in row_symbol[t]],
-            ts_event=panel.ts[t],
-            close=panel.close[t],
-        )
-        result = forecaster.predict_encoded(
-            batch, all_encoded[torch.from_numpy(t[:, None] + steps - first)], explain=True
-        )
-        out.append(result.quantiles)
-        ex = result.explain
-        assert ex is not None
-        attention = ex.attention.float().cpu().numpy()
-        n = len(t)
-        entropy += attention_entropy(attention) * n
-        uniform += float(np.log((attention > 0).sum(-1)).mean()) * n
-        static += ex.static_weights.float().sum(0).cpu().numpy()
-        future += ex.future_weights.float().mean(1).sum(0).cpu().numpy()
-        _progress(f"{forecaster.name} forecast", start + n, len(ends))
-    sys.stderr.write("\n")
-    n = len(ends)
-    return np.concatenate(out), {
-        "attention_entropy": entropy / n,
-        "attention_entropy_uniform": uniform / n,
-        "hist": hist,
-        "static": static / n,
-        "future": future / n,
+        for t in ends
+    ]
+    out = []
+    for start in tqdm(
+        range(0, len(requests), batch_size), desc=f"{name} forecasts", unit="batch", disable=None
+    ):
+        out.append(engine.predict(requests[start : start + batch_size]))
+    return np.concatenate(out)
+
+
+def baseline_forecasts(
+    panel: Panel, ends: np.ndarray, fit_ends: np.ndarray, meta: CheckpointMeta, window: int
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """Every baseline's calibrated quantiles on `ends`, and what was fitted for each."""
+    quantiles = meta.config.quantiles
+    both = np.concatenate([fit_ends, ends])
+    n_fit = len(fit_ends)
+    raw = {
+        "persistence": baselines.persistence(meta.persistence_quantiles, len(both)),
+        "rolling_quantiles": baselines.rolling_quantiles(panel, both, quantiles, window),
+    }
+    candidates: dict[str, list[tuple[float, np.ndarray]]] = {}
+    profiles = {"ewma": TimeOfDayProfile.flat(), "tod_ewma": meta.volatility.profile}
+    for family, profile in profiles.items():
+        for halflife in HALFLIVES:
+            sigma = baselines.ewma_sigma(panel, both, profile, halflife)
+            shapes = {
+                "gaussian": baselines.gaussian(sigma, quantiles),
+                "empirical": baselines.standardized_residuals(
+                    sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
+                ),
+            }
+            for shape, q in shapes.items():
+                candidates.setdefault(f"{family}_{shape}", []).append((halflife, q))
+    y_fit = panel.targets[fit_ends]
+    out, fitted = {}, {}
+    for name, options in ({k: [(None, q)] for k, q in raw.items()} | candidates).items():
+        scored = []
+        for halflife, q in options:
+            scale, fit_loss = calibrate(q[:n_fit], y_fit, quantiles)
+            scored.append((fit_loss, halflife, scale, q[n_fit:]))
+        fit_loss, halflife, scale, q = min(scored, key=lambda item: item[0])
+        out[name] = apply_interval_scale(q, scale, quantiles.index(0.5))
+        fitted[name] = {"interval_scale": scale.tolist(), "calibration_pinball": fit_loss}
+        if halflife is not None:
+            fitted[name]["halflife_bars"] = halflife
+    return out, fitted
+
+
+def calibrate(
+    q: np.ndarray, y: np.ndarray, quantiles: tuple[float, ...]
+) -> tuple[np.ndarray, float]:
+    """Interval scale fitted on the calibration windows where `q` is defined, and the
+    calibrated mean pinball there (bp)."""
+    ok = np.isfinite(q).all(axis=(1, 2))
+    if not ok.any():
+        return np.ones(q.shape[1:]), float("inf")
+    scale = fit_interval_scale(q[ok], y[ok], quantiles)
+    calibrated = apply_interval_scale(q[ok], scale, quantiles.index(0.5))
+    return scale, float(pinball_per_window(y[ok], calibrated, quantiles).mean() * 1e4)
+
+
+def compare(
+    y: np.ndarray, forecasts: dict[str, np.ndarray], quantiles: tuple[float, ...]
+) -> dict[str, Any]:
+    """The TFT against the baseline with the lowest mean pinball: relative gain and a
+    moving-block bootstrap interval of the per-window difference (bp; > 0: TFT better)."""
+    loss = {k: pinball_per_window(y, f, quantiles) * 1e4 for k, f in forecasts.items()}
+    best = min((k for k in loss if k != "tft"), key=lambda k: loss[k].mean())
+    gain = block_bootstrap(loss[best] - loss["tft"])
+    return {
+        "best_baseline": best,
+        "tft_mean_pinball": float(loss["tft"].mean()),
+        "best_baseline_mean_pinball": float(loss[best].mean()),
+        "relative_gain": float(1 - loss["tft"].mean() / loss[best].mean()),
+        "gain_bootstrap": gain,
     }
 
 
-def persistence(train_quantiles: np.ndarray, n: int) -> np.ndarray:
-    """Zero-return median; the other quantiles from the training labels, per horizon."""
-    q = train_quantiles.copy()
-    q[:, q.shape[1] // 2] = 0.0
-    return np.broadcast_to(q, (n, *q.shape)).copy()
+def int8_change(
+    precisions: dict[str, np.ndarray], y: np.ndarray, scored: np.ndarray, quantiles: Any
+) -> dict[str, Any]:
+    by = {k: summarize(y, q[scored], quantiles)["mean_pinball"] for k, q in precisions.items()}
+    fp32, int8 = by["cpu-fp32"], by["cpu-int8"]
+    diff = np.abs(precisions["cpu-int8"][scored] - precisions["cpu-fp32"][scored])
+    return {
+        "fp32_mean_pinball": fp32,
+        "int8_mean_pinball": int8,
+        "change": int8 - fp32,
+        "relative_change": (int8 - fp32) / fp32,
+        "max_abs_quantile_diff_bp": float(diff.max() * 1e4),
+        "mean_pinball_by_precision": by,
+    }
 
 
-def rolling_quantiles(
-    panel: Panel, ends: np.ndarray, quantiles: tuple[float, ...], window: int
-) -> np.ndarray:
-    """Empirical quantiles of the k-bar returns that ended at or before each window's last bar,
-    over the previous `window` bars of the same symbol; `(n, H, Q)`."""
-    horizon = panel.targets.shape[1]
-    out = np.empty((len(ends), horizon, len(quantiles)))
-    for k in range(1, horizon + 1):
-        # past_k[s] = the k-bar return realized at s = targets[s - k, k - 1]
-        past = np.full(len(panel.ts), np.nan)
-        past[k:] = panel.targets[:-k, k - 1]
-        for i in range(len(panel.symbols)):
-            lo = panel.offsets[i]
-            past[lo : lo + k] = np.nan  # those would come from the previous symbol
-        groups = pd.Series(past).groupby(panel.row_symbol)
-        for j, level in enumerate(quantiles):
-            rolled = groups.rolling(window, min_periods=window // 4).quantile(level)
-            out[:, k - 1, j] = rolled.droplevel(0).sort_index().to_numpy()[ends]
-    if np.isnan(out).any():
-        raise ValueError(
-            f"the rolling baseline needs {window // 4} past bars before the first "
-            "window; evaluate on data with more history"
-        )
-    return out
+def left_out_counts(
+    forecasts: dict[str, np.ndarray], defined: np.ndarray, over_gap: np.ndarray
+) -> dict[str, int]:
+    """Why windows of the period are not on the main line."""
+    counts = {
+        f"{name}: too little history": int((~np.isfinite(f).all(axis=(1, 2))).sum())
+        for name, f in forecasts.items()
+    }
+    return {k: v for k, v in counts.items() if v} | {
+        "labels over gap fills (scored apart)": int((defined & over_gap).sum())
+    }
 
 
 def write_report(
@@ -233,7 +299,7 @@ def write_report(
     ends: np.ndarray,
     y: np.ndarray,
     forecasts: dict[str, np.ndarray],
-    model: Forecaster,
+    horizon: int,
     quantiles: tuple[float, ...],
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -247,7 +313,7 @@ def write_report(
     symbol_ends = ends[panel.row_symbol[ends] == panel.row_symbol[ends[0]]]
     mid = len(symbol_ends) // 2
     shown = symbol_ends[max(0, mid - 120) : mid + 120]
-    rows = np.arange(shown[0], shown[-1] + model.config.horizon + 1)
+    rows = np.arange(shown[0], shown[-1] + horizon + 1)
     origins = shown[::20]
     prices = (
         np.exp(forecasts["tft"][np.searchsorted(ends, origins)]) * panel.close[origins, None, None]
@@ -270,8 +336,3 @@ def _ranked(names: Any, weights: np.ndarray) -> dict[str, float]:
 
 def _iso(ts: int) -> str:
     return str(pd.Timestamp(int(ts), unit="ns", tz="UTC"))
-
-
-def _progress(name: str, done: int, total: int) -> None:
-    sys.stderr.write(f"\r{name}: {done}/{total} windows")
-    sys.stderr.flush()

@@ -30,7 +30,8 @@ class ForecastBatch:
     symbols: list[str]
     ts_event: np.ndarray  # (B,) int64 UTC ns, open time of each window's last bar
     close: np.ndarray  # (B,) close of that bar (price quantiles are relative to it)
-    features: np.ndarray | None = None  # (B, lookback, n_hist) raw feature rows, oldest first
+    features: np.ndarray  # (B, T, n_hist) raw feature rows, oldest first: the whole window for
+    # `predict`, at least the newest row (the volatility scale's input) for `predict_encoded`
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,6 @@ class Forecaster:
     @torch.inference_mode()
     def predict(self, batch: ForecastBatch, explain: bool = False) -> Forecast:
         """Forecast full windows of raw feature rows."""
-        if batch.features is None:
-            raise ValueError(
-                "ForecastBatch.features is None; pass the windows' feature rows "
-                "or use predict_encoded with cached encodings"
-            )
         features = self._check_window(batch.features, self.config.lookback)
         with autocast_for(self.device):
             static = self._static(batch.symbols)
@@ -143,7 +139,8 @@ class Forecaster:
         return self._forecast(batch, out, explain)
 
     def _forecast(self, batch: ForecastBatch, out: TFTOutput, explain: bool) -> Forecast:
-        quantiles = out.quantiles.float().cpu().numpy().astype(np.float64) * self.meta.target_scale
+        outputs = out.quantiles.float().cpu().numpy().astype(np.float64)
+        quantiles = self.meta.to_returns(outputs, batch.ts_event, batch.features[:, -1])
         close = np.asarray(batch.close, dtype=np.float64)[:, None, None]
         return Forecast(quantiles, close * np.exp(quantiles), out if explain else None)
 

@@ -8,6 +8,7 @@ over the 225 features, which is what makes pytorch-forecasting's TFT slow.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import torch
 import torch.nn.functional as F
@@ -189,18 +190,24 @@ class InterpretableAttention(nn.Module):
 
 
 class QuantileHead(nn.Module):
-    """Quantiles that cannot cross: the median plus cumulative softplus gaps outward from it.
+    """Quantiles that cannot cross: the median plus cumulative softplus gaps outward from it,
+    in the units of the window's volatility scale (`model.volatility.VolatilityScale`).
 
-    `calibration` `(horizon, n_quantiles)` is a fixed offset set after training from held-out
-    windows (`model.train.calibrate_intervals`); zero while training. A running max keeps the
-    calibrated quantiles ordered.
+    It starts as the standard normal's quantiles whatever its input (zero weights, biases at
+    those gaps), so training begins from the volatility scale's own Gaussian forecast and
+    learns departures from it, instead of first having to find the scale of returns.
     """
 
-    def __init__(self, hidden: int, quantiles: tuple[float, ...], horizon: int) -> None:
+    def __init__(self, hidden: int, quantiles: tuple[float, ...]) -> None:
         super().__init__()
         self.proj = nn.Linear(hidden, len(quantiles))
-        self.median = quantiles.index(0.5)
-        self.register_buffer("calibration", torch.zeros(horizon, len(quantiles)))
+        self.median = m = quantiles.index(0.5)
+        z = [NormalDist().inv_cdf(q) for q in quantiles]
+        gaps = [abs(z[j] - z[j + 1 if j < m else j - 1]) for j in range(len(z))]
+        bias = [0.0 if j == m else math.log(math.expm1(g)) for j, g in enumerate(gaps)]
+        with torch.no_grad():
+            self.proj.weight.zero_()
+            self.proj.bias.copy_(torch.tensor(bias))
 
     def forward(self, x: Tensor) -> Tensor:
         raw = self.proj(x)
@@ -209,4 +216,4 @@ class QuantileHead(nn.Module):
         gaps = F.softplus(raw)
         upper = median + gaps[..., m + 1 :].cumsum(-1)
         lower = median - gaps[..., :m].flip(-1).cumsum(-1).flip(-1)
-        return torch.cummax(torch.cat([lower, median, upper], dim=-1) + self.calibration, -1)[0]
+        return torch.cat([lower, median, upper], dim=-1)

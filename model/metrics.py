@@ -17,6 +17,13 @@ def pinball(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.nd
     return np.maximum(levels * err, (levels - 1.0) * err).mean(axis=0)
 
 
+def pinball_per_window(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+    """Pinball loss of each window `(n,)`, averaged over horizons and quantiles."""
+    err = y[..., None] - q
+    levels = np.asarray(quantiles)
+    return np.maximum(levels * err, (levels - 1.0) * err).mean(axis=(1, 2))
+
+
 def q_risk(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
     """Normalized quantile loss per quantile, `(Q,)`: 2 * sum(QL) / sum(|y|) (Lim et al. 2021)."""
     total = np.abs(y).sum()

@@ -34,7 +34,7 @@ class StaticContext(NamedTuple):
 
 
 class TFTOutput(NamedTuple):
-    quantiles: Tensor  # (B, horizon, n_quantiles), in target units
+    quantiles: Tensor  # (B, horizon, n_quantiles), in units of the window's volatility scale
     attention: Tensor  # (B, heads, horizon, lookback + horizon)
     future_weights: Tensor  # (B, horizon, n_future)
     static_weights: Tensor  # (B, n_static)
@@ -68,7 +68,7 @@ class TemporalFusionTransformer(nn.Module):
         self.attention_gate = GateAddNorm(h, h, c.dropout)
         self.feed_forward = GRN(h, h, h, c.dropout)
         self.output_gate = GateAddNorm(h, h, 0.0)
-        self.head = QuantileHead(h, c.quantiles, c.horizon)
+        self.head = QuantileHead(h, c.quantiles)
 
     def static_context(self, symbol: Tensor, static_reals: Tensor) -> StaticContext:
         """symbol `(B,)` int64 embedding rows, static_reals `(B, n_static - 1)`."""

@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from model import checkpoint, plots
 from model.bars import data_fingerprint, load_bars
+from model.calibration import fit_interval_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import (
@@ -33,11 +35,13 @@ from model.dataset import (
     WindowData,
     build_panel,
     fit_normalizer,
+    fit_profile,
     target_quantiles,
     window_ends,
 )
 from model.forecaster import autocast_for, resolve_device
 from model.tft import TemporalFusionTransformer, TFTOutput
+from model.volatility import SCALE_FEATURE, VolatilityScale
 
 
 class TrainingError(RuntimeError):
@@ -54,7 +58,8 @@ class TrainConfig:
     clip_norm: float = 1.0
     patience: int = 4  # epochs without a better validation loss before stopping
     seed: int = 0
-    val_fraction: float = 0.1
+    val_fraction: float = 0.1  # early stopping
+    calib_fraction: float = 0.1  # interval calibration
     test_fraction: float = 0.25
     embargo: int = 0  # bars between splits; 0 means lookback + horizon
     windows_per_epoch: int = 0  # random training windows per epoch; 0 means all
@@ -125,33 +130,39 @@ def train_on_panel(
     seed_everything(cfg.seed)
     c = model_config
     split = Split.from_fractions(
-        panel.ts, cfg.val_fraction, cfg.test_fraction, cfg.embargo or c.lookback + c.horizon
+        panel.ts,
+        cfg.val_fraction,
+        cfg.calib_fraction,
+        cfg.test_fraction,
+        cfg.embargo or c.lookback + c.horizon,
     )
     ends = {part: window_ends(panel, split, part, c.lookback, c.horizon) for part in Part}
-    for part in (Part.TRAIN, Part.VAL):
+    for part in (Part.TRAIN, Part.VAL, Part.CALIB):
         if len(ends[part]) == 0:
             raise TrainingError(
-                f"the {part.name.lower()} split has no complete window; give "
-                "more data or change --val-fraction/--test-fraction"
+                f"the {part.name.lower()} split has no complete window; give more data or "
+                "change --val-fraction/--calib-fraction/--test-fraction"
             )
     normalizer = fit_normalizer(panel, ends[Part.TRAIN], c.lookback)
     target_scale = float(np.std(panel.targets[ends[Part.TRAIN]]))
     if not target_scale > 0:
         raise TrainingError("every training label is the same return; the price never moved")
+    volatility = fit_volatility(panel, split, ends[Part.TRAIN])
     vocab = SymbolVocab.from_symbols(panel.symbols)
     config = replace(c, n_symbols=vocab.size, n_hist=panel.features.shape[1])
-    data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale)
+    data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale, volatility)
     _log(
         cfg,
-        f"windows: train {len(ends[Part.TRAIN])}, val {len(ends[Part.VAL])}, test "
-        f"{len(ends[Part.TEST])}; {int(normalizer.constant.sum())} constant features",
+        f"windows: {', '.join(f'{p.name.lower()} {len(e)}' for p, e in ends.items())}; "
+        f"{int(normalizer.constant.sum())} constant features",
     )
 
     device = resolve_device(cfg.device)
     model = TemporalFusionTransformer(config).to(device)
     history, best_state = fit(model, data, ends[Part.TRAIN], ends[Part.VAL], cfg, device)
     model.load_state_dict(best_state)
-    calibration = calibrate_intervals(model, data, ends[Part.VAL], cfg.batch_size * 4, device)
+    q, y = predict_windows(model, data, ends[Part.CALIB], cfg.batch_size * 4, device)
+    interval_scale = fit_interval_scale(q.numpy(), y.numpy(), c.quantiles)
 
     best = min(history, key=lambda h: h["val_loss"])
     metrics = {
@@ -162,7 +173,7 @@ def train_on_panel(
         "epochs_run": len(history),
         "n_params": model.n_params(),
         "peak_memory_mb": max(h["peak_memory_mb"] for h in history),
-        "interval_calibration_bp": (calibration * target_scale * 1e4).tolist(),
+        "interval_scale": interval_scale.tolist(),
         "device": str(device),
         "train_config": asdict(cfg),
     }
@@ -170,7 +181,8 @@ def train_on_panel(
         config=config,
         feature_fingerprint=feature_fingerprint,
         normalizer=normalizer,
-        target_scale=target_scale,
+        volatility=volatility,
+        interval_scale=interval_scale,
         vocab=vocab,
         persistence_quantiles=target_quantiles(panel, ends[Part.TRAIN], c.quantiles),
         data=data_report
@@ -219,12 +231,19 @@ def fit(
         before = [p.detach().clone() for p in model.parameters()]
         order = epoch_order(train_ends, cfg.chunk, rng)[:per_epoch]
         loss_sum, grad_sum = 0.0, 0.0
-        for step in range(steps_per_epoch):
+        bar = tqdm(
+            range(steps_per_epoch),
+            desc=f"epoch {epoch}/{cfg.epochs}",
+            unit="step",
+            disable=None if cfg.progress else True,
+        )
+        for step in bar:
             batch = data.batch(order[step * cfg.batch_size : (step + 1) * cfg.batch_size])
             symbol = batch.symbol.masked_fill(torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0)
             with autocast_for(device):
                 out = forward_batch(model, batch, symbol, device)
-                loss = pinball_loss(out.quantiles.float(), batch.y.to(device), levels)
+                pred = out.quantiles.float() * batch.unit.to(device).unsqueeze(-1)
+                loss = pinball_loss(pred, batch.y.to(device), levels)
             if not torch.isfinite(loss):
                 raise TrainingError(
                     f"epoch {epoch} step {step + 1}: training loss is "
@@ -237,17 +256,7 @@ def fit(
             schedule.step()
             loss_sum += loss.item()
             grad_sum += float(grad_norm)
-            if cfg.progress:
-                _progress(
-                    epoch,
-                    cfg.epochs,
-                    step + 1,
-                    steps_per_epoch,
-                    loss_sum / (step + 1),
-                    time.perf_counter() - started,
-                )
-        if cfg.progress:
-            sys.stderr.write("\n")
+            bar.set_postfix(loss=f"{loss_sum / (step + 1):.5f}", refresh=False)
         val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, device)
         record = {
             "epoch": epoch,
@@ -282,33 +291,17 @@ def fit(
     return history, best_state
 
 
-def calibrate_intervals(
-    model: TemporalFusionTransformer,
-    data: WindowData,
-    ends: np.ndarray,
-    batch_size: int,
-    device: torch.device,
-) -> np.ndarray:
-    """Conformalized quantile regression (Romano et al. 2019) on held-out windows.
-
-    For each symmetric quantile pair (q10, q90) and horizon, the conformity score
-    max(lower - y, y - upper) has its nominal-coverage quantile added outward (or, if the
-    intervals were too wide, inward), so the pair covers its nominal share of held-out outcomes.
-    Sets and returns the head's `calibration` `(horizon, n_quantiles)`, in target units.
-    """
-    head = model.head
-    head.calibration.zero_()
-    q, y = predict_windows(model, data, ends, batch_size, device)
-    levels = model.config.quantiles
-    offsets = torch.zeros_like(head.calibration, device="cpu")
-    for lo in range(head.median):
-        hi = len(levels) - 1 - lo
-        score = torch.maximum(q[..., lo] - y, y - q[..., hi])
-        level = min(1.0, (levels[hi] - levels[lo]) * (1 + 1 / len(y)))
-        widen = torch.quantile(score, level, dim=0)
-        offsets[:, lo], offsets[:, hi] = -widen, widen
-    head.calibration.copy_(offsets)
-    return offsets.numpy()
+def fit_volatility(panel: Panel, split: Split, train_ends: np.ndarray) -> VolatilityScale:
+    """The output scale, from training bars (profile) and training windows (floor) only."""
+    if SCALE_FEATURE not in panel.feature_names:
+        raise TrainingError(
+            f"the panel has no {SCALE_FEATURE} column, the volatility scale's input; build it "
+            "with the feature engine (model.dataset.build_panel)"
+        )
+    profile = fit_profile(panel, split.train_end)
+    return VolatilityScale.fit(
+        profile, panel.feature_names, panel.ts[train_ends], panel.features[train_ends]
+    )
 
 
 def epoch_order(ends: np.ndarray, chunk: int, rng: np.random.Generator) -> np.ndarray:
@@ -355,14 +348,15 @@ def predict_windows(
     batch_size: int,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantile forecasts `(n, H, Q)` and targets `(n, H)` of windows, in eval mode, on CPU."""
+    """Quantile forecasts `(n, H, Q)` and targets `(n, H)` of windows in target units
+    (before interval calibration), in eval mode, on CPU."""
     model.eval()
     preds, ys = [], []
     for start in range(0, len(ends), batch_size):
         batch = data.batch(ends[start : start + batch_size])
         with autocast_for(device):
             out = forward_batch(model, batch, batch.symbol, device)
-        preds.append(out.quantiles.float().cpu())
+        preds.append(out.quantiles.float().cpu() * batch.unit.unsqueeze(-1))
         ys.append(batch.y)
     return torch.cat(preds), torch.cat(ys)
 
@@ -387,15 +381,6 @@ def write_history(out_dir: Path, history: list[dict[str, Any]]) -> None:
         writer.writerows(history)
     (out_dir / "metrics.json").write_text(json.dumps(history, indent=1))
     plots.training_curve(out_dir / "training_curve.png", history)
-
-
-def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float, secs: float) -> None:
-    filled = int(30 * step / steps)
-    sys.stderr.write(
-        f"\repoch {epoch}/{epochs} [{'#' * filled}{'.' * (30 - filled)}] "
-        f"{step}/{steps} loss {loss:.5f} {step / max(secs, 1e-9):.1f} it/s"
-    )
-    sys.stderr.flush()
 
 
 def _log(cfg: TrainConfig, message: str) -> None:

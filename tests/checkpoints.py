@@ -9,11 +9,20 @@ import torch
 
 from features import engine as feature_engine
 from model import checkpoint
-from model.checkpoint import CheckpointMeta
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
 from model.tft import TemporalFusionTransformer
+
+
+def untrained_model(config: TFTConfig) -> TemporalFusionTransformer:
+    """A TFT with random weights everywhere, its quantile head too: a new model's head starts
+    at fixed Gaussian quantiles whatever its input, and tests need forecasts that depend on
+    the inputs as a trained model's do."""
+    model = TemporalFusionTransformer(config).eval()
+    with torch.no_grad():
+        torch.nn.init.normal_(model.head.proj.weight, std=0.3)
+    return model
 
 
 def make_checkpoint(
@@ -28,14 +37,9 @@ def make_checkpoint(
     torch.manual_seed(seed)
     vocab = SymbolVocab.from_symbols(list(symbols))
     config = TFTConfig(hidden=hidden, heads=heads, var_dim=4, n_symbols=vocab.size, dropout=0.0)
-    model = TemporalFusionTransformer(config).eval()
+    model = untrained_model(config)
     rng = np.random.default_rng(seed)
-    meta = CheckpointMeta(
-        config=config,
-        feature_fingerprint=fingerprint or feature_engine.FINGERPRINT,
-        normalizer=Normalizer.fit(rng.normal(size=(64, config.n_hist))),
-        target_scale=1e-3,
-        vocab=vocab,
-        persistence_quantiles=np.zeros((config.horizon, len(config.quantiles))),
-    )
+    normalizer = Normalizer.fit(rng.normal(size=(64, config.n_hist)))
+    fingerprint = fingerprint or feature_engine.FINGERPRINT
+    meta = checkpoint.untrained_meta(config, vocab, normalizer, fingerprint)
     return checkpoint.save(directory, model, meta)

@@ -24,18 +24,20 @@ from model.dataset import (
     WindowData,
     fit_normalizer,
     forward_returns,
+    labels_over_gap_fills,
     panel_from_arrays,
     window_ends,
 )
 from model.normalization import Normalizer
 from model.synthetic import START_NS, synthetic_panel
+from model.volatility import TimeOfDayProfile, VolatilityScale
 
 LOOKBACK, HORIZON = 20, 5
 MIN = 60_000_000_000
 
 
 def splits(panel, embargo: int = LOOKBACK + HORIZON) -> tuple[Split, dict[Part, np.ndarray]]:
-    split = Split.from_fractions(panel.ts, 0.2, 0.2, embargo)
+    split = Split.from_fractions(panel.ts, 0.2, 0.15, 0.2, embargo)
     return split, {p: window_ends(panel, split, p, LOOKBACK, HORIZON) for p in Part}
 
 
@@ -54,7 +56,7 @@ def test_embargo_separates_every_split() -> None:
         rows = window_rows(e)
         assert np.all(parts[rows] == part), "a window crosses a split boundary"
         assert np.all(symbol[rows] == symbol[e][:, None]), "a window mixes symbols"
-    for earlier, later in ((Part.TRAIN, Part.VAL), (Part.VAL, Part.TEST)):
+    for earlier, later in ((Part.TRAIN, Part.VAL), (Part.VAL, Part.CALIB), (Part.CALIB, Part.TEST)):
         for s in range(2):
             last = window_rows(ends[earlier][symbol[ends[earlier]] == s]).max()
             first = window_rows(ends[later][symbol[ends[later]] == s]).min()
@@ -74,7 +76,8 @@ def test_planted_marker_never_reaches_validation() -> None:
     panel.features[:, 3] = np.arange(len(panel.ts))
     _, ends = splits(panel)
     normalizer = Normalizer(np.zeros(4), np.ones(4), clip=1e9)
-    data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0)
+    volatility = VolatilityScale(TimeOfDayProfile.flat(), feature_index=2, floor=1e-6)
+    data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0, volatility)
     seen = {}
     for part in (Part.TRAIN, Part.VAL):
         batch = data.batch(ends[part])
@@ -120,10 +123,32 @@ def test_cold_rows_start_no_window() -> None:
     panel = synthetic_panel(n_bars=600, horizon=HORIZON)
     panel.warm[:100] = False
     panel.warm[300] = False
-    split = Split(train_end=int(panel.ts.max()) + 1, val_end=int(panel.ts.max()) + 1, embargo=25)
+    end = int(panel.ts.max()) + 1
+    split = Split(train_end=end, val_end=end, calib_end=end, embargo=25)
     ends = window_ends(panel, split, Part.TRAIN, LOOKBACK, HORIZON)
     rows = ends[:, None] + np.arange(-LOOKBACK + 1, 1)
     assert panel.warm[rows].all() and ends.min() == 100 + LOOKBACK - 1
+
+
+def test_no_window_ends_on_a_gap_fill_and_gap_labels_are_flagged() -> None:
+    panel = synthetic_panel(n_bars=400, horizon=HORIZON)
+    panel.synthetic[[150, 151, 152]] = True
+    end = int(panel.ts.max()) + 1
+    split = Split(train_end=end, val_end=end, calib_end=end, embargo=25)
+    ends = window_ends(panel, split, Part.TRAIN, LOOKBACK, HORIZON)
+    assert not np.isin([150, 151, 152], ends).any() and np.isin([149, 153], ends).all()
+    over = labels_over_gap_fills(panel, ends, HORIZON)
+    assert set(ends[over]) == {145, 146, 147, 148, 149}
+
+
+def test_split_fractions_count_bars_not_time() -> None:
+    """A weekend inside the span moves no boundary: each part holds its share of the bars."""
+    panel = synthetic_panel(n_bars=1000, horizon=HORIZON)
+    ts = panel.ts.copy()
+    ts[500:] += 2 * 24 * 60 * MIN
+    split = Split.from_fractions(ts, 0.1, 0.1, 0.25, 30)
+    counts = np.bincount(split.part_of(ts), minlength=4) / len(ts)
+    np.testing.assert_allclose(counts, [0.55, 0.1, 0.1, 0.25], atol=0.002)
 
 
 def test_static_covariates_from_the_symbol() -> None:

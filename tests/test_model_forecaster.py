@@ -16,7 +16,8 @@ from model.config import TFTConfig
 from model.covariates import SymbolVocab, future_covariates
 from model.forecaster import ForecastBatch, Forecaster
 from model.normalization import Normalizer
-from model.tft import TemporalFusionTransformer
+from model.volatility import TimeOfDayProfile, VolatilityScale
+from tests.checkpoints import untrained_model
 
 torch.set_num_threads(1)
 
@@ -37,14 +38,15 @@ START = 1_705_000_000_000_000_000
 @pytest.fixture(scope="module")
 def directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
-    model = TemporalFusionTransformer(CONFIG).eval()
+    model = untrained_model(CONFIG)
     path = tmp_path_factory.mktemp("ckpt")
     rng = np.random.default_rng(0)
     meta = CheckpointMeta(
         config=CONFIG,
         feature_fingerprint="fp",
         normalizer=Normalizer(rng.normal(size=40), rng.uniform(0.5, 2.0, size=40)),
-        target_scale=3e-4,
+        volatility=VolatilityScale(TimeOfDayProfile.flat(), feature_index=0, floor=3e-4),
+        interval_scale=np.ones((CONFIG.horizon, 3)),
         vocab=SymbolVocab(("ES",)),
         persistence_quantiles=np.zeros((4, 3)),
     )
@@ -70,15 +72,13 @@ def test_fp32_predictions_equal_the_model_on_normalized_inputs(directory: Path) 
     symbol, reals = meta.vocab.encode(batch.symbols)
     assert batch.features is not None
     with torch.inference_mode():
-        expected = (
-            model(
-                torch.from_numpy(symbol),
-                torch.from_numpy(reals),
-                torch.from_numpy(meta.normalizer.apply(batch.features)),
-                torch.from_numpy(future_covariates(batch.ts_event, CONFIG.horizon)),
-            ).quantiles.numpy()
-            * meta.target_scale
-        )
+        outputs = model(
+            torch.from_numpy(symbol),
+            torch.from_numpy(reals),
+            torch.from_numpy(meta.normalizer.apply(batch.features)),
+            torch.from_numpy(future_covariates(batch.ts_event, CONFIG.horizon)),
+        ).quantiles.numpy()
+    expected = meta.to_returns(outputs.astype(np.float64), batch.ts_event, batch.features[:, -1])
     np.testing.assert_allclose(forecast.quantiles, expected, rtol=1e-6, atol=1e-12)
     assert forecast.quantiles.shape == (6, CONFIG.horizon, 3)
     np.testing.assert_allclose(
@@ -120,10 +120,13 @@ def replay(forecaster: Forecaster, bars: int = 30) -> tuple[np.ndarray, np.ndarr
             stream.features[:1, t + 1 - CONFIG.lookback : t + 1],
         )
         encoded_window = torch.cat(cache[-CONFIG.lookback :], dim=1)
-        cached.append(forecaster.predict_encoded(window, encoded_window).quantiles)
-        full.append(forecaster.predict(window).quantiles)
-    scale = forecaster.meta.target_scale
-    return np.concatenate(cached) / scale, np.concatenate(full) / scale
+        # in the model's own units: divided by each window's volatility scale
+        scale = forecaster.meta.volatility.scale(
+            window.ts_event, window.features[:, -1], CONFIG.horizon
+        )[..., None]
+        cached.append(forecaster.predict_encoded(window, encoded_window).quantiles / scale)
+        full.append(forecaster.predict(window).quantiles / scale)
+    return np.concatenate(cached), np.concatenate(full)
 
 
 def test_cached_encodings_equal_full_windows(directory: Path) -> None:

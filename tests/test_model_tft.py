@@ -10,6 +10,7 @@ from torch import nn
 from model.config import ConfigError, TFTConfig
 from model.layers import VariableGRN, VariableSelection
 from model.tft import TemporalFusionTransformer
+from tests.checkpoints import untrained_model
 
 torch.set_num_threads(1)
 
@@ -39,7 +40,7 @@ def inputs(config: TFTConfig, batch: int = 5, seed: int = 0) -> tuple[torch.Tens
 @pytest.fixture(scope="module")
 def model() -> TemporalFusionTransformer:
     torch.manual_seed(0)
-    return TemporalFusionTransformer(SMALL).eval()
+    return untrained_model(SMALL)
 
 
 def test_output_shapes_and_interpretation(model: TemporalFusionTransformer) -> None:

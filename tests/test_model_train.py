@@ -23,8 +23,8 @@ from model.tft import TemporalFusionTransformer
 from model.train import (
     TrainConfig,
     TrainingError,
-    calibrate_intervals,
     check_epoch,
+    fit_volatility,
     predict_windows,
     train,
     train_on_panel,
@@ -52,31 +52,30 @@ def test_training_on_a_learnable_signal_cuts_the_loss_by_a_large_factor(tmp_path
         assert (tmp_path / name).stat().st_size > 0
 
 
-def test_conformal_calibration_gives_nominal_interval_coverage() -> None:
-    panel = synthetic_panel(n_bars=900, n_features=16, noise=3e-5)
-    ends = window_ends(
-        panel,
-        Split(panel.ts.max() + 1, panel.ts.max() + 1, 40),
-        Part.TRAIN,
-        TINY.lookback,
-        TINY.horizon,
-    )
+def test_an_untrained_model_forecasts_its_volatility_scale_as_gaussian_quantiles() -> None:
+    """The head starts from the standard normal's quantiles: before any training the TFT is
+    the Gaussian forecast of its own volatility scale, not a random one."""
+    panel = synthetic_panel(n_bars=900, n_features=16)
+    split = Split(panel.ts.max() + 1, panel.ts.max() + 1, panel.ts.max() + 1, 40)
+    ends = window_ends(panel, split, Part.TRAIN, TINY.lookback, TINY.horizon)
     normalizer = Normalizer(np.zeros(16), np.ones(16))
-    data = WindowData(panel, normalizer, SymbolVocab(("ES",)), TINY.lookback, TINY.horizon, 1e-4)
+    volatility = fit_volatility(panel, split, ends)
+    data = WindowData(
+        panel, normalizer, SymbolVocab(("ES",)), TINY.lookback, TINY.horizon, 1e-4, volatility
+    )
     torch.manual_seed(0)
     model = TemporalFusionTransformer(replace(TINY, n_symbols=2))
-    device = torch.device("cpu")
-    offsets = calibrate_intervals(model, data, ends, 128, device)
-    assert np.all(offsets[:, 1] == 0) and np.all(offsets[:, 0] == -offsets[:, 2])
-    q, y = predict_windows(model, data, ends, 128, device)
-    inside = ((y >= q[..., 0]) & (y <= q[..., 2])).float().mean(0)
-    assert torch.all(inside >= 0.8) and torch.all(inside <= 0.8 + 3 / len(ends))
-    assert torch.all(q[..., 1:] >= q[..., :-1])
+    q, _ = predict_windows(model, data, ends, 128, torch.device("cpu"))
+    unit = data.unit[torch.from_numpy(ends)]
+    z = torch.tensor([-1.2816, 0.0, 1.2816])
+    assert torch.allclose(q, unit.unsqueeze(-1) * z, rtol=1e-4, atol=1e-7)
 
 
 def test_a_model_that_does_not_learn_is_an_error(tmp_path: Path) -> None:
     panel = synthetic_panel(n_bars=600, n_features=16)
-    frozen = TrainConfig(epochs=3, lr=0.0, val_fraction=0.2, test_fraction=0.0, progress=False)
+    frozen = TrainConfig(
+        epochs=3, lr=0.0, val_fraction=0.2, calib_fraction=0.2, test_fraction=0.0, progress=False
+    )
     with pytest.raises(TrainingError, match="no weight changed"):
         train_on_panel(panel, tmp_path, TINY, frozen, "synthetic", {"files": {}})
     assert not (tmp_path / checkpoint.WEIGHTS).exists()
@@ -119,7 +118,8 @@ def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_225_features(
         epochs=1,
         batch_size=32,
         windows_per_epoch=96,
-        val_fraction=0.3,
+        val_fraction=0.25,
+        calib_fraction=0.25,
         test_fraction=0.0,
         progress=False,
     )
@@ -168,7 +168,16 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
     assert args.func(args) == 0
     report = json.loads((out / "evaluation" / "evaluation.json").read_text())
     assert report["n_windows"] > 300 and report["part"] == "test"
-    assert set(report["baselines"]) == {"persistence", "rolling_quantiles"}
+    assert set(report["baselines"]) == {
+        "persistence",
+        "rolling_quantiles",
+        "ewma_gaussian",
+        "ewma_empirical",
+        "tod_ewma_gaussian",
+        "tod_ewma_empirical",
+    }
+    assert report["comparison"]["best_baseline"] in report["baselines"]
+    assert report["calibration"]["n_windows"] > 0
     for result in (report["model"], *report["baselines"].values()):
         assert result["mean_pinball"] > 0 and 0 < result["coverage_interval"] <= 1
         assert len(result["pinball_per_horizon"]) == 10

@@ -166,7 +166,9 @@ class ForecastEngine:
                 self._tensor(future),
                 *static,
             )
-        return quantiles.float().cpu().numpy().astype(np.float64) * meta.target_scale
+        outputs = quantiles.float().cpu().numpy().astype(np.float64)
+        last_rows = np.stack([r.values[-1] for r in batch])
+        return meta.to_returns(outputs, np.array([r.ts_event for r in batch]), last_rows)
 
     def _static(
         self, model: TemporalFusionTransformer, served: Served, symbols: list[str]

@@ -1,0 +1,82 @@
+"""The forecasts a quant would write first, scored on the TFT's windows: `(n, H, Q)` quantiles of
+the cumulative log return, NaN where a baseline has too little history.
+
+- persistence: zero median, the training labels' quantiles per horizon;
+- rolling empirical quantiles of each horizon's past returns over the last day of bars;
+- EWMA volatility (RiskMetrics): the variance of a k-bar return is the EWMA of squared 1-bar
+  returns summed over the k bars, with Gaussian or empirical standardized-residual quantiles;
+- time-of-day EWMA: the same EWMA on returns divided by the training time-of-day profile, scaled
+  forward by the profile of the k minutes ahead, so it knows the US open is coming.
+
+Each is then calibrated like the TFT (`model.calibration`) by `model.evaluate`.
+"""
+
+from __future__ import annotations
+
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from model.dataset import Panel, one_bar_returns
+from model.volatility import TimeOfDayProfile, ewma_variance, minute_of_day
+
+
+def persistence(train_quantiles: np.ndarray, n: int) -> np.ndarray:
+    """Zero-return median; the other quantiles from the training labels, per horizon."""
+    q = train_quantiles.copy()
+    q[:, q.shape[1] // 2] = 0.0
+    return np.broadcast_to(q, (n, *q.shape)).copy()
+
+
+def rolling_quantiles(
+    panel: Panel, ends: np.ndarray, quantiles: tuple[float, ...], window: int
+) -> np.ndarray:
+    """Empirical quantiles of the k-bar returns that ended at or before each window's last bar,
+    over the previous `window` bars of the same symbol (at least a quarter of them)."""
+    horizon = panel.targets.shape[1]
+    out = np.empty((len(ends), horizon, len(quantiles)))
+    for k in range(1, horizon + 1):
+        # past_k[s] = the k-bar return realized at s = targets[s - k, k - 1]
+        past = np.full(len(panel.ts), np.nan)
+        past[k:] = panel.targets[:-k, k - 1]
+        for lo in panel.offsets[:-1]:
+            past[lo : lo + k] = np.nan  # those would come from the previous symbol
+        groups = pd.Series(past).groupby(panel.row_symbol)
+        for j, level in enumerate(quantiles):
+            rolled = groups.rolling(window, min_periods=window // 4).quantile(level)
+            out[:, k - 1, j] = rolled.droplevel(0).sort_index().to_numpy()[ends]
+    return out
+
+
+def ewma_sigma(
+    panel: Panel, ends: np.ndarray, profile: TimeOfDayProfile, halflife: float
+) -> np.ndarray:
+    """`(n, H)` volatility of each horizon's return: sqrt(EWMA of (r / profile)²) at the
+    window's last bar times the forward profile; NaN before `halflife` returns were seen."""
+    r = one_bar_returns(panel) / profile.at(panel.ts)
+    variance = np.full(len(r), np.nan)
+    for lo, hi in zip(panel.offsets[:-1], panel.offsets[1:], strict=True):
+        seen = np.cumsum(np.isfinite(r[lo:hi]))
+        v = ewma_variance(r[lo:hi], halflife)
+        variance[lo:hi] = np.where(seen >= halflife, v, np.nan)
+    ahead = profile.forward_rms(minute_of_day(panel.ts[ends]), panel.targets.shape[1])
+    return np.sqrt(variance[ends])[:, None] * ahead
+
+
+def gaussian(sigma: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+    """Zero-mean Gaussian quantiles of the given volatilities `(n, H)`."""
+    z = np.array([NormalDist().inv_cdf(level) for level in quantiles])
+    return sigma[..., None] * z
+
+
+def standardized_residuals(
+    sigma: np.ndarray, sigma_fit: np.ndarray, y_fit: np.ndarray, quantiles: tuple[float, ...]
+) -> np.ndarray:
+    """Quantiles of y / sigma on fitting windows, per horizon, times each window's sigma: fat
+    tails and price discreteness that a Gaussian misses."""
+    ok = np.isfinite(sigma_fit).all(axis=1) & (sigma_fit > 0).all(axis=1)
+    if not ok.any():
+        raise ValueError("no fitting window with a defined volatility; give more history")
+    z = np.quantile(y_fit[ok] / sigma_fit[ok], quantiles, axis=0).T  # (H, Q)
+    return sigma[..., None] * z

@@ -1,0 +1,180 @@
+"""Causal volatility of 1-minute returns: a time-of-day profile and EWMA variances.
+
+Intraday volatility has a strong daily shape (the US open is several times the Asian night), so
+a forecast's scale must know the minute it is made at and the minutes it covers. The profile
+holds each bucket's RMS 1-bar return relative to the overall RMS, fitted on training bars; the
+variance of a k-bar return from a standardized variance v is v * sum of the profile squared over
+the k bars ahead. Both the volatility baselines and the TFT's output scale are built from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from model.covariates import EXCHANGE_TZ, NS_PER_MIN
+
+MINUTES_PER_DAY = 1440
+PROFILE_BUCKET_MINUTES = 15
+SCALE_FEATURE = "ewma_vol_slow"  # sqrt(EWMA of r², λ = 0.99), bias-corrected (FEATURES.md)
+SCALE_LAMBDA = 0.99  # that feature's decay: the profile is averaged with the same weights
+SCALE_FLOOR = 0.1  # fraction of the training median standardized volatility
+
+
+def minute_of_day(ts_event: np.ndarray) -> np.ndarray:
+    """Exchange-time (US/Central) minute of day, 0..1439, of bar-open timestamps (UTC ns)."""
+    ts = np.asarray(ts_event, dtype=np.int64)
+    local = pd.DatetimeIndex(ts.astype("datetime64[ns]"), tz="UTC").tz_convert(EXCHANGE_TZ)
+    return (local.hour.to_numpy() * 60 + local.minute.to_numpy()).astype(np.int64)
+
+
+def contiguous_returns(ts_event: np.ndarray, close: np.ndarray) -> np.ndarray:
+    """1-bar log returns; NaN at the first bar and after a gap (a session break's jump is not
+    a 1-minute move)."""
+    r = np.full(len(ts_event), np.nan)
+    if len(ts_event) > 1:
+        ok = np.diff(ts_event) == NS_PER_MIN
+        r[1:] = np.where(ok, np.diff(np.log(close)), np.nan)
+    return r
+
+
+@dataclass(frozen=True)
+class TimeOfDayProfile:
+    """Relative RMS 1-bar return per `bucket_minutes` bucket of the exchange-time day."""
+
+    bucket_minutes: int
+    relative: np.ndarray  # (MINUTES_PER_DAY // bucket_minutes,), RMS over the day = 1
+
+    @classmethod
+    def fit(
+        cls, ts_event: np.ndarray, returns: np.ndarray, bucket_minutes: int = PROFILE_BUCKET_MINUTES
+    ) -> TimeOfDayProfile:
+        """From training bars' 1-bar returns (NaN ignored); a bucket without any (the daily
+        halt) gets the overall level."""
+        if MINUTES_PER_DAY % bucket_minutes:
+            raise ValueError(f"bucket_minutes={bucket_minutes} must divide {MINUTES_PER_DAY}")
+        ok = np.isfinite(returns)
+        if ok.sum() < 2 or not np.any(returns[ok] != 0):
+            raise ValueError("a time-of-day profile needs training returns that are not all 0")
+        bucket = minute_of_day(ts_event[ok]) // bucket_minutes
+        n = MINUTES_PER_DAY // bucket_minutes
+        count = np.bincount(bucket, minlength=n)
+        square = np.bincount(bucket, weights=returns[ok] ** 2, minlength=n)
+        overall = square.sum() / count.sum()
+        mean_square = np.where(count > 0, square / np.maximum(count, 1), overall)
+        mean_square = np.maximum(mean_square, 1e-4 * overall)  # a bucket that never moved
+        return cls(bucket_minutes, np.sqrt(mean_square / mean_square.mean()))
+
+    @classmethod
+    def flat(cls) -> TimeOfDayProfile:
+        """No daily shape: plain EWMA volatility, scaled by sqrt(h)."""
+        return cls(MINUTES_PER_DAY, np.ones(1))
+
+    def per_minute_square(self) -> np.ndarray:
+        """(1440,) squared relative volatility of each minute of the day."""
+        return np.repeat(self.relative**2, self.bucket_minutes)
+
+    def at(self, ts_event: np.ndarray) -> np.ndarray:
+        """Relative volatility of the bars opening at `ts_event`."""
+        return np.sqrt(self.per_minute_square()[minute_of_day(ts_event)])
+
+    def forward_rms(self, minute: np.ndarray, horizon: int) -> np.ndarray:
+        """`(n, horizon)`: sqrt of the summed squared profile over the h bars after bars opening
+        at exchange minute `minute` (from `minute_of_day`)."""
+        ahead = (minute[:, None] + np.arange(1, horizon + 1)) % MINUTES_PER_DAY
+        return np.sqrt(np.cumsum(self.per_minute_square()[ahead], axis=1))
+
+    def trailing_rms(self, decay: float) -> np.ndarray:
+        """(1440,) RMS profile under EWMA weights `decay**j` over the minutes up to each minute
+        of the day: the daily shape an EWMA of raw squared returns averages over."""
+        square = self.per_minute_square()
+        lags = np.arange(int(np.ceil(np.log(1e-4) / np.log(decay))))
+        weights = decay**lags / (decay**lags).sum()
+        return np.sqrt(sum(w * np.roll(square, j) for j, w in zip(lags, weights, strict=True)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bucket_minutes": self.bucket_minutes, "relative": self.relative.tolist()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TimeOfDayProfile:
+        relative = np.asarray(values["relative"], dtype=np.float64)
+        bucket = int(values["bucket_minutes"])
+        if relative.shape != (MINUTES_PER_DAY // bucket,) or not np.all(relative > 0):
+            raise ValueError(
+                "time-of-day profile is corrupt: need one positive value per "
+                f"{bucket}-minute bucket; retrain the checkpoint"
+            )
+        return cls(bucket, relative)
+
+
+def ewma_variance(returns: np.ndarray, halflife: float) -> np.ndarray:
+    """Bias-corrected EWMA of squared returns up to and including each bar (NaN skipped)."""
+    series = pd.Series(returns**2)
+    return series.ewm(halflife=halflife, adjust=True, ignore_na=True).mean().to_numpy()
+
+
+@dataclass(frozen=True)
+class VolatilityScale:
+    """The TFT's output unit: the model forecasts returns in units of a causal volatility
+    forecast per window and horizon, and this rescales them. It reads only the window's last
+    feature row and its time, so the worker computes it with no state of its own:
+
+        scale(t, h) = max(ewma_vol_slow(t) / trailing profile(t), floor) * forward profile(t, h)
+    """
+
+    profile: TimeOfDayProfile
+    feature_index: int
+    floor: float
+    trailing: np.ndarray = field(init=False, repr=False)  # (1440,) from the profile
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "trailing", self.profile.trailing_rms(SCALE_LAMBDA))
+
+    @classmethod
+    def fit(
+        cls,
+        profile: TimeOfDayProfile,
+        feature_names: tuple[str, ...],
+        ts: np.ndarray,
+        rows: np.ndarray,
+    ) -> VolatilityScale:
+        """From the training windows' last bars (`ts`) and their raw feature rows."""
+        index = feature_names.index(SCALE_FEATURE)
+        trailing = profile.trailing_rms(SCALE_LAMBDA)[minute_of_day(ts)]
+        standardized = rows[:, index] / trailing
+        level = float(np.nanmedian(standardized))
+        if not level > 0:
+            raise ValueError(f"the {SCALE_FEATURE} feature is 0 on the training windows")
+        return cls(profile, index, SCALE_FLOOR * level)
+
+    def scale(self, ts_event: np.ndarray, last_rows: np.ndarray, horizon: int) -> np.ndarray:
+        """`(B, horizon)` log-return units of windows ending at `ts_event` with raw feature rows
+        `last_rows` `(B, n_features)`."""
+        minute = minute_of_day(ts_event)
+        vol = last_rows[:, self.feature_index] / self.trailing[minute]
+        vol = np.where(np.isfinite(vol), np.maximum(vol, self.floor), self.floor)
+        return vol[:, None] * self.profile.forward_rms(minute, horizon)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile.to_dict(),
+            "feature": SCALE_FEATURE,
+            "feature_index": self.feature_index,
+            "floor": self.floor,
+        }
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> VolatilityScale:
+        if values.get("feature") != SCALE_FEATURE:
+            raise ValueError(
+                f"checkpoint scales by feature {values.get('feature')!r}, this barcast by "
+                f"{SCALE_FEATURE!r}; retrain the checkpoint"
+            )
+        return cls(
+            TimeOfDayProfile.from_dict(values["profile"]),
+            int(values["feature_index"]),
+            float(values["floor"]),
+        )

@@ -1,0 +1,90 @@
+"""Baselines, calibration and the significance test on synthetic data with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from model import baselines
+from model.calibration import apply_interval_scale, fit_interval_scale
+from model.covariates import NS_PER_MIN
+from model.dataset import Panel, fit_profile, panel_from_arrays
+from model.metrics import coverage, pinball_per_window
+from model.significance import block_bootstrap
+from model.volatility import MINUTES_PER_DAY, TimeOfDayProfile, minute_of_day
+
+QUANTILES = (0.1, 0.5, 0.9)
+START = 1_704_150_000_000_000_000  # 2024-01-01 23:00 UTC, a Monday evening in Chicago
+
+
+def test_interval_scale_recovers_a_known_miscalibration() -> None:
+    rng = np.random.default_rng(0)
+    sigma = rng.uniform(0.5, 3.0, size=(20_000, 2))
+    y = sigma * rng.standard_normal(sigma.shape)
+    narrow = baselines.gaussian(sigma * 0.5, QUANTILES)  # half the true width
+    scale = fit_interval_scale(narrow, y, QUANTILES)
+    assert np.allclose(scale[:, [0, 2]], 2.0, atol=0.06) and np.all(scale[:, 1] == 1)
+    below, inside = coverage(y, apply_interval_scale(narrow, scale, 1))
+    assert np.allclose(below, [[0.1, 0.5, 0.9]] * 2, atol=0.012)
+    assert np.allclose(inside, 0.8, atol=0.015)
+
+
+def intraday_panel(days: int, seed: int = 0) -> tuple[Panel, np.ndarray]:
+    """Gaussian 1-minute returns whose volatility follows a known daily shape (quiet nights, a
+    busy US morning) times a slowly cycling level; returns the panel and the true shape."""
+    rng = np.random.default_rng(seed)
+    n = days * MINUTES_PER_DAY
+    ts = START + np.arange(n, dtype=np.int64) * NS_PER_MIN
+    minute = minute_of_day(ts)
+    shape = 0.5 + 2.5 * np.exp(-(((np.arange(MINUTES_PER_DAY) - 8.5 * 60) / 90.0) ** 2))
+    level = np.exp(0.2 * np.sin(np.arange(n) / (3 * MINUTES_PER_DAY)))
+    r = 1e-4 * level * shape[minute] * rng.standard_normal(n)
+    close = 100 * np.exp(np.cumsum(r))
+    rows = [(ts, close, np.zeros((n, 1)), np.ones(n, dtype=bool))]
+    return panel_from_arrays(["6EH4"], rows, 10), shape
+
+
+def test_time_of_day_ewma_is_nominal_and_beats_plain_ewma_on_an_intraday_profile() -> None:
+    panel, true_shape = intraday_panel(days=30)
+    train_end = int(panel.ts[10 * MINUTES_PER_DAY])
+    profile = fit_profile(panel, train_end)
+    fitted = np.repeat(profile.relative, profile.bucket_minutes)
+    assert np.corrcoef(fitted, true_shape)[0, 1] > 0.97
+    fit = np.arange(10 * MINUTES_PER_DAY, 15 * MINUTES_PER_DAY, 3)
+    test = np.arange(15 * MINUTES_PER_DAY, 30 * MINUTES_PER_DAY - 10, 3)
+    losses, inside = {}, {}
+    for name, shape in (("tod", profile), ("flat", TimeOfDayProfile.flat())):
+        q = {
+            part: baselines.gaussian(baselines.ewma_sigma(panel, ends, shape, 120), QUANTILES)
+            for part, ends in (("fit", fit), ("test", test))
+        }
+        scale = fit_interval_scale(q["fit"], panel.targets[fit], QUANTILES)
+        calibrated = apply_interval_scale(q["test"], scale, 1)
+        losses[name] = pinball_per_window(panel.targets[test], calibrated, QUANTILES).mean()
+        below, inside[name] = coverage(panel.targets[test], calibrated)
+        if name == "tod":
+            assert np.allclose(below[:, [0, 2]].mean(0), [0.1, 0.9], atol=0.015)
+            assert np.allclose(below[:, [0, 2]], [0.1, 0.9], atol=0.04)
+    assert abs(inside["tod"].mean() - 0.8) < 0.02
+    assert losses["tod"] < 0.97 * losses["flat"]
+
+
+def test_empirical_residual_quantiles_follow_fat_tails() -> None:
+    rng = np.random.default_rng(1)
+    sigma = np.ones((40_000, 1))
+    y = rng.standard_t(3, size=(40_000, 1))
+    q = baselines.standardized_residuals(sigma, sigma, y, QUANTILES)
+    assert np.allclose(q[0, 0], np.quantile(y, QUANTILES))
+
+
+def test_rolling_quantiles_need_a_quarter_window_of_history() -> None:
+    panel, _ = intraday_panel(days=1)
+    q = baselines.rolling_quantiles(panel, np.array([50, 400]), QUANTILES, 1380)
+    assert np.isnan(q[0]).all() and np.isfinite(q[1]).all()
+
+
+def test_block_bootstrap_sees_a_real_difference_and_not_a_spurious_one() -> None:
+    rng = np.random.default_rng(2)
+    noise = np.repeat(rng.normal(0, 1, 200), 50)  # strongly dependent: blocks of 50 equal values
+    assert block_bootstrap(noise + 0.5)["excludes_zero"]
+    null = block_bootstrap(noise - noise.mean())
+    assert not null["excludes_zero"] and null["ci95"][0] < 0 < null["ci95"][1]

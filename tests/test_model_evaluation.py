@@ -1,0 +1,62 @@
+"""`barcast evaluate` scores what the worker serves: the same windows, the same forecasts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from model.bars import load_bars
+from model.dataset import Part, Split, build_panel, window_ends
+from model.evaluate import run_engine
+from streams.corrections import bars_from_frame
+from streams.forecast.engine import ForecastEngine
+from streams.forecast.offline import clean_history, forecast_history, window_requests
+from tests.checkpoints import make_checkpoint
+
+BARS = 900
+
+
+@pytest.fixture(scope="module")
+def slice_csv(sixe_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first BARS bars of the real 6EH4 month, as a file of its own."""
+    path = tmp_path_factory.mktemp("data") / "6EH4.slice.csv"
+    pd.read_csv(sixe_csv, nrows=BARS).to_csv(path, index=False)
+    return path
+
+
+def test_evaluated_windows_are_the_windows_the_worker_forecasts(
+    slice_csv: Path, sixe_bars: pd.DataFrame
+) -> None:
+    bars, _ = load_bars([slice_csv])
+    panel = build_panel(bars, 10)
+    everything = int(panel.ts.max()) + 1
+    split = Split(everything, everything, everything, embargo=70)
+    evaluated = set(panel.ts[window_ends(panel, split, Part.TRAIN, 60, 10)].tolist())
+    values = bars_from_frame(sixe_bars.iloc[:BARS], symbol="6EH4", instrument_id=1)
+    (symbol, clean), *_ = clean_history(values).items()
+    label_ends = {int(b["ts_event"]) for b in clean[: len(clean) - 10]}
+    served = {r.ts_event for r in window_requests(symbol, clean, 60)}
+    complete = {t for t in served if t in label_ends}  # the last 10 have no full label yet
+    assert len(evaluated) > 700 and evaluated <= complete
+    missing = sorted(complete - evaluated)  # only labels across a session break
+    row = {int(t): i for i, t in enumerate(panel.ts)}
+    assert all(np.isnan(panel.targets[row[t]]).any() for t in missing)
+
+
+def test_evaluation_forecasts_equal_the_offline_worker_pipeline_bit_for_bit(
+    slice_csv: Path, sixe_bars: pd.DataFrame, tmp_path: Path
+) -> None:
+    make_checkpoint(tmp_path / "model", symbols=("6EH4",))
+    bars, _ = load_bars([slice_csv])
+    panel = build_panel(bars, 10)
+    everything = int(panel.ts.max()) + 1
+    ends = window_ends(panel, Split(everything, everything, everything, 70), Part.TRAIN, 60, 10)
+    picked = ends[::7]  # not the worker's batches: the engine must not care
+    evaluated = run_engine(ForecastEngine(tmp_path / "model"), panel, picked, 32, "test")
+    values = bars_from_frame(sixe_bars.iloc[:BARS], symbol="6EH4", instrument_id=1)
+    served = forecast_history(values, ForecastEngine(tmp_path / "model"))
+    for t, quantiles in zip(panel.ts[picked], evaluated, strict=True):
+        assert np.array_equal(served[("6EH4", int(t))], quantiles)
