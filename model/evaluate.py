@@ -14,7 +14,6 @@ Writes evaluation.json, calibration.png and fan_chart.png.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,7 @@ def evaluate(
     meta, config = forecaster.meta, forecaster.config
     bars, data_report = load_bars(paths)
     panel = build_panel(bars, config.horizon)
-    split = Split.from_dict(meta.data["split"])
+    split = Split.from_dict(meta.data["split"]) if "split" in meta.data else None
     ends, fit_ends, calibration_source = evaluation_windows(
         panel, split, part, config.lookback, config.horizon
     )
@@ -127,7 +126,7 @@ def evaluate(
 
 
 def evaluation_windows(
-    panel: Panel, split: Split, part: str, lookback: int, horizon: int
+    panel: Panel, split: Split | None, part: str, lookback: int, horizon: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(scored windows, the baselines' calibration windows, where the latter come from).
 
@@ -139,11 +138,13 @@ def evaluation_windows(
     if part == "all":
         start = int(panel.ts.min())
         cut = int(np.quantile(panel.ts, NEW_DATA_CALIBRATION))
-        split = replace(split, train_end=start, val_end=start, calib_end=cut)
+        split = Split(start, start, cut, lookback + horizon)
         source = {
             "source": f"first {NEW_DATA_CALIBRATION:.0%} of this data's bars (baselines only)",
             "tft": "the checkpoint's calibration split",
         }
+    elif split is None:
+        raise ValueError(f"the checkpoint records no data split; use --split all, not {part}")
     else:
         source = {"source": "the checkpoint's calibration split", "tft": "the same"}
     scored_part = Part.VAL if part == "val" else Part.TEST

@@ -10,7 +10,7 @@ import pytest
 
 from model.bars import load_bars
 from model.dataset import Part, Split, build_panel, window_ends
-from model.evaluate import run_engine
+from model.evaluate import evaluate, run_engine
 from streams.corrections import bars_from_frame
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import clean_history, forecast_history, window_requests
@@ -60,3 +60,17 @@ def test_evaluation_forecasts_equal_the_offline_worker_pipeline_bit_for_bit(
     served = forecast_history(values, ForecastEngine(tmp_path / "model"))
     for t, quantiles in zip(panel.ts[picked], evaluated, strict=True):
         assert np.array_equal(served[("6EH4", int(t))], quantiles)
+
+
+def test_split_all_scores_a_short_file_and_says_what_it_left_out(
+    slice_csv: Path, tmp_path: Path
+) -> None:
+    """A checkpoint trained elsewhere, on a file too short for the day-long rolling baseline
+    at first: the windows where all forecasters are defined are scored, the rest counted."""
+    make_checkpoint(tmp_path / "model", symbols=("6EH4",))
+    report = evaluate(tmp_path / "model", [slice_csv], part="all", device="cpu")
+    left_out = report["left_out"]
+    assert report["n_windows"] > 200
+    assert left_out["rolling_quantiles: too little history"] > 0
+    assert report["calibration"]["n_windows"] > 20
+    assert np.isfinite(report["comparison"]["relative_gain"])
