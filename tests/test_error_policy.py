@@ -7,10 +7,12 @@ from __future__ import annotations
 from importlib.metadata import version
 from types import SimpleNamespace
 
+import numpy as np
 import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 
+from features.engine import N_FEATURES
 from streams.agents.dlq import (
     KEPT_BYTES,
     SHA256_HEADER,
@@ -20,12 +22,14 @@ from streams.agents.dlq import (
     publishable,
     record_bytes,
 )
+from streams.agents.features import feature_message
 from streams.agents.io import EXIT_AGENT_FAILED, EXIT_BROKER_FAILED, Out, exit_code
+from streams.agents.rows import feature_row
 from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
 from streams.corrections import Reason as Rejected
 from streams.internals import InternalsMoved, live_fetcher
 from streams.metrics import Metrics
-from streams.schema import DLQ_REASON
+from streams.schema import DLQ_REASON, encode_feature_values
 
 BAR = {
     "instrument_id": 1,
@@ -148,3 +152,44 @@ def test_a_moved_fetcher_fails_loudly_naming_the_versions(consumer: object, miss
     assert missing in message
     assert f"faust-streaming {version('faust-streaming')}" in message
     assert f"aiokafka {version('aiokafka')}" in message
+
+
+def features_event(value: bytes, key: bytes | None = b"6EH4") -> SimpleNamespace:
+    return SimpleNamespace(
+        key=key, value=value, headers=[], message=SimpleNamespace(partition=0, offset=5)
+    )
+
+
+def test_a_features_record_is_read_into_a_row() -> None:
+    values = np.arange(N_FEATURES, dtype=np.float64)
+    bar = {**BAR, "status": "clean"}
+    row = feature_row(features_event(feature_message(bar, values, warm=True)))
+    assert (row.symbol, row.ts_event, row.warm, row.synthetic) == (
+        "6EH4",
+        BAR["ts_event"],
+        True,
+        False,
+    )
+    assert np.array_equal(row.values, values)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda r: b"{not json", "unexpected"),
+        (lambda r: orjson.dumps([r]), "JSON object"),
+        (lambda r: orjson.dumps({k: v for k, v in r.items() if k != "warm"}), "warm"),
+        (lambda r: orjson.dumps({**r, "ts_event": str(r["ts_event"])}), "ts_event"),
+        (lambda r: orjson.dumps({**r, "values": "AAAA"}), "buffer size"),
+        (lambda r: orjson.dumps({**r, "values": encode_feature_values(np.zeros(3))}), "3 features"),
+    ],
+)
+def test_a_record_that_is_no_feature_row_raises_value_error_saying_why(
+    change: object, why: str
+) -> None:
+    values = np.zeros(N_FEATURES)
+    record = orjson.loads(feature_message({**BAR, "status": "clean"}, values, warm=True))
+    with pytest.raises(ValueError, match=why):
+        feature_row(features_event(change(record)))  # type: ignore[operator]
+    with pytest.raises(ValueError, match="keyed"):
+        feature_row(features_event(orjson.dumps(record), key=None))

@@ -7,6 +7,7 @@ the same holds after a SIGKILL (at an observed checkpoint) and a restart that me
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
 from dataclasses import replace
 
@@ -16,12 +17,26 @@ import pytest
 from confluent_kafka import Producer
 
 from streams.agents.dlq import KEPT_BYTES, SHA256_HEADER, TRUNCATED_HEADER
+from streams.agents.features import feature_message
 from streams.corrections import Status, bars_from_frame, correct_history
+from streams.forecast.engine import ForecastEngine
+from streams.forecast.offline import forecast_history
+from streams.ingest.producer import BarProducer
 from streams.kafka import ensure_topics, pipeline_topics
-from streams.schema import DLQ_MESSAGE, DLQ_REASON
+from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
+from tests.bar_streams import expected_features
 from tests.checkpoints import make_checkpoint
-from tests.topic_logs import CleanLog, DeadLetterLog, FeatureLog, metric, wait_for_metric
+from tests.kafka_io import produce
+from tests.test_forecast_pipeline import assert_matches
+from tests.topic_logs import (
+    CleanLog,
+    DeadLetterLog,
+    FeatureLog,
+    ForecastLog,
+    metric,
+    wait_for_metric,
+)
 from tests.worker import Worker
 
 pytestmark = pytest.mark.integration
@@ -140,3 +155,50 @@ def test_bad_records_go_to_the_dlq_and_the_stream_goes_on(
         else:
             assert value in originals
     assert sum(TRUNCATED_HEADER in h for h in dlq.headers.values()) == reasons["oversized"]
+
+
+def test_bad_features_records_go_to_the_dlq_and_forecasts_go_on(
+    broker_settings: Settings, sixe_bars: pd.DataFrame
+) -> None:
+    """The forecast worker on its own topic: bad `features` records between real rows."""
+    settings = replace(broker_settings, role="forecast")
+    make_checkpoint(settings.model_dir / "first")
+    ensure_topics(settings, pipeline_topics(settings))
+    raw = bars_from_frame(sixe_bars.iloc[:800], symbol="6EH4", instrument_id=1)
+    reference = forecast_history(raw, ForecastEngine(settings.model_dir / "first"))
+    clean = correct_history(raw).clean
+    values, warm = expected_features(clean)
+    row = orjson.loads(feature_message(clean[0], values[0], bool(warm[0])))
+    bad = [
+        b"{not json",
+        orjson.dumps([row]),
+        orjson.dumps({k: v for k, v in row.items() if k != "values"}),
+        orjson.dumps({**row, "ts_event": "1704150000000000000"}),
+        orjson.dumps({**row, "values": "AAAA"}),
+    ]
+    records = []
+    for i, bar in enumerate(clean):
+        if i % 150 == 75:
+            records.append((b"6EH4", bad[(i // 150) % len(bad)]))
+        records.append((b"6EH4", feature_message(bar, values[i], bool(warm[i]))))
+    assert len(records) == len(clean) + len(bad)
+    produce(settings.broker, settings.topic_features, records)
+    forecasts = ForecastLog(settings.broker, settings.topic_forecasts, settings.partitions)
+    dlq = DeadLetterLog(settings.broker, settings.topic_dlq, settings.partitions)
+    try:
+        with Worker(settings, "forecast") as worker:
+            control = BarProducer(settings, settings.topic_features)
+            control.send_control(time.time_ns())
+            assert control.flush() == 0
+            assert forecasts.read_until(len(reference), timeout_s=300) == len(reference)
+            assert dlq.read_until(len(bad)) == len(bad)
+            assert worker.process is not None and worker.process.poll() is None
+    finally:
+        forecasts.close()
+        dlq.close()
+    assert sorted(dlq.values.values()) == sorted(bad)
+    assert {h[DLQ_REASON] for h in dlq.headers.values()} == {b"malformed"}
+    assert all(h[DLQ_TOPIC] == settings.topic_features.encode() for h in dlq.headers.values())
+    assert_matches(
+        reference, {(s, ts): orjson.loads(v) for (s, ts, _), v in forecasts.values.items()}
+    )

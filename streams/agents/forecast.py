@@ -26,25 +26,24 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import orjson
 import torch
 
 from features.engine import FINGERPRINT, N_FEATURES
 from model.checkpoint import CheckpointError
 from model.config import TFTConfig
+from streams.agents.dlq import Reason, event_dead_letter
 from streams.agents.io import (
     BAR_HEADERS,
     Out,
     exit_uncommitted,
-    header,
     is_control_event,
     raw_topic,
     send_batches,
 )
+from streams.agents.rows import FeatureRow, feature_row
 from streams.agents.serving import initial_engine, load
 from streams.agents.state import StateTable
 from streams.forecast.batcher import MicroBatcher
@@ -53,7 +52,6 @@ from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_message
 from streams.forecast.windows import SymbolWindow, meta_key, row_key
 from streams.metrics import Outcome, Stage
-from streams.schema import RECEIVED_HEADER, decode_feature_values
 
 if TYPE_CHECKING:
     from faust.types import EventT
@@ -65,48 +63,6 @@ RELOAD_INTERVAL_S = 2.0
 SWITCH_INTERVAL_S = 0.0001
 BACKLOG_BATCHES = 4
 IDLE_FLUSH_S = 0.5  # events that asked for no forecast (warm-up rows) are acked this late
-
-
-@dataclass(slots=True)
-class FeatureRow:
-    """A feature row as the forecast stage needs it. `offset` orders a symbol's rows: the
-    `features` record's offset, or in the one-agent pipeline its position there."""
-
-    key: bytes
-    partition: int
-    offset: int
-    symbol: str
-    ts_event: int
-    close: float
-    synthetic: bool
-    warm: bool
-    values: np.ndarray
-    fingerprint: str
-    received_ns: int
-
-
-def received_ns(event: EventT) -> int:
-    """When the event's bar entered barcast (its corrections header), else now."""
-    received = header(event, RECEIVED_HEADER)
-    return int(received) if received else time.time_ns()
-
-
-def feature_row(event: EventT) -> FeatureRow:
-    """A `features` record (see streams.agents.features.feature_message) as a FeatureRow."""
-    value, message = orjson.loads(event.value), event.message
-    return FeatureRow(
-        key=event.key,
-        partition=message.partition,
-        offset=message.offset,
-        symbol=value["symbol"],
-        ts_event=value["ts_event"],
-        close=value["close"],
-        synthetic=value["synthetic"],
-        warm=value["warm"],
-        values=decode_feature_values(value["values"]),
-        fingerprint=value["fingerprint"],
-        received_ns=received_ns(event),
-    )
 
 
 class ForecastService:
@@ -128,6 +84,7 @@ class ForecastService:
         self.applied: dict[bytes, int] = {}
         self.backlog = BACKLOG_BATCHES * settings.max_batch
         self.unacked: list[EventT] = []
+        self.dead_letters: list[Out] = []  # published, and their events acked, by the next cut
         self.unacked_since = 0.0
         self.finishing: asyncio.Future[None] | None = None  # the last cut still being stored
         self.dirty: dict[bytes, tuple[int, int]] = {}  # key -> (partition, offset)
@@ -154,11 +111,23 @@ class ForecastService:
         return window
 
     async def add(self, event: EventT) -> None:
-        """A record of the `features` topic."""
-        await self.add_row(event, None if is_control_event(event) else feature_row(event))
+        """A record of the `features` topic; one that is not a feature row goes to the
+        dead-letter topic with the next flush, which it starts."""
+        row = None
+        if not is_control_event(event):
+            try:
+                row = feature_row(event)
+            except ValueError as exc:  # orjson's and base64's errors are ValueErrors too
+                why = f"not a features record: {exc}"
+                self.dead_letters.append(
+                    event_dead_letter(self.app.barcast.topic_dlq, event, Reason.MALFORMED, why)
+                )
+                self.app.metrics.dlq.inc()
+        await self.add_row(event, row)
 
     async def add_row(self, event: EventT, row: FeatureRow | None) -> None:
-        """A feature row (None: END_OF_INTERVAL); `event` is acked once the row's forecast is
+        """A feature row (None: END_OF_INTERVAL or a dead letter, flushed at once); `event` is
+        acked once the row's forecast is
         out and its window stored."""
         self.app.activity.mark()
         if not self.unacked:
@@ -215,7 +184,8 @@ class ForecastService:
                 batches.append(self.batcher.take())
             events, self.unacked = self.unacked, []
             writes = [] if self.windows_on_drain else self._snapshot()
-            sends: list[asyncio.Future] = []
+            sends = await send_batches(self.app, self.dead_letters)
+            self.dead_letters = []
             for batch in batches:
                 started = time.perf_counter()
                 quantiles = await asyncio.get_running_loop().run_in_executor(

@@ -32,9 +32,9 @@ from features import engine
 from streams.agents.checkpoint import Checkpointer
 from streams.agents.corrections import CorrectionsStage
 from streams.agents.features import FeaturesBatch, feature_states
-from streams.agents.forecast import FeatureRow, received_ns
 from streams.agents.forecast import start as start_forecasts
 from streams.agents.io import exit_uncommitted, send_batches
+from streams.agents.rows import FeatureRow, received_ns
 from streams.corrections import SYNTHETIC
 from streams.schema import PRICE_SCALE
 
