@@ -26,6 +26,11 @@ log = logging.getLogger("barcast")
 
 MAX_BACKOFF_S = 30.0
 LAG_INTERVAL_S = 5.0
+# Per-partition fetch size, in records of BARCAST_MAX_RECORD_BYTES. A broker may return no record
+# larger than a fetch's size (Tansu does: the consumer then fetches nothing, forever, at that
+# offset), so the worker must fetch more than the largest record a producer elsewhere may have
+# written, for it to reach the dead-letter topic instead of stalling its partition.
+FETCH_RECORDS = 4
 
 
 class BarcastApp(faust.App):
@@ -195,6 +200,7 @@ def create_app(settings: Settings) -> BarcastApp:
         producer_acks=-1,
         producer_linger_ms=1,
         producer_max_request_size=settings.max_record_bytes,
+        consumer_max_fetch_size=FETCH_RECORDS * settings.max_record_bytes,
         stream_wait_empty=False,
         web_port=settings.web_port,
         web_host="0.0.0.0",

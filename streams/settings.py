@@ -110,7 +110,8 @@ class Settings:
         default=1_000_000,
         metadata={
             "doc": "Largest record the worker publishes (bytes, at most the brokers' "
-            "`message.max.bytes`); a bigger output goes to the DLQ as a bounded copy."
+            "`message.max.bytes`); a bigger output goes to the DLQ as a bounded copy. The "
+            "worker reads records up to 4x this size."
         },
     )
     security_protocol: str = field(
