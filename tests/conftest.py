@@ -83,3 +83,17 @@ def broker_settings(broker: str, tmp_path: Path) -> Settings:
         rebalance_timeout_s=3.0,
         connect_timeout_s=5.0,
     )
+
+
+@pytest.fixture
+def worker_threads() -> Iterator[int]:
+    """torch runs on the forecast worker's thread count for the test: forecasts computed here
+    equal a worker's bit for bit only then (whatever other test modules set at import)."""
+    import torch
+
+    from streams.agents.forecast import inference_threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(inference_threads())
+    yield inference_threads()
+    torch.set_num_threads(before)

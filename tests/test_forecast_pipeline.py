@@ -26,7 +26,7 @@ from tests.kafka_io import Message, produce, read_topic
 from tests.topic_logs import ForecastLog, wait_for_metric
 from tests.worker import Worker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("worker_threads")]
 QUANTILES = ("q10", "q50", "q90")
 
 

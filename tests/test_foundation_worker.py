@@ -84,3 +84,29 @@ def test_worker_without_broker_logs_one_line_and_retries(broker_settings: Settin
     assert len(failures) >= 2, text[-3000:]
     assert settings.broker in failures[0] and "retrying in" in failures[0]
     assert "Traceback" not in text, text[-3000:]
+
+
+def test_worker_takes_the_broker_as_faust_writes_it(broker_settings: Settings) -> None:
+    settings = replace(broker_settings, role="passthrough")
+    ensure_topics(settings, [settings.topic_raw, settings.topic_clean])
+    with Worker(replace(settings, broker=f"kafka://{settings.broker}")):
+        out = asyncio.run(_roundtrip(settings))
+    assert out == [(b"6EH4", orjson.dumps(BAR))]
+
+
+def test_worker_with_a_malformed_broker_exits_2_naming_the_accepted_forms(
+    broker_settings: Settings,
+) -> None:
+    env = {**os.environ, **broker_settings.to_env(), "BARCAST_BROKER": "kafka://127.0.0.1"}
+    done = subprocess.run(
+        [str(FAUST), "-A", "streams", "worker", "-l", "info"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "BARCAST_BROKER" in done.stderr and "kafka://host:port" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -162,6 +162,7 @@ def test_bad_records_go_to_the_dlq_and_the_stream_goes_on(
     assert sum(TRUNCATED_HEADER in h for h in dlq.headers.values()) == reasons["oversized"]
 
 
+@pytest.mark.usefixtures("worker_threads")
 def test_bad_features_records_go_to_the_dlq_and_forecasts_go_on(
     broker_settings: Settings, sixe_bars: pd.DataFrame
 ) -> None:

@@ -333,6 +333,14 @@ def _exit_on_failure(future: asyncio.Future[None]) -> None:
         exit_uncommitted("storing a flush of forecasts failed", error)
 
 
+def inference_threads() -> int:
+    """torch's intra-op threads in a worker. One core stays with the event loop (consumption,
+    heartbeats, publishing): torch's threads spinning on it would slow both sides. Forecasts
+    are bit-identical for one thread count only (reductions split differently), so an offline
+    reference must run with as many."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 def start(app: BarcastApp, windows_on_drain: bool = False) -> ForecastService:
     """The forecast stage of this worker: the model loaded, its timers and rebalance hook set;
     what feeds it rows is the caller's (the `forecast` agent, or the one-agent pipeline)."""
@@ -341,9 +349,7 @@ def start(app: BarcastApp, windows_on_drain: bool = False) -> ForecastService:
     # the event loop, which by default holds it for 5 ms at a time. A short switch interval
     # keeps a forward pass from waiting that long at each of its hundreds of ops.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    # One core stays with the event loop (consumption, heartbeats, publishing); torch's
-    # worker threads spinning on it would slow both sides.
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    torch.set_num_threads(inference_threads())
     raw_topic(app, settings.topic_forecasts)
     watcher = CheckpointWatcher(settings.model_dir)
     engine = initial_engine(app, watcher)
