@@ -151,7 +151,8 @@ class Settings:
             "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
             "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
         }
-        _ = self.brokers  # a malformed BARCAST_BROKER fails here, naming the accepted forms
+        if not self.embedded:
+            broker_list(self.broker)  # raises on a malformed value, naming the accepted forms
         for name, allowed in choices.items():
             value = getattr(self, name)
             if value not in allowed:

@@ -49,10 +49,8 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
     clean, dlq, features = logs
     total = len(expected.clean)
     try:
-        # Kill 1 once the first worker has checkpointed and corrections are a third through,
-        # kill 2 once the second has checkpointed and is halfway through what is left of the
-        # features: each kill lands mid-stream for the stage it targets, after a checkpoint
-        # that the next worker restores from.
+        # Each kill lands after a checkpoint of the worker (the next one restores from it) and
+        # mid-stream for the stage it targets: corrections a third through, then features.
         first = Worker(settings, "first").start()
         wait_for_metric(first, CHECKPOINTS, 1)
         clean.read_until(total // 3)
