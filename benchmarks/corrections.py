@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -29,9 +30,13 @@ from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a file: `benchmarks.provenance` needs the repository root
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from benchmarks.provenance import loadavg, run_metadata
 from streams.broker import EmbeddedBroker
 from streams.corrections import CorrectionConfig, CorrectionStats, SymbolState, correct
 from streams.corrections.history import bars_from_frame
@@ -155,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
+    provenance = run_metadata()  # now: others may commit while this runs
     base = Settings.from_env()
     records = tiled_records(base, args.symbols)
     pure_bps, released = pure_run(records)
@@ -198,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             role: [round(run.worker_cpu_us, 1) for run in role_runs]
             for role, role_runs in runs.items()
         },
+        "provenance": provenance | {"loadavg_end": loadavg()},
     }
     print(f"corrections: {len(records):,} bars ({args.symbols} symbols x the 6EH4 month)")
     print(f"{'measure':<30}{'bars/s':>9}{'worker us/bar':>15}{'broker us/bar':>15}  runs (bars/s)")

@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +53,7 @@ import numpy as np
 import orjson
 import torch
 
+from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from streams.broker import EmbeddedBroker
 from streams.corrections import bars_from_frame, correct_history
@@ -446,35 +445,6 @@ def topic_records(settings: Settings, prefix: str) -> dict[str, int]:
         consumer.close()
 
 
-def git_state() -> dict:
-    """The commit measured, and the files that differed from it (shared working tree)."""
-
-    def git(*argv: str) -> str:
-        done = subprocess.run(["git", *argv], cwd=REPO_ROOT, capture_output=True, text=True)
-        return done.stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": git("status", "--short").splitlines()}
-
-
-def machine() -> dict:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "worker_torch_threads": max(1, (os.cpu_count() or 2) - 1),
-    }
-
-
 def run(args: argparse.Namespace) -> dict:
     base = Settings.from_env()
     n_burst, n_live = args.symbols, args.live_symbols
@@ -485,7 +455,7 @@ def run(args: argparse.Namespace) -> dict:
     total_minutes = max(args.minutes + args.rounds, bursts_from + n_bursts, args.minutes + 3) + 1
     anchor_minutes = [args.minutes - 1, args.minutes, args.minutes + 1, args.minutes + 2]
 
-    measured = git_state()  # now: others may commit while this runs
+    provenance = run_metadata()  # now: others may commit while this runs
     t = time.perf_counter()
     series = build_series(base, n_burst + n_live, total_minutes)
     ref = reference(series, burst_rows, anchor_minutes)
@@ -610,9 +580,9 @@ def run(args: argparse.Namespace) -> dict:
             "max_delay_ms": base.max_delay_ms,
             "partitions": base.partitions,
             "store": base.store,
+            "worker_torch_threads": max(1, (os.cpu_count() or 2) - 1),
         },
-        "machine": {**machine(), "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
-        "git": measured,
+        "provenance": provenance | {"loadavg_end": loadavg()},
         "command": " ".join(["benchmarks/pipeline.py", *sys.argv[1:]]),
     }
 

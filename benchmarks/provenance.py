@@ -1,4 +1,8 @@
-"""What a results file records about the run behind it: commit, versions, threads and CPU."""
+"""What a results file records about the run behind it: commit, versions, threads, CPU and load.
+
+Call `run_metadata()` when the run starts (others commit in this shared checkout meanwhile) and
+`loadavg()` again when it ends.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +20,12 @@ def run_metadata() -> dict[str, Any]:
     import numpy
     import torch
 
+    dirty = _git("diff", "--name-only", "HEAD").splitlines()
     return {
         "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "dirty": bool(dirty),
+        # The checkout is shared: which files differed tells whether they could matter.
+        "dirty_paths": dirty,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numba": numba.__version__,
@@ -28,7 +35,13 @@ def run_metadata() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "machine": platform.machine(),
+        "loadavg": loadavg(),
     }
+
+
+def loadavg() -> list[float]:
+    """The 1-, 5- and 15-minute load averages: on a shared machine, how busy it was."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _git(*args: str) -> str:
