@@ -76,14 +76,17 @@ def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
 
     newest = CheckpointWatcher(settings.model_dir).newest()
     if newest is not None and not retrain:
-        print(f"[demo] using checkpoint {newest}", flush=True)
-        return newest
+        problem = unusable(newest)
+        if problem is None:
+            print(f"[demo] using checkpoint {newest}", flush=True)
+            return newest
+        print(f"[demo] not using {newest}: {problem}", flush=True)
     from model.config import TFTConfig
     from model.train import TrainConfig, train
     from streams.ingest.convert import SIXE_CSV
 
     out = settings.model_dir / "demo"
-    print(f"[demo] no checkpoint yet: training a small TFT on {SIXE_CSV} into {out}", flush=True)
+    print(f"[demo] training a small TFT on {SIXE_CSV} into {out}", flush=True)
     config = TFTConfig(hidden=DEMO_TRAINING["hidden"], heads=DEMO_TRAINING["heads"])
     train(
         [settings.data_dir / SIXE_CSV],
@@ -94,6 +97,19 @@ def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
         ),
     )
     return out
+
+
+def unusable(directory: Path) -> str | None:
+    """Why the worker would refuse a checkpoint (another barcast version, another feature
+    set), or None."""
+    from features.engine import FINGERPRINT
+    from model.checkpoint import CheckpointError, load
+
+    try:
+        load(directory, FINGERPRINT)
+    except CheckpointError as exc:
+        return str(exc)
+    return None
 
 
 def replay(settings: Settings) -> str:
