@@ -23,7 +23,7 @@ from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
 from model.tft import TemporalFusionTransformer
-from model.volatility import SCALE_FEATURE, TimeOfDayProfile, VolatilityScale
+from model.volatility import SCALE_INPUTS, TimeOfDayProfile, VolatilityScale
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -49,12 +49,14 @@ class CheckpointMeta:
     metrics: dict[str, Any] = field(default_factory=dict)
 
     def to_returns(
-        self, outputs: np.ndarray, ts_event: np.ndarray, last_rows: np.ndarray
+        self, outputs: np.ndarray, ts_event: np.ndarray, scale_inputs: np.ndarray
     ) -> np.ndarray:
         """Model outputs `(B, H, Q)` -> calibrated quantiles of the cumulative log return, for
-        windows ending at `ts_event` whose newest raw feature rows are `last_rows` `(B, F)`."""
+        windows ending at `ts_event` whose raw feature rows hold `scale_inputs` (the
+        `volatility.columns` of every row, `(B, lookback, 5)`)."""
         c = self.config
-        scale = self.volatility.scale(np.asarray(ts_event, dtype=np.int64), last_rows, c.horizon)
+        ts = np.asarray(ts_event, dtype=np.int64)
+        scale = self.volatility.scale(ts, scale_inputs, c.horizon)
         calibrated = apply_interval_scale(outputs, self.interval_scale, c.quantiles.index(0.5))
         return calibrated * scale[..., None]
 
@@ -95,9 +97,8 @@ def untrained_meta(
     profile, uncalibrated intervals, zero persistence quantiles."""
     from features.engine import FEATURE_NAMES
 
-    volatility = VolatilityScale(
-        TimeOfDayProfile.flat(), list(FEATURE_NAMES).index(SCALE_FEATURE), UNTRAINED_FLOOR
-    )
+    columns = tuple(list(FEATURE_NAMES).index(name) for name in SCALE_INPUTS)
+    volatility = VolatilityScale(TimeOfDayProfile.flat(), columns, UNTRAINED_FLOOR)
     shape = (config.horizon, len(config.quantiles))
     return CheckpointMeta(
         config=config,

@@ -221,7 +221,8 @@ class WindowData:
         self.features = torch.from_numpy(normalizer.apply(panel.features))
         self.future = torch.from_numpy(future_covariates(panel.ts, horizon))
         self.targets = torch.from_numpy((panel.targets / target_scale).astype(np.float32))
-        unit = volatility.scale(panel.ts, panel.features, horizon) / target_scale
+        inputs = window_rows(panel.features[:, list(volatility.columns)], lookback)
+        unit = volatility.scale(panel.ts, inputs, horizon) / target_scale
         self.unit = torch.from_numpy(unit.astype(np.float32))
         ids, reals = vocab.encode(panel.symbols)
         row_symbol = torch.from_numpy(panel.row_symbol)
@@ -245,6 +246,13 @@ class WindowData:
             y=self.targets[t],
             unit=self.unit[t],
         )
+
+
+def window_rows(values: np.ndarray, lookback: int) -> np.ndarray:
+    """`(R, lookback, k)`: each row's window of `values` `(R, k)`, oldest first (a view; the
+    first rows repeat row 0, and no window of them is ever used)."""
+    padded = np.concatenate([np.repeat(values[:1], lookback - 1, axis=0), values])
+    return np.lib.stride_tricks.sliding_window_view(padded, lookback, axis=0).transpose(0, 2, 1)
 
 
 def one_bar_returns(panel: Panel) -> np.ndarray:

@@ -28,6 +28,7 @@ from model.checkpoint import CheckpointMeta
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from model.dataset import Panel, Part, Split, build_panel, labels_over_gap_fills, window_ends
 from model.explain import explain_windows
+from model.forecaster import Forecaster
 from model.metrics import coverage, pinball_per_window, summarize
 from model.significance import block_bootstrap
 from model.volatility import TimeOfDayProfile
@@ -49,7 +50,6 @@ def evaluate(
     rolling_window: int = ROLLING_WINDOW,
     batch_size: int = 256,
 ) -> dict[str, Any]:
-    from features.engine import FEATURE_NAMES
     from streams.forecast.engine import ForecastEngine
 
     engine = ForecastEngine(checkpoint_dir, device, cpu_precision)
@@ -61,7 +61,6 @@ def evaluate(
     ends, fit_ends, calibration_source = evaluation_windows(
         panel, split, part, config.lookback, config.horizon
     )
-    y = panel.targets[ends]
     tft = run_engine(engine, panel, ends, batch_size, "tft")
     precisions = {forecaster.name: tft}
     for precision in ("fp32", "int8"):  # the INT8 change is always measured on the CPU
@@ -70,19 +69,7 @@ def evaluate(
             precisions[f"cpu-{precision}"] = run_engine(other, panel, ends, batch_size, precision)
     forecasts, fitted = baseline_forecasts(panel, ends, fit_ends, meta, rolling_window)
     forecasts = {"tft": tft} | forecasts
-
-    defined = np.all([np.isfinite(f).all(axis=(1, 2)) for f in forecasts.values()], axis=0)
-    over_gap = labels_over_gap_fills(panel, ends, config.horizon)
-    scored = defined & ~over_gap
-    if not scored.any():
-        raise ValueError("no window where every forecaster is defined; give more history")
-    quantiles = config.quantiles
-    results = {name: summarize(y[scored], f[scored], quantiles) for name, f in forecasts.items()}
-    gap_results = {
-        name: summarize(y[defined & over_gap], f[defined & over_gap], quantiles)
-        for name, f in forecasts.items()
-        if (defined & over_gap).any()
-    }
+    scored, scores = score(panel, ends, forecasts, fitted, config.quantiles)
     report = {
         "checkpoint": str(checkpoint_dir),
         "model_id": forecaster.model_id,
@@ -96,20 +83,60 @@ def evaluate(
         },
         "part": part,
         "calibration": calibration_source | {"n_windows": len(fit_ends)},
+        "rolling_window_bars": rolling_window,
+        **scores,
+        "int8": int8_change(precisions, panel.targets[ends[scored]], scored, config.quantiles),
+        **importance(forecaster, panel, ends[scored], batch_size),
+    }
+    out_dir = out_dir or Path(checkpoint_dir) / "evaluation"
+    shown = {k: f[scored] for k, f in forecasts.items()}
+    y = panel.targets[ends[scored]]
+    write_report(out_dir, report, panel, ends[scored], y, shown, config.horizon, config.quantiles)
+    return report
+
+
+def score(
+    panel: Panel,
+    ends: np.ndarray,
+    forecasts: dict[str, np.ndarray],
+    fitted: dict[str, dict[str, Any]],
+    quantiles: tuple[float, ...],
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Which windows are scored (every forecaster defined, no gap fill under the label), and
+    every figure of the report on them; the gap-fill windows on a line of their own."""
+    y = panel.targets[ends]
+    defined = np.all([np.isfinite(f).all(axis=(1, 2)) for f in forecasts.values()], axis=0)
+    over_gap = labels_over_gap_fills(panel, ends, panel.targets.shape[1])
+    scored = defined & ~over_gap
+    if not scored.any():
+        raise ValueError("no window where every forecaster is defined; give more history")
+    results = {name: summarize(y[scored], f[scored], quantiles) for name, f in forecasts.items()}
+    apart = defined & over_gap
+    return scored, {
         "n_windows": int(scored.sum()),
         "left_out": left_out_counts(forecasts, defined, over_gap),
         "first_window_ts": _iso(panel.ts[ends[scored]].min()),
         "last_window_ts": _iso(panel.ts[ends[scored]].max()),
         "units": "basis points of cumulative log return",
-        "rolling_window_bars": rolling_window,
         "model": results["tft"],
         "baselines": {k: v | fitted.get(k, {}) for k, v in results.items() if k != "tft"},
-        "labels_over_gap_fills": gap_results,
+        "labels_over_gap_fills": {
+            name: summarize(y[apart], f[apart], quantiles) for name, f in forecasts.items()
+        }
+        if apart.any()
+        else {},
         "comparison": compare(y[scored], {k: f[scored] for k, f in forecasts.items()}, quantiles),
-        "int8": int8_change(precisions, y[scored], scored, quantiles),
     }
-    explain = explain_windows(forecaster, panel, ends[scored], batch_size)
-    report |= {
+
+
+def importance(
+    forecaster: Forecaster, panel: Panel, ends: np.ndarray, batch_size: int
+) -> dict[str, Any]:
+    """Attention entropy and variable-selection importances over the scored windows."""
+    from features.engine import FEATURE_NAMES
+
+    explain = explain_windows(forecaster, panel, ends, batch_size)
+    return {
         "attention_entropy": explain["attention_entropy"],
         "attention_entropy_uniform": explain["attention_entropy_uniform"],
         "importance": {
@@ -119,10 +146,6 @@ def evaluate(
             "n_historical_inputs": len(explain["hist"]),
         },
     }
-    out_dir = out_dir or Path(checkpoint_dir) / "evaluation"
-    shown = {k: f[scored] for k, f in forecasts.items()}
-    write_report(out_dir, report, panel, ends[scored], y[scored], shown, config.horizon, quantiles)
-    return report
 
 
 def evaluation_windows(
@@ -265,7 +288,10 @@ def compare(
 
 
 def int8_change(
-    precisions: dict[str, np.ndarray], y: np.ndarray, scored: np.ndarray, quantiles: Any
+    precisions: dict[str, np.ndarray],
+    y: np.ndarray,
+    scored: np.ndarray,
+    quantiles: tuple[float, ...],
 ) -> dict[str, Any]:
     by = {k: summarize(y, q[scored], quantiles)["mean_pinball"] for k, q in precisions.items()}
     fp32, int8 = by["cpu-fp32"], by["cpu-int8"]

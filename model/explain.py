@@ -43,7 +43,7 @@ def explain_windows(
             symbols=[panel.symbols[i] for i in row_symbol[t]],
             ts_event=panel.ts[t],
             close=panel.close[t],
-            features=panel.features[t, None, :],
+            features=panel.features[t[:, None] + steps],
         )
         result = forecaster.predict_encoded(
             batch, all_encoded[torch.from_numpy(t[:, None] + steps - first)], explain=True

@@ -30,8 +30,8 @@ class ForecastBatch:
     symbols: list[str]
     ts_event: np.ndarray  # (B,) int64 UTC ns, open time of each window's last bar
     close: np.ndarray  # (B,) close of that bar (price quantiles are relative to it)
-    features: np.ndarray  # (B, T, n_hist) raw feature rows, oldest first: the whole window for
-    # `predict`, at least the newest row (the volatility scale's input) for `predict_encoded`
+    features: np.ndarray  # (B, lookback, n_hist) raw feature rows, oldest first (the model's
+    # inputs in `predict`; the volatility scale's in both `predict` and `predict_encoded`)
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,8 @@ class Forecaster:
 
     def _forecast(self, batch: ForecastBatch, out: TFTOutput, explain: bool) -> Forecast:
         outputs = out.quantiles.float().cpu().numpy().astype(np.float64)
-        quantiles = self.meta.to_returns(outputs, batch.ts_event, batch.features[:, -1])
+        inputs = batch.features[:, :, list(self.meta.volatility.columns)]
+        quantiles = self.meta.to_returns(outputs, batch.ts_event, inputs)
         close = np.asarray(batch.close, dtype=np.float64)[:, None, None]
         return Forecast(quantiles, close * np.exp(quantiles), out if explain else None)
 

@@ -1,8 +1,8 @@
 """A learnable synthetic panel (tests, benchmarks): no feature engine, no data files.
 
 The close drifts with a slow cycle that features 0 and 1 (its sine and cosine) reveal, so a
-working model can forecast it almost perfectly while a broken one cannot. Feature 2 is the
-volatility scale's input (`model.volatility.SCALE_FEATURE`): an EWMA of the squared returns.
+working model can forecast it almost perfectly while a broken one cannot. Features 2..6 are the
+volatility scale's inputs (`model.volatility.SCALE_INPUTS`) when there are that many.
 """
 
 from __future__ import annotations
@@ -11,9 +11,16 @@ import numpy as np
 
 from model.covariates import NS_PER_MIN
 from model.dataset import Panel, panel_from_arrays
-from model.volatility import SCALE_FEATURE, SCALE_LAMBDA, ewma_variance
+from model.volatility import (
+    MINUTES_PER_DAY,
+    SCALE_INPUTS,
+    SCALE_LAMBDA,
+    ewma_variance,
+    minute_of_day,
+)
 
 START_NS = 1_704_150_000_000_000_000  # 2024-01-01 23:00 UTC
+SCALED = 2 + len(SCALE_INPUTS)  # panels at least this wide carry the scale's inputs
 
 
 def synthetic_panel(
@@ -35,10 +42,20 @@ def synthetic_panel(
         features[:, 0], features[:, 1] = np.sin(phase), np.cos(phase)
         returns = drift * np.sin(phase) + rng.normal(0.0, noise, n_bars)
         close = 100.0 * np.exp(np.concatenate([[0.0], np.cumsum(returns[:-1])]))
-        halflife = np.log(0.5) / np.log(SCALE_LAMBDA)
-        features[:, 2] = np.sqrt(ewma_variance(np.r_[np.nan, np.diff(np.log(close))], halflife))
-        features[0, 2] = features[1, 2]
         ts = START_NS + t * NS_PER_MIN
+        if n_features >= SCALED:
+            features[:, 2:SCALED] = scale_inputs(ts, close)
         rows.append((ts, close, features, np.ones(n_bars, dtype=bool)))
-    names = tuple(SCALE_FEATURE if j == 2 else f"synthetic_{j}" for j in range(n_features))
-    return panel_from_arrays(list(symbols), rows, horizon, feature_names=names)
+    names = [f"synthetic_{j}" for j in range(n_features)]
+    if n_features >= SCALED:
+        names[2:SCALED] = SCALE_INPUTS
+    return panel_from_arrays(list(symbols), rows, horizon, feature_names=tuple(names))
+
+
+def scale_inputs(ts: np.ndarray, close: np.ndarray) -> np.ndarray:
+    """The feature engine's `SCALE_INPUTS` columns for contiguous bars."""
+    r = np.r_[0.0, np.diff(np.log(close))]
+    angle = 2 * np.pi * minute_of_day(ts) / MINUTES_PER_DAY
+    halflife = np.log(0.5) / np.log(SCALE_LAMBDA)
+    slow = np.sqrt(ewma_variance(r, halflife))
+    return np.stack([r, np.sin(angle), np.cos(angle), np.zeros(len(ts)), slow], axis=1)

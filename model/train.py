@@ -38,10 +38,11 @@ from model.dataset import (
     fit_profile,
     target_quantiles,
     window_ends,
+    window_rows,
 )
 from model.forecaster import autocast_for, resolve_device
 from model.tft import TemporalFusionTransformer, TFTOutput
-from model.volatility import SCALE_FEATURE, VolatilityScale
+from model.volatility import SCALE_INPUTS, VolatilityScale
 
 
 class TrainingError(RuntimeError):
@@ -147,7 +148,7 @@ def train_on_panel(
     target_scale = float(np.std(panel.targets[ends[Part.TRAIN]]))
     if not target_scale > 0:
         raise TrainingError("every training label is the same return; the price never moved")
-    volatility = fit_volatility(panel, split, ends[Part.TRAIN])
+    volatility = fit_volatility(panel, split, ends[Part.TRAIN], c.lookback)
     vocab = SymbolVocab.from_symbols(panel.symbols)
     config = replace(c, n_symbols=vocab.size, n_hist=panel.features.shape[1])
     data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale, volatility)
@@ -291,17 +292,20 @@ def fit(
     return history, best_state
 
 
-def fit_volatility(panel: Panel, split: Split, train_ends: np.ndarray) -> VolatilityScale:
+def fit_volatility(
+    panel: Panel, split: Split, train_ends: np.ndarray, lookback: int
+) -> VolatilityScale:
     """The output scale, from training bars (profile) and training windows (floor) only."""
-    if SCALE_FEATURE not in panel.feature_names:
+    missing = [name for name in SCALE_INPUTS if name not in panel.feature_names]
+    if missing:
         raise TrainingError(
-            f"the panel has no {SCALE_FEATURE} column, the volatility scale's input; build it "
+            f"the panel has no {missing} columns, the volatility scale's inputs; build it "
             "with the feature engine (model.dataset.build_panel)"
         )
     profile = fit_profile(panel, split.train_end)
-    return VolatilityScale.fit(
-        profile, panel.feature_names, panel.ts[train_ends], panel.features[train_ends]
-    )
+    columns = [panel.feature_names.index(name) for name in SCALE_INPUTS]
+    inputs = window_rows(panel.features[:, columns], lookback)[train_ends]
+    return VolatilityScale.fit(profile, panel.feature_names, inputs)
 
 
 def epoch_order(ends: np.ndarray, chunk: int, rng: np.random.Generator) -> np.ndarray:

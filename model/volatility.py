@@ -21,6 +21,9 @@ MINUTES_PER_DAY = 1440
 PROFILE_BUCKET_MINUTES = 15
 SCALE_FEATURE = "ewma_vol_slow"  # sqrt(EWMA of r², λ = 0.99), bias-corrected (FEATURES.md)
 SCALE_LAMBDA = 0.99  # that feature's decay: the profile is averaged with the same weights
+# What the scale reads of each window row: the return, the minute of day, gaps, the slow EWMA.
+SCALE_INPUTS = ("ret_1", "tod_sin", "tod_cos", "bar_gap_log", SCALE_FEATURE)
+SCALE_HALFLIFE = 30.0  # bars, of the EWMA over the window's own standardized returns
 SCALE_FLOOR = 0.1  # fraction of the training median standardized volatility
 
 
@@ -118,15 +121,18 @@ def ewma_variance(returns: np.ndarray, halflife: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class VolatilityScale:
-    """The TFT's output unit: the model forecasts returns in units of a causal volatility
-    forecast per window and horizon, and this rescales them. It reads only the window's last
-    feature row and its time, so the worker computes it with no state of its own:
+    """The TFT's output unit: the model forecasts returns in units of a causal time-of-day
+    volatility forecast per window and horizon, and this rescales them. It reads only the
+    window's own feature rows (`SCALE_INPUTS`), so the worker computes it with no state of its
+    own. Over the window, an EWMA of squared returns divided by the profile of their minute (the
+    time-of-day EWMA baseline's estimate), started from the oldest row's slow EWMA over the
+    profile it averaged; then scaled forward by the profile of the h minutes ahead:
 
-        scale(t, h) = max(ewma_vol_slow(t) / trailing profile(t), floor) * forward profile(t, h)
+        scale(t, h) = max(sqrt(v(t)), floor) * forward profile(t, h)
     """
 
     profile: TimeOfDayProfile
-    feature_index: int
+    columns: tuple[int, ...]  # of SCALE_INPUTS in the feature rows
     floor: float
     trailing: np.ndarray = field(init=False, repr=False)  # (1440,) from the profile
 
@@ -135,46 +141,54 @@ class VolatilityScale:
 
     @classmethod
     def fit(
-        cls,
-        profile: TimeOfDayProfile,
-        feature_names: tuple[str, ...],
-        ts: np.ndarray,
-        rows: np.ndarray,
+        cls, profile: TimeOfDayProfile, feature_names: tuple[str, ...], inputs: np.ndarray
     ) -> VolatilityScale:
-        """From the training windows' last bars (`ts`) and their raw feature rows."""
-        index = feature_names.index(SCALE_FEATURE)
-        trailing = profile.trailing_rms(SCALE_LAMBDA)[minute_of_day(ts)]
-        standardized = rows[:, index] / trailing
-        level = float(np.nanmedian(standardized))
+        """From the training windows' `inputs` `(n, lookback, len(SCALE_INPUTS))`."""
+        columns = tuple(feature_names.index(name) for name in SCALE_INPUTS)
+        level = float(np.nanmedian(cls(profile, columns, 0.0).standardized(inputs)))
         if not level > 0:
-            raise ValueError(f"the {SCALE_FEATURE} feature is 0 on the training windows")
-        return cls(profile, index, SCALE_FLOOR * level)
+            raise ValueError("the windows' returns are all 0: no volatility to scale by")
+        return cls(profile, columns, SCALE_FLOOR * level)
 
-    def scale(self, ts_event: np.ndarray, last_rows: np.ndarray, horizon: int) -> np.ndarray:
-        """`(B, horizon)` log-return units of windows ending at `ts_event` with raw feature rows
-        `last_rows` `(B, n_features)`."""
-        minute = minute_of_day(ts_event)
-        vol = last_rows[:, self.feature_index] / self.trailing[minute]
+    def standardized(self, inputs: np.ndarray) -> np.ndarray:
+        """`(B,)` the windows' volatility in units of the profile, from `inputs` `(B, T, 5)`.
+        Elementwise only, so a window's value is the same whatever shares its batch."""
+        r, sin, cos, gap, slow = (inputs[..., i] for i in range(len(SCALE_INPUTS)))
+        minute = np.rint(np.arctan2(sin, cos) * (MINUTES_PER_DAY / (2 * np.pi))).astype(np.int64)
+        minute %= MINUTES_PER_DAY
+        variance = (slow[:, 0] / self.trailing[minute[:, 0]]) ** 2
+        square = r**2 / self.profile.per_minute_square()[minute]
+        decay = 0.5 ** (1 / SCALE_HALFLIFE)
+        for k in range(1, inputs.shape[1]):  # a gap's return is a session's jump: no news
+            x = np.where((gap[:, k] > 0) | ~np.isfinite(square[:, k]), variance, square[:, k])
+            variance = decay * variance + (1 - decay) * x
+        return np.sqrt(variance)
+
+    def scale(self, ts_event: np.ndarray, inputs: np.ndarray, horizon: int) -> np.ndarray:
+        """`(B, horizon)` log-return units of windows ending at `ts_event`."""
+        vol = self.standardized(inputs)
         vol = np.where(np.isfinite(vol), np.maximum(vol, self.floor), self.floor)
-        return vol[:, None] * self.profile.forward_rms(minute, horizon)
+        return vol[:, None] * self.profile.forward_rms(minute_of_day(ts_event), horizon)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile.to_dict(),
-            "feature": SCALE_FEATURE,
-            "feature_index": self.feature_index,
+            "inputs": list(SCALE_INPUTS),
+            "columns": list(self.columns),
+            "halflife": SCALE_HALFLIFE,
             "floor": self.floor,
         }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> VolatilityScale:
-        if values.get("feature") != SCALE_FEATURE:
+        if values.get("inputs") != list(SCALE_INPUTS) or values.get("halflife") != SCALE_HALFLIFE:
             raise ValueError(
-                f"checkpoint scales by feature {values.get('feature')!r}, this barcast by "
-                f"{SCALE_FEATURE!r}; retrain the checkpoint"
+                f"checkpoint scales by {values.get('inputs')!r} (half-life "
+                f"{values.get('halflife')}), this barcast by {list(SCALE_INPUTS)!r} "
+                f"({SCALE_HALFLIFE}); retrain the checkpoint"
             )
         return cls(
             TimeOfDayProfile.from_dict(values["profile"]),
-            int(values["feature_index"]),
+            tuple(int(c) for c in values["columns"]),
             float(values["floor"]),
         )

@@ -76,7 +76,7 @@ def test_planted_marker_never_reaches_validation() -> None:
     panel.features[:, 3] = np.arange(len(panel.ts))
     _, ends = splits(panel)
     normalizer = Normalizer(np.zeros(4), np.ones(4), clip=1e9)
-    volatility = VolatilityScale(TimeOfDayProfile.flat(), feature_index=2, floor=1e-6)
+    volatility = VolatilityScale(TimeOfDayProfile.flat(), columns=(0, 1, 1, 2, 2), floor=1e-6)
     data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0, volatility)
     seen = {}
     for part in (Part.TRAIN, Part.VAL):

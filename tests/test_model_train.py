@@ -59,7 +59,7 @@ def test_an_untrained_model_forecasts_its_volatility_scale_as_gaussian_quantiles
     split = Split(panel.ts.max() + 1, panel.ts.max() + 1, panel.ts.max() + 1, 40)
     ends = window_ends(panel, split, Part.TRAIN, TINY.lookback, TINY.horizon)
     normalizer = Normalizer(np.zeros(16), np.ones(16))
-    volatility = fit_volatility(panel, split, ends)
+    volatility = fit_volatility(panel, split, ends, TINY.lookback)
     data = WindowData(
         panel, normalizer, SymbolVocab(("ES",)), TINY.lookback, TINY.horizon, 1e-4, volatility
     )

@@ -167,8 +167,9 @@ class ForecastEngine:
                 *static,
             )
         outputs = quantiles.float().cpu().numpy().astype(np.float64)
-        last_rows = np.stack([r.values[-1] for r in batch])
-        return meta.to_returns(outputs, np.array([r.ts_event for r in batch]), last_rows)
+        columns = list(meta.volatility.columns)
+        inputs = np.stack([r.values[:, columns] for r in batch])
+        return meta.to_returns(outputs, np.array([r.ts_event for r in batch]), inputs)
 
     def _static(
         self, model: TemporalFusionTransformer, served: Served, symbols: list[str]
