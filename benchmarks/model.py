@@ -1,24 +1,35 @@
 """TFT inference latency and training memory: barcast vs pytorch-forecasting, one run.
 
 Both models get the same hidden size, heads, LSTM layers, lookback, horizon, 3 quantiles and
-225 historical + 10 static (a symbol embedding + 9 reals) + 10 known-future inputs
-(pytorch-forecasting's `hidden_continuous_size` = barcast's `var_dim`). Forward latency p50/p99
-at each batch size, the models called in turn so machine load hits them alike: barcast fp32,
-barcast INT8 (dynamic quantization), the worker's cached path (one new bar encoded + the window
-forecast), pytorch-forecasting's TemporalFusionTransformer; and bf16 on CUDA when a GPU is
-visible.
+225 historical + 10 static (a symbol embedding + 9 reals) + 10 known-future inputs.
+
+They are not the same architecture. Their variable selection differs: barcast's per-variable
+networks are `var_dim` (8) wide end to end, the variables are weighted in that space and
+projected to `hidden` once (one `(V * var_dim, hidden)` matmul), the selection weights come from
+a GRN over the raw values; pytorch-forecasting scales each variable to `hidden_continuous_size`
+and its own GRN outputs `hidden` wide, the variables are weighted at `hidden` width, the weights
+come from a GRN over the flattened embeddings. So two anchors:
+
+- `ptf`: pytorch-forecasting at the same sizes (`hidden_continuous_size` = `var_dim`): more
+  parameters than barcast (2.16M vs 1.55M at hidden 128);
+- `ptf_matched`: the same with `hidden_continuous_size` shrunk to the value whose parameter
+  count is nearest barcast's (everything else unchanged).
+
+Forward latency p50/p99 at each batch size, the models called in turn so machine load hits them
+alike: barcast fp32, barcast INT8 (dynamic quantization), the worker's cached path (one new bar
+encoded + the window forecast), both anchors; and bf16 on CUDA when a GPU is visible.
 Training-step peak memory: each model in a fresh subprocess, peak RSS above its idle RSS.
 
+    make bench-deps  # the anchors: pytorch-forecasting and its pins, not in `make install`
     .venv/bin/python -m benchmarks.model [--threads 1] [--hidden 128] [--budget-s 20]
 
-Needs the `bench` extra (pytorch-forecasting). Writes benchmarks/results/model.json.
+Writes benchmarks/results/model.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import subprocess
 import sys
@@ -34,6 +45,7 @@ if __package__ in (None, ""):  # run as a file, this folder would shadow the `mo
 import numpy as np
 import torch
 
+from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.forecaster import quantize_int8
 from model.tft import TemporalFusionTransformer
@@ -44,8 +56,19 @@ BATCHES = (1, 8, 64, 256)
 GOALS = {"speedup_batch_256": 10.0, "speedup_batch_1": 5.0}
 
 
-def ptf_model(config: TFTConfig) -> torch.nn.Module:
-    """pytorch-forecasting's TFT with barcast's sizes and inputs."""
+def require_ptf() -> None:
+    try:
+        import pytorch_forecasting  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "benchmarks/model.py compares against pytorch-forecasting, which is not installed: "
+            "run `make bench-deps` first"
+        ) from None
+
+
+def ptf_model(config: TFTConfig, hidden_continuous_size: int | None = None) -> torch.nn.Module:
+    """pytorch-forecasting's TFT with barcast's sizes and inputs; `hidden_continuous_size`
+    defaults to barcast's `var_dim`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from pytorch_forecasting import TemporalFusionTransformer as PtfTFT
@@ -67,9 +90,19 @@ def ptf_model(config: TFTConfig) -> torch.nn.Module:
             x_reals=reals["static"] + reals["hist"] + reals["future"],
             x_categoricals=["symbol"],
             embedding_sizes={"symbol": (config.n_symbols, config.var_dim)},
-            hidden_continuous_size=config.var_dim,
+            hidden_continuous_size=hidden_continuous_size or config.var_dim,
             output_transformer=lambda out: out["prediction"],
         )
+
+
+def matched_continuous_size(config: TFTConfig, params: int) -> int:
+    """The `hidden_continuous_size` (at most `var_dim`) with the parameter count nearest
+    `params`."""
+    counts = {
+        size: sum(p.numel() for p in ptf_model(config, size).parameters())
+        for size in range(config.var_dim, 0, -1)
+    }
+    return min(counts, key=lambda size: abs(counts[size] - params))
 
 
 def _ptf_reals(config: TFTConfig) -> dict[str, list[str]]:
@@ -147,12 +180,15 @@ def percentiles(ms: list[float]) -> tuple[float, float]:
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
 
 
-def train_step_peak_mb(which: str, config: TFTConfig, batch: int, threads: int) -> float:
-    """Peak RSS growth (MB) of two training steps, in a fresh subprocess."""
+def train_step_peak_mb(
+    continuous_size: int | None, config: TFTConfig, batch: int, threads: int
+) -> float:
+    """Peak RSS growth (MB) of two training steps, in a fresh subprocess: barcast's model, or
+    pytorch-forecasting's with this `hidden_continuous_size`."""
     code = (
         "import sys, json; from benchmarks.model import _train_child; "
-        f"print(json.dumps(_train_child({which!r}, {json.dumps(config.to_dict())!r}, "
-        f"{batch}, {threads})))"
+        f"print(json.dumps(_train_child({continuous_size!r}, "
+        f"{json.dumps(config.to_dict())!r}, {batch}, {threads})))"
     )
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
@@ -166,19 +202,19 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def _train_child(which: str, config_json: str, batch: int, threads: int) -> float:
+def _train_child(continuous_size: int | None, config_json: str, batch: int, threads: int) -> float:
     torch.set_num_threads(threads)
     config = TFTConfig.from_dict(json.loads(config_json))
     levels = torch.tensor(config.quantiles)
     y = torch.randn(batch, config.horizon)
-    if which == "barcast":
+    if continuous_size is None:
         model: torch.nn.Module = TemporalFusionTransformer(config)
         inputs = barcast_inputs(config, batch)
 
         def predict() -> torch.Tensor:
             return model(*inputs).quantiles
     else:
-        model = ptf_model(config)
+        model = ptf_model(config, continuous_size)
         x = ptf_inputs(config, batch)
 
         def predict() -> torch.Tensor:
@@ -195,84 +231,115 @@ def _train_child(which: str, config_json: str, batch: int, threads: int) -> floa
     return peak_rss_mb() - idle
 
 
+def anchors(config: TFTConfig, barcast_params: int) -> dict[str, dict[str, Any]]:
+    """The two pytorch-forecasting anchors: their continuous size, parameters and design."""
+    matched = matched_continuous_size(config, barcast_params)
+    out: dict[str, dict[str, Any]] = {}
+    for name, size, design in (
+        ("ptf", config.var_dim, "same sizes, not the same architecture: its per-variable "
+         "GRNs output hidden wide and the variables are weighted at that width; barcast's are "
+         "var_dim wide, projected to hidden once"),
+        ("ptf_matched", matched, "hidden_continuous_size shrunk to the parameter count nearest "
+         "barcast's, hidden, heads and layers unchanged; still the other architecture"),
+    ):  # fmt: skip
+        model = ptf_model(config, size).eval()
+        params = sum(p.numel() for p in model.parameters())
+        out[name] = {
+            "hidden_continuous_size": size,
+            "params": params,
+            "params_over_barcast": round(params / barcast_params, 3),
+            "design": design,
+            "model": model,
+        }
+    return out
+
+
+def batch_row(
+    models: dict[str, Any], config: TFTConfig, batch: int, budget_s: float
+) -> dict[str, float]:
+    """p50 / p99 latency (ms) of every model at one batch size, and the speed-ups."""
+    barcast, int8, gpu = models["barcast"], models["barcast_int8"], models["gpu"]
+    inputs, x = barcast_inputs(config, batch), ptf_inputs(config, batch)
+    runs = {
+        "barcast": lambda: barcast(*inputs),
+        "barcast_int8": lambda: int8(*inputs),
+        "barcast_cached": cached_step(barcast, config, batch),
+    } | {name: (lambda m=m: m(x)) for name, m in models["anchors"].items()}
+    row: dict[str, float] = {}
+    for name, values in timings(runs, budget_s, lambda: None).items():
+        row[f"{name}_ms"], row[f"{name}_p99_ms"] = percentiles(values)
+    if gpu is not None:
+        gpu_inputs = barcast_inputs(config, batch, "cuda")
+
+        def on_gpu() -> Any:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return gpu(*gpu_inputs)
+
+        row["barcast_bf16_cuda_ms"], row["barcast_bf16_cuda_p99_ms"] = percentiles(
+            timings({"gpu": on_gpu}, budget_s, torch.cuda.synchronize)["gpu"]
+        )
+    for name in models["anchors"]:
+        row[f"speedup_vs_{name}"] = row[f"{name}_ms"] / row["barcast_ms"]
+        row[f"int8_speedup_vs_{name}"] = row[f"{name}_ms"] / row["barcast_int8_ms"]
+    return row
+
+
+def goals_met(
+    rows: dict[str, dict[str, float]], memory: dict[str, float], anchor: str
+) -> dict[str, bool]:
+    return {
+        f"speedup_batch_{b}": rows[b][f"speedup_vs_{anchor}"] >= GOALS[f"speedup_batch_{b}"]
+        for b in ("256", "1")
+    } | {"less_training_memory": memory["barcast"] < memory[anchor]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (both models)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (all models)")
     parser.add_argument("--hidden", type=int, default=TFTConfig.hidden)
     parser.add_argument("--budget-s", type=float, default=20.0, help="time budget per batch size")
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    require_ptf()
     torch.set_num_threads(args.threads)
+    provenance = run_metadata()  # now: others may commit while this runs
     torch.manual_seed(0)
     config = TFTConfig(hidden=args.hidden, n_symbols=4)
     barcast = TemporalFusionTransformer(config).eval()
-    int8 = quantize_int8(TemporalFusionTransformer(config).eval())
-    ptf = ptf_model(config).eval()
+    ptf = anchors(config, barcast.n_params())
     cuda = torch.cuda.is_available()
-    gpu = TemporalFusionTransformer(config).cuda().eval() if cuda else None
-
-    def cpu_sync() -> None:
-        return None
-
+    models = {
+        "barcast": barcast,
+        "barcast_int8": quantize_int8(TemporalFusionTransformer(config).eval()),
+        "gpu": TemporalFusionTransformer(config).cuda().eval() if cuda else None,
+        "anchors": {name: a.pop("model") for name, a in ptf.items()},
+    }
     rows: dict[str, dict[str, float]] = {}
     for batch in BATCHES:
-        inputs = barcast_inputs(config, batch)
-        x = ptf_inputs(config, batch)
-        runs = {
-            "barcast": lambda inputs=inputs: barcast(*inputs),
-            "barcast_int8": lambda inputs=inputs: int8(*inputs),
-            "barcast_cached": cached_step(barcast, config, batch),
-            "ptf": lambda x=x: ptf(x),
-        }
-        ms = timings(runs, args.budget_s, cpu_sync)
-        row: dict[str, float] = {}
-        for name, values in ms.items():
-            row[f"{name}_ms"], row[f"{name}_p99_ms"] = percentiles(values)
-        if gpu is not None:
-            gpu_inputs = barcast_inputs(config, batch, "cuda")
-
-            def on_gpu(gpu_inputs: tuple[torch.Tensor, ...] = gpu_inputs) -> Any:
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    return gpu(*gpu_inputs)
-
-            row["barcast_bf16_cuda_ms"], row["barcast_bf16_cuda_p99_ms"] = percentiles(
-                timings({"gpu": on_gpu}, args.budget_s, torch.cuda.synchronize)["gpu"]
-            )
-        row["speedup_vs_ptf"] = row["ptf_ms"] / row["barcast_ms"]
-        row["int8_speedup_vs_ptf"] = row["ptf_ms"] / row["barcast_int8_ms"]
-        rows[str(batch)] = row
-        print(
-            f"batch {batch:>3}: barcast {row['barcast_ms']:9.2f} ms  int8 "
-            f"{row['barcast_int8_ms']:9.2f} ms  cached {row['barcast_cached_ms']:8.2f} ms  "
-            f"ptf {row['ptf_ms']:10.2f} ms  speedup {row['speedup_vs_ptf']:6.1f}x",
-            flush=True,
-        )
-
+        rows[str(batch)] = row = batch_row(models, config, batch, args.budget_s)
+        p50 = {k: v for k, v in row.items() if k.endswith("_ms") and not k.endswith("_p99_ms")}
+        print(f"batch {batch:>3}: " + "  ".join(f"{k} {v:.2f}" for k, v in p50.items()), flush=True)
+    sizes = {"barcast": None} | {name: a["hidden_continuous_size"] for name, a in ptf.items()}
     memory = {
-        name: train_step_peak_mb(name, config, args.train_batch, args.threads)
-        for name in ("barcast", "ptf")
+        name: train_step_peak_mb(size, config, args.train_batch, args.threads)
+        for name, size in sizes.items()
     }
     result = {
         "config": config.to_dict(),
         "threads": args.threads,
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "cuda": torch.cuda.get_device_name() if cuda else None,
-        },
+        "cuda": torch.cuda.get_device_name() if cuda else None,
         "units": "ms per forward call (p50; *_p99_ms: 99th percentile)",
-        "params": {"barcast": barcast.n_params(), "ptf": sum(p.numel() for p in ptf.parameters())},
+        "params": {"barcast": barcast.n_params()} | {n: a["params"] for n, a in ptf.items()},
+        "anchors": ptf,
         "train_step_peak_mb": memory | {"batch_size": args.train_batch},
         "batches": rows,
-        "goals": {
-            "speedup_batch_256": rows["256"]["speedup_vs_ptf"] >= GOALS["speedup_batch_256"],
-            "speedup_batch_1": rows["1"]["speedup_vs_ptf"] >= GOALS["speedup_batch_1"],
-            "less_training_memory": memory["barcast"] < memory["ptf"],
-        },
+        "goals": GOALS,
+        "goals_met": {name: goals_met(rows, memory, name) for name in ptf},
+        "provenance": provenance | {"loadavg_end": loadavg()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
     print_table(result)
 
 
@@ -281,26 +348,26 @@ def print_table(result: dict[str, Any]) -> None:
         f"\nTFT forward latency, p50 / p99 ms ({result['threads']} CPU thread(s), hidden "
         f"{result['config']['hidden']}, lookback {result['config']['lookback']})"
     )
-    print(
-        f"{'batch':>5} | {'barcast fp32':>17} | {'barcast int8':>17} | {'cached (worker)':>17} "
-        f"| {'pytorch-forecasting':>21} | speedup"
-    )
+    names = ("barcast", "barcast_int8", "barcast_cached", *result["anchors"])
+    print(f"{'batch':>5} | " + " | ".join(f"{n:>19}" for n in names) + " | speed-up vs anchors")
     for batch, r in result["batches"].items():
-        cells = [
-            f"{r[f'{n}_ms']:7.2f} / {r[f'{n}_p99_ms']:7.2f}"
-            for n in ("barcast", "barcast_int8", "barcast_cached")
-        ]
-        print(
-            f"{batch:>5} | {cells[0]:>17} | {cells[1]:>17} | {cells[2]:>17} | "
-            f"{r['ptf_ms']:9.2f} / {r['ptf_p99_ms']:9.2f} | {r['speedup_vs_ptf']:6.1f}x"
-        )
+        cells = [f"{r[f'{n}_ms']:8.2f} / {r[f'{n}_p99_ms']:8.2f}" for n in names]
+        speedups = " / ".join(f"{r[f'speedup_vs_{n}']:.1f}x" for n in result["anchors"])
+        print(f"{batch:>5} | " + " | ".join(f"{c:>19}" for c in cells) + f" | {speedups}")
     p, m = result["params"], result["train_step_peak_mb"]
-    print(f"parameters: barcast {p['barcast']:,}  pytorch-forecasting {p['ptf']:,}")
+    print(f"parameters: barcast {p['barcast']:,}")
+    for name, a in result["anchors"].items():
+        print(
+            f"  {name}: {a['params']:,} ({a['params_over_barcast']:.3f}x), "
+            f"hidden_continuous_size {a['hidden_continuous_size']}: {a['design']}"
+        )
     print(
-        f"training step (batch {m['batch_size']}) peak memory: barcast {m['barcast']:.0f} MB  "
-        f"pytorch-forecasting {m['ptf']:.0f} MB"
+        f"training step (batch {m['batch_size']}) peak memory: "
+        + ", ".join(f"{n} {m[n]:.0f} MB" for n in ("barcast", *result["anchors"]))
     )
-    print(f"goals: {result['goals']}")
+    print(f"goals {result['goals']}: met {result['goals_met']}")
+    print(f"load average at start / end: {result['provenance']['loadavg']} / "
+          f"{result['provenance']['loadavg_end']}")  # fmt: skip
 
 
 if __name__ == "__main__":
