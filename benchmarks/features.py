@@ -146,8 +146,7 @@ def wide_row(args: argparse.Namespace) -> dict[str, Any]:
     return row(
         f"update_many once per minute, {n:,} bars per call, on {args.wide_minutes:,} minutes",
         TALIB,
-        f"as per_minute at {n:,} symbols: barcast's states ({state_mb:.0f} MB) no longer fit "
-        "the caches",
+        f"as per_minute, at {n:,} symbols (barcast's states: {state_mb:.0f} MB)",
         (costs[0], costs[1]),
     )
 
