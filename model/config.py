@@ -24,6 +24,7 @@ class TFTConfig:
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
     n_symbols: int = 1  # rows of the symbol embedding; row 0 is "unknown symbol"
     var_dim: int = 8  # width of each variable's own embedding/GRN inside variable selection
+    zero_median: bool = True  # forecast a median return of exactly 0, as a martingale's is
 
     def __post_init__(self) -> None:
         # JSON round trips turn the tuple into a list; the config must stay hashable.

@@ -68,7 +68,7 @@ class TemporalFusionTransformer(nn.Module):
         self.attention_gate = GateAddNorm(h, h, c.dropout)
         self.feed_forward = GRN(h, h, h, c.dropout)
         self.output_gate = GateAddNorm(h, h, 0.0)
-        self.head = QuantileHead(h, c.quantiles)
+        self.head = QuantileHead(h, c.quantiles, c.zero_median)
 
     def static_context(self, symbol: Tensor, static_reals: Tensor) -> StaticContext:
         """symbol `(B,)` int64 embedding rows, static_reals `(B, n_static - 1)`."""
