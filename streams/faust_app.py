@@ -26,10 +26,10 @@ log = logging.getLogger("barcast")
 
 MAX_BACKOFF_S = 30.0
 LAG_INTERVAL_S = 5.0
-# Per-partition fetch size, in records of BARCAST_MAX_RECORD_BYTES. A broker may return no record
-# larger than a fetch's size (Tansu does: the consumer then fetches nothing, forever, at that
-# offset), so the worker must fetch more than the largest record a producer elsewhere may have
-# written, for it to reach the dead-letter topic instead of stalling its partition.
+# Per-partition fetch size, in records of BARCAST_MAX_RECORD_BYTES. Faust's setting "must be at
+# least as large as the maximum message size" (its docs; brokers without KIP-74 return no record
+# larger than a fetch): records other producers wrote may be larger than barcast's own, and must
+# still be read, to reach the dead-letter topic.
 FETCH_RECORDS = 4
 
 
