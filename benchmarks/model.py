@@ -48,8 +48,8 @@ import torch
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.forecaster import quantize_int8
+from model.memory import peak_rss_mb
 from model.tft import TemporalFusionTransformer
-from model.train import peak_rss_mb
 
 RESULTS = Path(__file__).resolve().parent / "results" / "model.json"
 BATCHES = (1, 8, 64, 256)

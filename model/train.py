@@ -11,7 +11,6 @@ import csv
 import json
 import math
 import random
-import resource
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -41,6 +40,7 @@ from model.dataset import (
     window_rows,
 )
 from model.forecaster import autocast_for, resolve_device
+from model.memory import peak_memory_mb
 from model.tft import TemporalFusionTransformer, TFTOutput
 from model.volatility import SCALE_INPUTS, VolatilityScale
 
@@ -77,25 +77,6 @@ def pinball_loss(pred: torch.Tensor, y: torch.Tensor, levels: torch.Tensor) -> t
     return torch.maximum(levels * err, (levels - 1.0) * err).mean()
 
 
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak resident memory of this process (CPU), or peak allocated GPU memory (CUDA)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return peak_rss_mb()
-
-
-def peak_rss_mb() -> float:
-    """This process's peak RSS. Linux's VmHWM counts this program only, where ru_maxrss also
-    inherits the peak of the parent a subprocess was forked from."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -130,20 +111,7 @@ def train_on_panel(
     """Split, normalize (train rows only), fit, and write the checkpoint and metrics."""
     seed_everything(cfg.seed)
     c = model_config
-    split = Split.from_fractions(
-        panel.ts,
-        cfg.val_fraction,
-        cfg.calib_fraction,
-        cfg.test_fraction,
-        cfg.embargo or c.lookback + c.horizon,
-    )
-    ends = {part: window_ends(panel, split, part, c.lookback, c.horizon) for part in Part}
-    for part in (Part.TRAIN, Part.VAL, Part.CALIB):
-        if len(ends[part]) == 0:
-            raise TrainingError(
-                f"the {part.name.lower()} split has no complete window; give more data or "
-                "change --val-fraction/--calib-fraction/--test-fraction"
-            )
+    split, ends = split_windows(panel, c, cfg)
     normalizer = fit_normalizer(panel, ends[Part.TRAIN], c.lookback)
     target_scale = float(np.std(panel.targets[ends[Part.TRAIN]]))
     if not target_scale > 0:
@@ -200,6 +168,28 @@ def train_on_panel(
     return metrics | {"model_id": model_id}
 
 
+def split_windows(
+    panel: Panel, c: TFTConfig, cfg: TrainConfig
+) -> tuple[Split, dict[Part, np.ndarray]]:
+    """The time split and each part's windows; training, validation and calibration must
+    have some."""
+    split = Split.from_fractions(
+        panel.ts,
+        cfg.val_fraction,
+        cfg.calib_fraction,
+        cfg.test_fraction,
+        cfg.embargo or c.lookback + c.horizon,
+    )
+    ends = {part: window_ends(panel, split, part, c.lookback, c.horizon) for part in Part}
+    for part in (Part.TRAIN, Part.VAL, Part.CALIB):
+        if len(ends[part]) == 0:
+            raise TrainingError(
+                f"the {part.name.lower()} split has no complete window; give more data or "
+                "change --val-fraction/--calib-fraction/--test-fraction"
+            )
+    return split, ends
+
+
 def fit(
     model: TemporalFusionTransformer,
     data: WindowData,
@@ -210,20 +200,10 @@ def fit(
 ) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
     """The training loop; returns per-epoch metrics and the best (lowest val loss) weights."""
     rng = np.random.default_rng(cfg.seed)
-    levels = torch.tensor(model.config.quantiles, device=device)
     per_epoch = min(len(train_ends), cfg.windows_per_epoch or len(train_ends))
     steps_per_epoch = math.ceil(per_epoch / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    warmup = max(1, int(cfg.warmup * total))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: (
-            (s + 1) / warmup
-            if s < warmup
-            else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup)))
-        ),
-    )
+    schedule = warmup_cosine(optimizer, steps_per_epoch * cfg.epochs, cfg.warmup)
     history: list[dict[str, Any]] = []
     best_state, best_val, stale = None, math.inf, 0
     for epoch in range(1, cfg.epochs + 1):
@@ -231,40 +211,17 @@ def fit(
         started = time.perf_counter()
         before = [p.detach().clone() for p in model.parameters()]
         order = epoch_order(train_ends, cfg.chunk, rng)[:per_epoch]
-        loss_sum, grad_sum = 0.0, 0.0
-        bar = tqdm(
-            range(steps_per_epoch),
-            desc=f"epoch {epoch}/{cfg.epochs}",
-            unit="step",
-            disable=None if cfg.progress else True,
+        steps = [order[i : i + cfg.batch_size] for i in range(0, per_epoch, cfg.batch_size)]
+        train_loss, grad_norm = train_epoch(
+            model, data, steps, optimizer, schedule, cfg, device, epoch
         )
-        for step in bar:
-            batch = data.batch(order[step * cfg.batch_size : (step + 1) * cfg.batch_size])
-            symbol = batch.symbol.masked_fill(torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0)
-            with autocast_for(device):
-                out = forward_batch(model, batch, symbol, device)
-                pred = out.quantiles.float() * batch.unit.to(device).unsqueeze(-1)
-                loss = pinball_loss(pred, batch.y.to(device), levels)
-            if not torch.isfinite(loss):
-                raise TrainingError(
-                    f"epoch {epoch} step {step + 1}: training loss is "
-                    f"{loss.item()}; lower --lr or check the inputs for NaN"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-            optimizer.step()
-            schedule.step()
-            loss_sum += loss.item()
-            grad_sum += float(grad_norm)
-            bar.set_postfix(loss=f"{loss_sum / (step + 1):.5f}", refresh=False)
         val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, device)
         record = {
             "epoch": epoch,
-            "train_loss": loss_sum / steps_per_epoch,
+            "train_loss": train_loss,
             "val_loss": val_loss,
             "lr": schedule.get_last_lr()[0],
-            "grad_norm": grad_sum / steps_per_epoch,
+            "grad_norm": grad_norm,
             "seconds": time.perf_counter() - started,
             "peak_memory_mb": peak_memory_mb(device),
         }
@@ -290,6 +247,63 @@ def fit(
                 break
     assert best_state is not None  # the first epoch always sets it (val_loss < inf)
     return history, best_state
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, total: int, warmup_fraction: float
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over `warmup_fraction` of the steps, then a cosine decay to 0."""
+    warmup = max(1, int(warmup_fraction * total))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: (
+            (s + 1) / warmup
+            if s < warmup
+            else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup)))
+        ),
+    )
+
+
+def train_epoch(
+    model: TemporalFusionTransformer,
+    data: WindowData,
+    steps: list[np.ndarray],
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LambdaLR,
+    cfg: TrainConfig,
+    device: torch.device,
+    epoch: int,
+) -> tuple[float, float]:
+    """One pass over `steps` (each a batch of window ends); mean loss and gradient norm."""
+    levels = torch.tensor(model.config.quantiles, device=device)
+    loss_sum, grad_sum = 0.0, 0.0
+    bar = tqdm(
+        steps,
+        desc=f"epoch {epoch}/{cfg.epochs}",
+        unit="step",
+        disable=None if cfg.progress else True,
+    )
+    for step, ends in enumerate(bar):
+        batch = data.batch(ends)
+        symbol = batch.symbol.masked_fill(torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0)
+        with autocast_for(device):
+            out = forward_batch(model, batch, symbol, device)
+            pred = out.quantiles.float() * batch.unit.to(device).unsqueeze(-1)
+            loss = pinball_loss(pred, batch.y.to(device), levels)
+        if not torch.isfinite(loss):
+            raise TrainingError(
+                f"epoch {epoch} step {step + 1}: training loss is "
+                f"{loss.item()}; lower --lr or check the inputs for NaN"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+        optimizer.step()
+        schedule.step()
+        loss_sum += loss.item()
+        grad_sum += float(grad_norm)
+        bar.set_postfix(loss=f"{loss_sum / (step + 1):.5f}", refresh=False)
+    return loss_sum / len(steps), grad_sum / len(steps)
 
 
 def fit_volatility(
