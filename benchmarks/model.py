@@ -22,6 +22,7 @@ Training-step peak memory: each model in a fresh subprocess, peak RSS above its 
 
     make bench-deps  # the anchors: pytorch-forecasting and its pins, not in `make install`
     .venv/bin/python -m benchmarks.model [--threads 1] [--hidden 128] [--budget-s 20]
+        [--batches 1,8,64,256] [--no-anchors] [--no-train-memory]  # the last two: gpu.sh
 
 Writes benchmarks/results/model.json.
 """
@@ -290,7 +291,8 @@ def goals_met(
     return {
         f"speedup_batch_{b}": rows[b][f"speedup_vs_{anchor}"] >= GOALS[f"speedup_batch_{b}"]
         for b in ("256", "1")
-    } | {"less_training_memory": memory["barcast"] < memory[anchor]}
+        if b in rows  # --batches may leave one out
+    } | ({"less_training_memory": memory["barcast"] < memory[anchor]} if memory else {})
 
 
 def main() -> None:
@@ -299,15 +301,35 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=TFTConfig.hidden)
     parser.add_argument("--budget-s", type=float, default=20.0, help="time budget per batch size")
     parser.add_argument("--train-batch", type=int, default=32)
+    parser.add_argument(
+        "--batches",
+        type=lambda text: tuple(int(b) for b in text.split(",")),
+        default=BATCHES,
+        help=f"comma-separated batch sizes (default {','.join(map(str, BATCHES))}; the speed-up "
+        "goals need 1 and 256)",
+    )
+    parser.add_argument(
+        "--train-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure the training step's peak RSS (three subprocesses; gpu.sh skips it)",
+    )
+    parser.add_argument(
+        "--anchors",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time pytorch-forecasting too (gpu.sh leaves it out: its CUDA rows need none)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    require_ptf()
+    if args.anchors:
+        require_ptf()
     torch.set_num_threads(args.threads)
     provenance = run_metadata()  # now: others may commit while this runs
     torch.manual_seed(0)
     config = TFTConfig(hidden=args.hidden, n_symbols=4)
     barcast = TemporalFusionTransformer(config).eval()
-    ptf = anchors(config, barcast.n_params())
+    ptf = anchors(config, barcast.n_params()) if args.anchors else {}
     cuda = torch.cuda.is_available()
     models = {
         "barcast": barcast,
@@ -316,7 +338,7 @@ def main() -> None:
         "anchors": {name: a.pop("model") for name, a in ptf.items()},
     }
     rows: dict[str, dict[str, float]] = {}
-    for batch in BATCHES:
+    for batch in args.batches:
         rows[str(batch)] = row = batch_row(models, config, batch, args.budget_s)
         p50 = {k: v for k, v in row.items() if k.endswith("_ms") and not k.endswith("_p99_ms")}
         print(f"batch {batch:>3}: " + "  ".join(f"{k} {v:.2f}" for k, v in p50.items()), flush=True)
@@ -324,6 +346,7 @@ def main() -> None:
     memory = {
         name: train_step_peak_mb(size, config, args.train_batch, args.threads)
         for name, size in sizes.items()
+        if args.train_memory
     }
     result = {
         "config": config.to_dict(),
@@ -332,7 +355,7 @@ def main() -> None:
         "units": "ms per forward call (p50; *_p99_ms: 99th percentile)",
         "params": {"barcast": barcast.n_params()} | {n: a["params"] for n, a in ptf.items()},
         "anchors": ptf,
-        "train_step_peak_mb": memory | {"batch_size": args.train_batch},
+        "train_step_peak_mb": memory | {"batch_size": args.train_batch} if memory else None,
         "batches": rows,
         "goals": GOALS,
         "goals_met": {name: goals_met(rows, memory, name) for name in ptf},
@@ -361,10 +384,11 @@ def print_table(result: dict[str, Any]) -> None:
             f"  {name}: {a['params']:,} ({a['params_over_barcast']:.3f}x), "
             f"hidden_continuous_size {a['hidden_continuous_size']}: {a['design']}"
         )
-    print(
-        f"training step (batch {m['batch_size']}) peak memory: "
-        + ", ".join(f"{n} {m[n]:.0f} MB" for n in ("barcast", *result["anchors"]))
-    )
+    if m:
+        print(
+            f"training step (batch {m['batch_size']}) peak memory: "
+            + ", ".join(f"{n} {m[n]:.0f} MB" for n in ("barcast", *result["anchors"]))
+        )
     print(f"goals {result['goals']}: met {result['goals_met']}")
     print(f"load average at start / end: {result['provenance']['loadavg']} / "
           f"{result['provenance']['loadavg_end']}")  # fmt: skip
