@@ -18,8 +18,8 @@ configurations; each restart recovers its state from the Faust tables):
   after a restart. (d)-(f) measure after one unmeasured burst: the step-encoding cache and the
   static contexts live in memory only, and a restarted worker reads its windows back lazily.
 
-Anchor, same run: the engine alone (`ForecastEngine.predict` in this process, same threads,
-same chunking) on the burst's 1,000 windows, so the ratio burst / inference is what Kafka,
+Anchor, same run: the engine alone (`ForecastEngine.predict` in this process, same device,
+threads and chunking) on the burst's 1,000 windows, so the ratio burst / inference is what Kafka,
 Faust and the agents add on top of the model.
 
     NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pipeline.py \
@@ -165,10 +165,14 @@ def make_checkpoint(directory: Path, hidden: int, heads: int, seed: int = 0) -> 
     return directory
 
 
-def inference_anchor(path: Path, windows: dict[int, list[WindowRequest]], max_batch: int) -> dict:
-    """The engine alone on the burst's windows, as the worker's inference thread runs it."""
+def inference_anchor(
+    path: Path, windows: dict[int, list[WindowRequest]], settings: Settings
+) -> dict:
+    """The engine alone on the burst's windows, as the worker's inference thread runs it (on
+    the worker's device: BARCAST_DEVICE=cuda makes both CUDA)."""
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    engine = ForecastEngine(path)
+    engine = ForecastEngine.from_settings(path, settings)
+    max_batch = settings.max_batch
     cold, warm, full, single = sorted(windows)
 
     def timed(minute: int, batch: int, incremental: bool = True) -> float:
@@ -473,7 +477,7 @@ def run(args: argparse.Namespace) -> dict:
         else:
             make_checkpoint(serving, args.hidden, args.heads)
         config = TFTConfig.from_dict(orjson.loads((serving / "config.json").read_bytes())["model"])
-        anchor = inference_anchor(serving, ref.anchor, base.max_batch)
+        anchor = inference_anchor(serving, ref.anchor, base)
         del ref.anchor
         print(f"engine alone, 1000 windows: {anchor}", flush=True)
 
@@ -576,6 +580,8 @@ def run(args: argparse.Namespace) -> dict:
             "checkpoint": str(args.checkpoint) if args.checkpoint else "random weights",
         },
         "settings": {
+            "device": base.device,
+            "cpu_precision": base.cpu_precision,
             "max_batch": base.max_batch,
             "max_delay_ms": base.max_delay_ms,
             "partitions": base.partitions,
