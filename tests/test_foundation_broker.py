@@ -67,7 +67,7 @@ def test_session_fixture_leaves_no_tansu_process(tmp_path: Path) -> None:
 
 
 def test_interrupted_session_leaves_no_tansu_process(tmp_path: Path) -> None:
-    child, pid_file = _child_session(tmp_path, idle_s=BOUND_S)
+    child, pid_file = _child_session(tmp_path, idle_s=2 * BOUND_S)  # outlasts every bound
     pid = _wait_for(pid_file, BOUND_S)
     assert _alive(pid)
     child.send_signal(signal.SIGINT)

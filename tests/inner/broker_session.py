@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
 from streams.broker import EmbeddedBroker
+
+# A shell's background job starts with SIGINT ignored, and Python then never turns it into
+# KeyboardInterrupt: the interrupt this session stands for would be lost.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def test_record_broker_pid(embedded_broker: EmbeddedBroker) -> None:
