@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,9 @@ from model.forecaster import Forecaster
 from model.metrics import coverage, pinball_per_window, summarize
 from model.significance import block_bootstrap
 from model.volatility import TimeOfDayProfile
+
+if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
+    from streams.forecast.engine import ForecastEngine
 
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
 HALFLIVES = (10, 20, 30, 60, 120)  # bars; each EWMA baseline keeps its best on calibration
@@ -190,7 +193,7 @@ def evaluation_windows(
 
 
 def run_engine(
-    engine: Any, panel: Panel, ends: np.ndarray, batch_size: int, name: str
+    engine: ForecastEngine, panel: Panel, ends: np.ndarray, batch_size: int, name: str
 ) -> np.ndarray:
     """The serving engine's quantiles `(n, H, Q)` of every window, fed as the worker feeds it:
     each symbol's windows in order, so its step-encoding cache works as in a replay."""
