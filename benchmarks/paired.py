@@ -1,0 +1,127 @@
+"""One benchmark at two commits in one run: A (a base commit) and B (this checkout), alternated.
+
+The machine is shared and noisy, so a figure from another day says little about a change; this
+runs the same benchmark script at both commits in pairs, swapping the order from one pair to
+the next (A B, B A, A B, ...), and reports each numeric result's median at A and at B and the
+ratio B / A of the medians.
+
+    .venv/bin/python benchmarks/paired.py --base REV [--pairs 3] corrections.py -- --repeats 1
+
+The base commit is checked out as a git worktree under var/paired/ and imported from there
+(PYTHONPATH), with this checkout's virtual environment; the benchmark must take `--out FILE`.
+Writes benchmarks/results/paired_NAME.json: both commits, the per-run values, medians, ratios
+and the run's provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.provenance` needs the repository root
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.provenance import REPO, loadavg, run_metadata
+
+Flat = dict[str, float]
+
+
+def flatten(values: Any, prefix: str = "") -> Flat:
+    """Every int or float in nested dicts, keyed by its dotted path (lists and flags left out)."""
+    if isinstance(values, dict):
+        out: Flat = {}
+        for key, value in values.items():
+            out |= flatten(value, f"{prefix}{key}.")
+        return out
+    if isinstance(values, int | float) and not isinstance(values, bool):
+        return {prefix.rstrip("."): float(values)}
+    return {}
+
+
+def worktree(base: str) -> tuple[Path, str]:
+    """A checkout of `base` under var/paired/ (reused when it is already there)."""
+    commit = _git("rev-parse", base)
+    path = REPO / "var" / "paired" / commit[:12]
+    if not (path / ".git").exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _git("worktree", "add", "--detach", str(path), commit)
+    return path, commit
+
+
+def run_once(root: Path, script: str, args: list[str], out: Path) -> Flat:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, str(root / "benchmarks" / script), *args, "--out", str(out)]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, cwd=root, env=env, check=True)
+    return flatten(json.loads(out.read_text()))
+
+
+def summarize(runs: dict[str, list[Flat]]) -> dict[str, dict[str, Any]]:
+    """Per numeric field present in every run: the values, the medians and B / A."""
+    fields = set.intersection(*(set(run) for side in runs.values() for run in side))
+    out = {}
+    for field in sorted(fields):
+        a = [run[field] for run in runs["A"]]
+        b = [run[field] for run in runs["B"]]
+        median_a, median_b = statistics.median(a), statistics.median(b)
+        out[field] = {
+            "A": a,
+            "B": b,
+            "median_A": median_a,
+            "median_B": median_b,
+            "B_over_A": median_b / median_a if median_a else None,
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="commit A (B is this checkout)")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("script", help="a benchmark under benchmarks/, e.g. corrections.py")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: the script's options")
+    args = parser.parse_args()
+    script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    meta = run_metadata()
+    base_root, base_commit = worktree(args.base)
+    roots = {"A": base_root, "B": REPO}
+    runs: dict[str, list[Flat]] = {"A": [], "B": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(args.pairs):
+            for side in "AB" if pair % 2 == 0 else "BA":
+                out = Path(tmp) / f"{side}{pair}.json"
+                runs[side].append(run_once(roots[side], args.script, script_args, out))
+    fields = summarize(runs)
+    name = Path(args.script).stem
+    result = {
+        "benchmark": args.script,
+        "args": script_args,
+        "A": base_commit,
+        "B": meta["commit"],
+        "pairs": args.pairs,
+        "fields": fields,
+        "provenance": meta | {"loadavg_end": loadavg()},
+    }
+    target = REPO / "benchmarks" / "results" / f"paired_{name}.json"
+    target.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{'field':48s} {'median A':>12s} {'median B':>12s} {'B / A':>7s}")
+    for field, row in fields.items():
+        ratio = "" if row["B_over_A"] is None else f"{row['B_over_A']:7.3f}"
+        print(f"{field:48s} {row['median_A']:12.4g} {row['median_B']:12.4g} {ratio}")
+    print(f"wrote {target.relative_to(REPO)}")
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+if __name__ == "__main__":
+    main()
