@@ -20,6 +20,7 @@ from streams.kafka import (
     bootstrap_servers,
     wait_for_metadata,
 )
+from streams.runtime.observers import Observer
 from streams.settings import SettingError, Settings
 
 log = logging.getLogger("barcast")
@@ -46,6 +47,8 @@ class BarcastApp(faust.App):
 
         self.metrics = Metrics()
         self.activity = Activity()
+        # Told of every clean bar, forecast and score once handed to the producer (streams.web).
+        self.observers: list[Observer] = []
 
     async def on_first_start(self) -> None:
         self.conf.datadir.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from streams.agents.checkpoint import INTERVAL_S, MAX_HELD, QUIET_S, checkpoint_due
+from streams.runtime.observers import notify
 
 MAX_S = 2.0
 
@@ -26,3 +27,26 @@ def test_a_worker_that_is_never_quiet_still_checkpoints() -> None:
     assert not checkpoint_due(10, held_s=MAX_S * 0.99, quiet_s=0.0, max_s=MAX_S)
     assert checkpoint_due(10, held_s=MAX_S, quiet_s=0.0, max_s=MAX_S)
     assert checkpoint_due(MAX_HELD, held_s=0.0, quiet_s=0.0, max_s=MAX_S)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.bars: list[dict[str, object]] = []
+
+    def observe_bar(self, clean_bar_value: dict[str, object]) -> None:
+        if clean_bar_value.get("fail"):
+            raise ValueError("a broken observer")
+        self.bars.append(clean_bar_value)
+
+    def observe_forecast(self, forecast_value: dict[str, object]) -> None:
+        raise AssertionError("not called")
+
+    def observe_score(self, score_value: dict[str, object]) -> None:
+        raise AssertionError("not called")
+
+
+def test_observers_see_every_value_in_order_and_one_failing_never_stops_the_others() -> None:
+    first, second = Recorder(), Recorder()
+    values = [{"n": 1}, {"n": 2, "fail": True}, {"n": 3}]
+    notify([first, second], "observe_bar", values)
+    assert first.bars == second.bars == [{"n": 1}, {"n": 3}]

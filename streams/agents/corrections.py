@@ -39,6 +39,7 @@ from streams.corrections import (
 )
 from streams.metrics import BAR_OUTCOMES, Stage
 from streams.metrics import Outcome as BarOutcome
+from streams.runtime.observers import notify
 from streams.schema import RECEIVED_HEADER, Control, decode, is_control
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class CorrectionsBatch:
         # When the bars entered barcast: a header, so values stay comparable across restarts.
         self.headers = [*BAR_HEADERS, (RECEIVED_HEADER, str(self.now_ns).encode())]
         self.outputs: list[Out] = []
+        self.clean: list[dict[str, Any]] = []  # the clean bars' values, for observers
 
     def add(self, event: EventT) -> None:
         if is_control_event(event):
@@ -125,6 +127,7 @@ class CorrectionsBatch:
         for outcome in step.outcomes:
             if outcome.status is Status.REJECTED:
                 outputs.append(self._dead_letter(key, outcome, partition))
+        self.clean += step.clean
         for bar in step.clean:
             outputs.append(
                 Out(
@@ -265,6 +268,8 @@ def register(app: BarcastApp) -> None:
         for event in events:
             batch.add(event)
         await publish(app, batch.outputs)
+        if app.observers:
+            notify(app.observers, "observe_bar", batch.clean)
         stage.feed.push()
 
     checkpointer.serve("corrections", handle)

@@ -26,9 +26,10 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 import torch
 
 from features.engine import FINGERPRINT, N_FEATURES
@@ -49,9 +50,10 @@ from streams.agents.state import StateTable
 from streams.forecast.batcher import MicroBatcher
 from streams.forecast.checkpoints import CheckpointWatcher
 from streams.forecast.engine import ForecastEngine, WindowRequest
-from streams.forecast.messages import forecast_message
+from streams.forecast.messages import forecast_value
 from streams.forecast.windows import SymbolWindow, meta_key, row_key
 from streams.metrics import Outcome, Stage
+from streams.runtime.observers import notify
 
 if TYPE_CHECKING:
     from faust.types import EventT
@@ -194,7 +196,10 @@ class ForecastService:
                 self.app.activity.mark()
                 self.app.metrics.inference_seconds.observe(time.perf_counter() - started)
                 self.app.metrics.batch_size.observe(len(batch))
-                sends += await send_batches(self.app, self._messages(batch, quantiles))
+                values = self._values(batch, quantiles)
+                sends += await send_batches(self.app, self._messages(batch, values))
+                if self.app.observers:
+                    notify(self.app.observers, "observe_forecast", values)
             received = [request.received_ns for batch in batches for request in batch]
             self.finishing = asyncio.ensure_future(
                 self._finish(self.finishing, sends, writes, events, received)
@@ -241,18 +246,25 @@ class ForecastService:
                 self.table.put(key, partition, offset, value)
         await self.table.flush()
 
-    def _messages(self, batch: list[WindowRequest], quantiles: np.ndarray) -> list[Out]:
+    def _values(self, batch: list[WindowRequest], quantiles: np.ndarray) -> list[dict[str, Any]]:
         now = time.time_ns()
+        engine = self.engine
+        return [
+            forecast_value(engine, request, quantiles[i], len(batch), now)
+            for i, request in enumerate(batch)
+        ]
+
+    def _messages(self, batch: list[WindowRequest], values: list[dict[str, Any]]) -> list[Out]:
         return [
             Out(
                 self.topic,
                 request.key,
-                forecast_message(self.engine, request, quantiles[i], len(batch), now),
+                orjson.dumps(value),
                 request.ts_event / 1e6,
                 BAR_HEADERS,
                 request.partition,
             )
-            for i, request in enumerate(batch)
+            for request, value in zip(batch, values, strict=True)
         ]
 
     def _snapshot(self) -> list[tuple[bytes, int, int, bytes | None]]:

@@ -36,6 +36,7 @@ from streams.agents.forecast import start as start_forecasts
 from streams.agents.io import exit_uncommitted, send_batches
 from streams.agents.rows import FeatureRow, received_ns
 from streams.corrections import SYNTHETIC
+from streams.runtime.observers import notify
 from streams.schema import PRICE_SCALE
 
 if TYPE_CHECKING:
@@ -113,6 +114,8 @@ def register(app: BarcastApp) -> None:
         # should the worker die first, the raw bars are replayed (their checkpoint waits for
         # the acks) and publish the same records again.
         sent.extend(await send_batches(app, [*cleaned.outputs, *outputs]))
+        if app.observers:
+            notify(app.observers, "observe_bar", cleaned.clean)
         for clean, bar, values, warm in computed.results:
             clean.source.message.incref()  # the forecast stage acks it too
             row = None if bar is None else _row(clean, bar, values, warm)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 if TYPE_CHECKING:
     from streams.forecast.engine import ForecastEngine, WindowRequest
@@ -40,13 +39,3 @@ def forecast_value(
         latency_ms=(now_ns - request.received_ns) / 1e6,
     )
     return value
-
-
-def forecast_message(
-    engine: ForecastEngine,
-    request: WindowRequest,
-    quantiles: np.ndarray,
-    batch_size: int,
-    now_ns: int,
-) -> bytes:
-    return orjson.dumps(forecast_value(engine, request, quantiles, batch_size, now_ns))

@@ -1,0 +1,37 @@
+"""In-process observers of the worker's outputs (the live page, streams.web): an observer is
+told of each clean bar, forecast and score once the record holding it has been handed to the
+producer, on the event loop, in the batch's order.
+
+The app holds the list (`app.observers`); an empty list costs one truth test per batch. An
+observer must be quick (it runs on the loop, between batches) and must not keep the dicts'
+contents mutable: they are the published values. One that raises is logged and skipped for
+that call, so a page can never stop or slow the stream's commits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+log = logging.getLogger("barcast.observers")
+
+
+class Observer(Protocol):
+    def observe_bar(self, clean_bar_value: dict[str, Any]) -> None: ...
+
+    def observe_forecast(self, forecast_value: dict[str, Any]) -> None: ...
+
+    def observe_score(self, score_value: dict[str, Any]) -> None: ...
+
+
+def notify(observers: Sequence[Observer], method: str, values: Iterable[dict[str, Any]]) -> None:
+    """Call `method` ("observe_bar", "observe_forecast" or "observe_score") of every observer
+    with each value."""
+    for observer in observers:
+        call = getattr(observer, method)
+        for value in values:
+            try:
+                call(value)
+            except Exception:
+                log.exception("observer %r failed in %s; the stream goes on", observer, method)
