@@ -1,0 +1,202 @@
+"""The live page's board: each symbol's last hours of closes, forecasts and scores, fed in
+process by the worker (the observer protocol of streams.runtime.observers), and the JSON view
+that `/api/forecasts` serves and streams.web.render draws.
+
+Pure: no Faust, no Kafka. Memory is bounded per symbol: at most HISTORY_MINUTES closes, one past
+fan per FAN_EVERY_MINUTES of them plus the latest, and SCORE_WINDOW scored forecasts. Times in
+the view are epoch milliseconds (UTC): JavaScript reads nanoseconds since 1970 inexactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from streams.schema import PRICE_SCALE
+from streams.web.scores import ScoreSummary, summarize_score
+
+# The page's history length and score window are constants here, not BARCAST_* settings.
+HISTORY_MINUTES = 240
+FAN_EVERY_MINUTES = 30
+SCORE_WINDOW = 600
+MODELS_KEPT = 16
+NS_PER_MS = 1_000_000
+NS_PER_MIN = 60_000_000_000
+PRICE_PREFIX = "price_"
+
+
+class Fan(TypedDict):
+    t_ms: int  # the bar the forecast was made at
+    close: float
+    steps_ms: list[int]  # the bar time of each horizon
+    low: list[float]  # prices of the lowest quantile (q10), per horizon
+    median: list[float]
+    high: list[float]  # prices of the highest quantile (q90)
+    model_id: str
+
+
+class Rolling(TypedDict):
+    forecasts: int  # scored forecasts in the window
+    labels: int  # (forecast, horizon) labels scored
+    coverage: float | None  # fraction of labels inside [low, high]
+    pinball: float | None  # mean pinball loss, basis points of log return
+    unscored: dict[str, int]  # labels not scored, by reason
+
+
+class SymbolView(TypedDict):
+    symbol: str
+    segments: list[list[tuple[int, float]]]  # closes (t_ms, price), split at session breaks
+    fans: list[Fan]  # past fans, oldest first
+    latest: Fan | None
+    model_id: str | None
+    model_age_s: float | None  # since this board first saw the model
+    forecast_age_s: float | None  # since the latest forecast arrived
+    scores: Rolling
+
+
+class BoardView(TypedDict):
+    now_ms: int
+    quantiles: list[str]  # names of the low, median and high quantiles drawn
+    history_minutes: int
+    scores_seen: bool
+    lag: dict[str, int]  # consumer lag per topic, summed over partitions
+    symbols: list[SymbolView]
+
+
+@dataclass
+class SymbolBoard:
+    closes: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_MINUTES))
+    fans: deque[Fan] = field(
+        default_factory=lambda: deque(maxlen=HISTORY_MINUTES // FAN_EVERY_MINUTES + 1)
+    )
+    latest: Fan | None = None
+    latest_seen_ns: int = 0
+    scores: deque[ScoreSummary] = field(default_factory=lambda: deque(maxlen=SCORE_WINDOW))
+
+
+class Board:
+    """What the page shows; implements the worker's observer protocol."""
+
+    def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
+        self.clock = clock
+        self.symbols: dict[str, SymbolBoard] = {}
+        self.models: dict[str, int] = {}  # model id -> when first seen (wall ns)
+        self.quantiles: list[str] = []
+        self.scores_seen = False
+
+    def observe_bar(self, clean_bar_value: Mapping[str, Any]) -> None:
+        board = self._symbol(clean_bar_value["symbol"])
+        ts = int(clean_bar_value["ts_event"])
+        if board.closes and ts <= board.closes[-1][0]:
+            return  # a repeat after a restart: the board already holds it
+        board.closes.append((ts, clean_bar_value["close"] * PRICE_SCALE))
+        cutoff = ts - HISTORY_MINUTES * NS_PER_MIN
+        while board.closes[0][0] <= cutoff:
+            board.closes.popleft()
+
+    def observe_forecast(self, forecast_value: Mapping[str, Any]) -> None:
+        board = self._symbol(forecast_value["symbol"])
+        fan = fan_of(forecast_value)
+        self.quantiles = quantile_names(forecast_value)
+        if board.latest is not None and fan["t_ms"] < board.latest["t_ms"]:
+            return
+        self.models.setdefault(fan["model_id"], self.clock())
+        while len(self.models) > MODELS_KEPT:
+            del self.models[next(iter(self.models))]
+        board.latest, board.latest_seen_ns = fan, self.clock()
+        minute = fan["t_ms"] * NS_PER_MS // NS_PER_MIN
+        if minute % FAN_EVERY_MINUTES == 0 and not (
+            board.fans and board.fans[-1]["t_ms"] == fan["t_ms"]
+        ):
+            board.fans.append(fan)
+
+    def observe_score(self, score_value: Mapping[str, Any]) -> None:
+        self.scores_seen = True
+        self._symbol(score_value["symbol"]).scores.append(summarize_score(score_value))
+
+    def view(self, lag: Mapping[str, int] | None = None) -> BoardView:
+        now = self.clock()
+        return {
+            "now_ms": now // NS_PER_MS,
+            "quantiles": self.quantiles,
+            "history_minutes": HISTORY_MINUTES,
+            "scores_seen": self.scores_seen,
+            "lag": dict(sorted((lag or {}).items())),
+            "symbols": [
+                self._symbol_view(symbol, board, now)
+                for symbol, board in sorted(self.symbols.items())
+            ],
+        }
+
+    def _symbol(self, symbol: str) -> SymbolBoard:
+        return self.symbols.setdefault(symbol, SymbolBoard())
+
+    def _symbol_view(self, symbol: str, board: SymbolBoard, now: int) -> SymbolView:
+        first = board.closes[0][0] if board.closes else 0
+        latest = board.latest
+        model_seen = self.models.get(latest["model_id"]) if latest else None
+        return {
+            "symbol": symbol,
+            "segments": segments(list(board.closes)),
+            "fans": [f for f in board.fans if f["t_ms"] * NS_PER_MS >= first and f is not latest],
+            "latest": latest,
+            "model_id": latest["model_id"] if latest else None,
+            "model_age_s": (now - model_seen) / 1e9 if model_seen is not None else None,
+            "forecast_age_s": (now - board.latest_seen_ns) / 1e9 if latest else None,
+            "scores": rolling(board.scores),
+        }
+
+
+def quantile_names(forecast_value: Mapping[str, Any]) -> list[str]:
+    """The lowest, median and highest quantile of a forecast (`q10`, `q50`, `q90`)."""
+    names = sorted(k[len(PRICE_PREFIX) :] for k in forecast_value if k.startswith(PRICE_PREFIX))
+    if "q50" not in names or len(names) < 3:
+        raise ValueError(
+            f"forecast for {forecast_value.get('symbol')!r} holds price quantiles {names}; "
+            "the page needs a median (price_q50) and one quantile either side"
+        )
+    return [names[0], "q50", names[-1]]
+
+
+def fan_of(forecast_value: Mapping[str, Any]) -> Fan:
+    low, median, high = (PRICE_PREFIX + name for name in quantile_names(forecast_value))
+    t_ns = int(forecast_value["ts_event"])
+    return {
+        "t_ms": t_ns // NS_PER_MS,
+        "close": float(forecast_value["close"]),
+        "steps_ms": [(t_ns + h * NS_PER_MIN) // NS_PER_MS for h in forecast_value["horizons"]],
+        "low": list(forecast_value[low]),
+        "median": list(forecast_value[median]),
+        "high": list(forecast_value[high]),
+        "model_id": str(forecast_value["model_id"]),
+    }
+
+
+def segments(closes: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+    """Closes split wherever the next bar is more than a minute later: a session break (gap
+    fills close the short gaps inside a session), where no line may be drawn."""
+    out: list[list[tuple[int, float]]] = []
+    previous = None
+    for ts, close in closes:
+        if previous is None or ts - previous > NS_PER_MIN:
+            out.append([])
+        out[-1].append((ts // NS_PER_MS, close))
+        previous = ts
+    return out
+
+
+def rolling(scores: deque[ScoreSummary]) -> Rolling:
+    labels = sum(s.labels for s in scores)
+    unscored: Counter[str] = Counter()
+    for s in scores:
+        unscored.update(s.unscored)
+    return {
+        "forecasts": len(scores),
+        "labels": labels,
+        "coverage": sum(s.inside for s in scores) / labels if labels else None,
+        "pinball": sum(s.pinball_sum for s in scores) / labels if labels else None,
+        "unscored": dict(sorted(unscored.items())),
+    }
