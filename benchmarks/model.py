@@ -16,8 +16,8 @@ come from a GRN over the flattened embeddings. So two anchors:
   count is nearest barcast's (everything else unchanged).
 
 Forward latency p50/p99 at each batch size, the models called in turn so machine load hits them
-alike: barcast fp32, barcast INT8 (dynamic quantization), the worker's cached path (one new bar
-encoded + the window forecast), both anchors; and bf16 on CUDA when a GPU is visible.
+alike: barcast fp32, the worker's cached path (one new bar encoded + the window forecast), both
+anchors; and bf16 on CUDA when a GPU is visible.
 Training-step peak memory: each model in a fresh subprocess, peak RSS above its idle RSS.
 
     make bench-deps  # the anchors: pytorch-forecasting and its pins, not in `make install`
@@ -48,7 +48,6 @@ import torch
 
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
-from model.forecaster import quantize_int8
 from model.memory import peak_rss_mb
 from model.tft import TemporalFusionTransformer
 
@@ -259,11 +258,10 @@ def batch_row(
     models: dict[str, Any], config: TFTConfig, batch: int, budget_s: float
 ) -> dict[str, float]:
     """p50 / p99 latency (ms) of every model at one batch size, and the speed-ups."""
-    barcast, int8, gpu = models["barcast"], models["barcast_int8"], models["gpu"]
+    barcast, gpu = models["barcast"], models["gpu"]
     inputs, x = barcast_inputs(config, batch), ptf_inputs(config, batch)
     runs = {
         "barcast": lambda: barcast(*inputs),
-        "barcast_int8": lambda: int8(*inputs),
         "barcast_cached": cached_step(barcast, config, batch),
     } | {name: (lambda m=m: m(x)) for name, m in models["anchors"].items()}
     row: dict[str, float] = {}
@@ -281,7 +279,6 @@ def batch_row(
         )
     for name in models["anchors"]:
         row[f"speedup_vs_{name}"] = row[f"{name}_ms"] / row["barcast_ms"]
-        row[f"int8_speedup_vs_{name}"] = row[f"{name}_ms"] / row["barcast_int8_ms"]
     return row
 
 
@@ -333,7 +330,6 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     models = {
         "barcast": barcast,
-        "barcast_int8": quantize_int8(TemporalFusionTransformer(config).eval()),
         "gpu": TemporalFusionTransformer(config).cuda().eval() if cuda else None,
         "anchors": {name: a.pop("model") for name, a in ptf.items()},
     }
@@ -371,7 +367,7 @@ def print_table(result: dict[str, Any]) -> None:
         f"\nTFT forward latency, p50 / p99 ms ({result['threads']} CPU thread(s), hidden "
         f"{result['config']['hidden']}, lookback {result['config']['lookback']})"
     )
-    names = ("barcast", "barcast_int8", "barcast_cached", *result["anchors"])
+    names = ("barcast", "barcast_cached", *result["anchors"])
     print(f"{'batch':>5} | " + " | ".join(f"{n:>19}" for n in names) + " | speed-up vs anchors")
     for batch, r in result["batches"].items():
         cells = [f"{r[f'{n}_ms']:8.2f} / {r[f'{n}_p99_ms']:8.2f}" for n in names]

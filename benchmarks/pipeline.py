@@ -581,7 +581,6 @@ def run(args: argparse.Namespace) -> dict:
         },
         "settings": {
             "device": base.device,
-            "cpu_precision": base.cpu_precision,
             "max_batch": base.max_batch,
             "max_delay_ms": base.max_delay_ms,
             "partitions": base.partitions,

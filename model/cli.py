@@ -81,17 +81,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "scores it against persistence, rolling empirical quantiles and EWMA and time-of-day "
         "EWMA volatility forecasts, all calibrated on the checkpoint's calibration split: "
         "pinball loss, q-risk, MAE, coverage, a block-bootstrap interval of the pinball "
-        "difference; attention entropy, variable importances, INT8 change. Writes "
+        "difference; attention entropy and variable importances. Writes "
         "evaluation.json, calibration.png and fan_chart.png.",
     )
     evaluate.add_argument("--checkpoint", type=Path, required=True, metavar="DIR")
     evaluate.add_argument("--data", type=Path, nargs="+", required=True, metavar="PATH")
-    evaluate.add_argument(
-        "--precision",
-        choices=("fp32", "int8"),
-        default="fp32",
-        help="CPU precision of the reported model (the other is compared)",
-    )
     evaluate.add_argument(
         "--split",
         choices=("test", "calib", "val", "all"),
@@ -132,13 +126,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
             args.checkpoint,
             args.data,
             part=args.split,
-            cpu_precision=args.precision,
             device=args.device,
             out_dir=args.out,
         )
         return {
             k: report[k]
-            for k in ("model_id", "n_windows", "model", "baselines", "int8", "attention_entropy")
+            for k in ("model_id", "n_windows", "model", "baselines", "attention_entropy")
         }
 
     return _guarded("evaluate", run)

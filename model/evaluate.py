@@ -7,7 +7,7 @@ calibrated like the TFT (`model.calibration`) on the checkpoint's calibration sp
 half-life chosen there too. Windows whose labels run over gap fills are scored on a line of their
 own; windows where some forecaster has too little history are left out for all and counted.
 Also reported: a block-bootstrap interval of the TFT's pinball difference to the best baseline,
-attention entropy, variable-selection importances and the accuracy change of the INT8 model.
+attention entropy and variable-selection importances.
 Writes evaluation.json, calibration.png and fan_chart.png.
 """
 
@@ -47,7 +47,6 @@ def evaluate(
     paths: list[Path],
     *,
     part: str = "test",
-    cpu_precision: str = "fp32",
     device: str = "auto",
     out_dir: Path | None = None,
     rolling_window: int = ROLLING_WINDOW,
@@ -55,7 +54,7 @@ def evaluate(
 ) -> dict[str, Any]:
     from streams.forecast.engine import ForecastEngine
 
-    engine = ForecastEngine(checkpoint_dir, device, cpu_precision)
+    engine = ForecastEngine(checkpoint_dir, device)
     forecaster = engine.served.forecaster
     meta, config = forecaster.meta, forecaster.config
     bars, data_report = load_bars(paths)
@@ -65,11 +64,6 @@ def evaluate(
         panel, split, part, config.lookback, config.horizon
     )
     tft = run_engine(engine, panel, ends, batch_size, "tft")
-    precisions = {forecaster.name: tft}
-    for precision in ("fp32", "int8"):  # the INT8 change is always measured on the CPU
-        if f"cpu-{precision}" not in precisions:
-            other = ForecastEngine(checkpoint_dir, "cpu", precision)
-            precisions[f"cpu-{precision}"] = run_engine(other, panel, ends, batch_size, precision)
     forecasts, fitted = baseline_forecasts(panel, ends, fit_ends, meta, rolling_window)
     forecasts = {"tft": tft} | forecasts
     scored, scores = score(panel, ends, forecasts, fitted, config.quantiles)
@@ -88,7 +82,6 @@ def evaluate(
         "calibration": calibration_source | {"n_windows": len(fit_ends)},
         "rolling_window_bars": rolling_window,
         **scores,
-        "int8": int8_change(precisions, panel.targets[ends[scored]], scored, config.quantiles),
         **importance(forecaster, panel, ends[scored], batch_size),
     }
     out_dir = out_dir or Path(checkpoint_dir) / "evaluation"
@@ -287,25 +280,6 @@ def compare(
         "best_baseline_mean_pinball": float(loss[best].mean()),
         "relative_gain": float(1 - loss["tft"].mean() / loss[best].mean()),
         "gain_bootstrap": gain,
-    }
-
-
-def int8_change(
-    precisions: dict[str, np.ndarray],
-    y: np.ndarray,
-    scored: np.ndarray,
-    quantiles: tuple[float, ...],
-) -> dict[str, Any]:
-    by = {k: summarize(y, q[scored], quantiles)["mean_pinball"] for k, q in precisions.items()}
-    fp32, int8 = by["cpu-fp32"], by["cpu-int8"]
-    diff = np.abs(precisions["cpu-int8"][scored] - precisions["cpu-fp32"][scored])
-    return {
-        "fp32_mean_pinball": fp32,
-        "int8_mean_pinball": int8,
-        "change": int8 - fp32,
-        "relative_change": (int8 - fp32) / fp32,
-        "max_abs_quantile_diff_bp": float(diff.max() * 1e4),
-        "mean_pinball_by_precision": by,
     }
 
 

@@ -17,6 +17,12 @@ PREFIX = "BARCAST_"
 EMBEDDED = "embedded"
 # A bounded dead letter (streams.agents.dlq, 16 KiB of key and of value) must fit.
 MIN_RECORD_BYTES, MAX_RECORD_BYTES = 65_536, 100_000_000
+# Settings that no longer exist, and what to do instead: refused rather than ignored, so that an
+# old environment does not silently run something other than it asks for.
+REMOVED = {
+    "BARCAST_CPU_PRECISION": "CPU inference is always fp32 (INT8 dynamic quantization was no "
+    "faster, so it was removed); unset BARCAST_CPU_PRECISION",
+}
 
 
 class SettingError(ValueError):
@@ -66,7 +72,6 @@ class Settings:
         metadata={"doc": "Scratch space: broker logs, converted DBN files, table data."},
     )
     device: str = field(default="auto", metadata={"doc": "`auto`, `cpu` or `cuda`."})
-    cpu_precision: str = field(default="fp32", metadata={"doc": "CPU inference: `fp32`/`int8`."})
     max_batch: int = field(default=256, metadata={"doc": "Micro-batch size cap."})
     max_delay_ms: float = field(default=5.0, metadata={"doc": "Micro-batch max wait (ms)."})
     incremental_encoding: bool = field(
@@ -132,6 +137,9 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
+        for name, fix in REMOVED.items():
+            if env.get(name):
+                raise SettingError(f"{name}={env[name]!r} is no longer a setting: {fix}")
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = env.get(PREFIX + f.name.upper())
@@ -147,7 +155,6 @@ class Settings:
             "role": ("all", "stream", "forecast", "corrections", "passthrough"),
             "store": ("memory://",),
             "device": ("auto", "cpu", "cuda"),
-            "cpu_precision": ("fp32", "int8"),
             "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
             "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
         }

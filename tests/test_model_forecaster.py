@@ -1,4 +1,4 @@
-"""The worker's inference API: fp32, INT8 and the device choice, prices, the incremental path."""
+"""The worker's inference API: fp32 and the device choice, prices, the incremental path."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
-from torch.ao.nn.quantized import dynamic as qdynamic
 
 from model import checkpoint
 from model.checkpoint import CheckpointMeta
@@ -89,19 +87,6 @@ def test_fp32_predictions_equal_the_model_on_normalized_inputs(directory: Path) 
     assert forecaster.name == "cpu-fp32" and len(forecaster.model_id) == 16
 
 
-def test_int8_quantizes_linear_and_lstm_and_stays_close(directory: Path) -> None:
-    fp32 = Forecaster(directory, device="cpu")
-    int8 = Forecaster(directory, device="cpu", cpu_precision="int8")
-    kinds = {type(m) for m in int8.model.modules()}
-    assert {qdynamic.Linear, qdynamic.LSTM} <= kinds
-    assert nn.Linear not in kinds and nn.LSTM not in kinds
-    batch = window_batch(n=32)
-    a, b = fp32.predict(batch).quantiles, int8.predict(batch).quantiles
-    assert not np.array_equal(a, b)
-    assert np.abs(a - b).max() < 0.1 * np.abs(a).max()
-    assert np.all(np.diff(b, axis=-1) >= 0)
-
-
 def replay(forecaster: Forecaster, bars: int = 30) -> tuple[np.ndarray, np.ndarray]:
     """Forecasts along a replay, from a cache of per-bar encodings and from full windows."""
     stream = window_batch(n=2, steps=bars, seed=5)
@@ -137,24 +122,12 @@ def test_cached_encodings_equal_full_windows(directory: Path) -> None:
     assert np.abs(cached - full).max() <= 1e-5
 
 
-def test_int8_cache_agrees_within_quantization_error(directory: Path) -> None:
-    """Dynamic INT8 quantizes activations with one scale per tensor, so a bar encoded alone
-    and inside a window round differently: INT8 forecasts are not bit-stable across batch
-    composition (run fp32 where exact replay equality matters). The gap stays within the
-    INT8 error itself."""
-    cached, full = replay(Forecaster(directory, device="cpu", cpu_precision="int8"))
-    fp32, _ = replay(Forecaster(directory, device="cpu"))
-    assert np.abs(cached - full).max() <= max(2 * np.abs(full - fp32).max(), 1e-5)
-
-
 def test_bad_inputs_are_refused_with_clear_messages(directory: Path) -> None:
     forecaster = Forecaster(directory, device="cpu")
     with pytest.raises(ValueError, match=r"expected \(batch, 10, 40\)"):
         forecaster.predict(window_batch(steps=9))
     with pytest.raises(ValueError, match="lookback=10"):
         forecaster.predict_encoded(window_batch(), torch.zeros(6, 9, CONFIG.hidden))
-    with pytest.raises(ValueError, match="cpu_precision"):
-        Forecaster(directory, cpu_precision="int4")
 
 
 def test_device_choice(directory: Path) -> None:

@@ -192,7 +192,6 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
         assert len(result["pinball_per_horizon"]) == 10
     assert report["attention_entropy"] > 0
     assert report["importance"]["n_historical_inputs"] == 225
-    assert np.isfinite(report["int8"]["change"])
     for name in ("calibration.png", "fan_chart.png"):
         assert (out / "evaluation" / name).stat().st_size > 1000
     args = parser.parse_args(["evaluate", "--checkpoint", str(tmp_path), "--data", str(data)])

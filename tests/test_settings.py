@@ -45,6 +45,10 @@ def test_environment_overrides_are_typed() -> None:
         ({"BARCAST_SECURITY_PROTOCOL": "SASL_SSL"}, "needs BARCAST_SASL_MECHANISM"),
         ({"BARCAST_FETCH_MAX_WAIT_MS": "0"}, "BARCAST_FETCH_MAX_WAIT_MS=0 is out of range"),
         ({"BARCAST_CHECKPOINT_MAX_S": "0"}, "BARCAST_CHECKPOINT_MAX_S=0.0 is out of range"),
+        (
+            {"BARCAST_CPU_PRECISION": "int8"},
+            "BARCAST_CPU_PRECISION='int8' is no longer a setting: CPU inference is always fp32",
+        ),
     ],
 )
 def test_bad_values_name_the_variable_and_the_fix(env: dict[str, str], message: str) -> None:

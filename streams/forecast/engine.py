@@ -89,21 +89,19 @@ def _head(out, n: int):  # type: ignore[no-untyped-def]
 
 
 class ForecastEngine:
-    def __init__(self, path: Path, device: str = "cpu", cpu_precision: str = "fp32") -> None:
+    def __init__(self, path: Path, device: str = "cpu") -> None:
         self.device_setting = device
-        self.cpu_precision = cpu_precision
         self.served = self.prepare(path)
 
     @classmethod
     def from_settings(cls, path: Path, settings: Settings) -> ForecastEngine:
-        return cls(path, settings.device, settings.cpu_precision)
+        return cls(path, settings.device)
 
     def prepare(self, path: Path) -> Served:
         """Load and validate a checkpoint (refusing another feature set) onto our device."""
         forecaster = Forecaster(
             path,
             device=self.device_setting,
-            cpu_precision=self.cpu_precision,
             expected_fingerprint=feature_engine.FINGERPRINT,
         )
         programs = chunk_programs(

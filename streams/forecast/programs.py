@@ -8,7 +8,7 @@ throughout. Chunks have fixed shapes (see streams.forecast.engine), so a trace
 records exactly the ops eager mode runs and results are bit-identical; the engine's tests hold
 it to that. `torch.jit.trace` is deprecated, but its successors do not fit: `torch.export` runs
 a graph op by op from Python again, and `torch.compile` fuses ops, which changes rounding.
-CUDA (bf16 autocast) and INT8 stay eager: there a chunk is a few kernel launches, not the GIL.
+bf16 autocast stays eager: on CUDA a chunk is a few kernel launches, not the GIL.
 """
 
 from __future__ import annotations
