@@ -217,6 +217,10 @@ def create_app(settings: Settings) -> BarcastApp:
         # aiohttp refuses a charset inside content_type=, so the full type goes in a header.
         return view.bytes(app.metrics.render(), headers={"Content-Type": app.metrics.content_type})
 
+    from streams.web.routes import install as install_live_page
+
+    install_live_page(app)  # the live page on `/`, fed through app.observers
+
     app.on_rebalance_complete.connect(app.shorten_fetch_wait)
     app.on_rebalance_complete.connect(app.freeze_heap)
 
