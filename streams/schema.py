@@ -1,14 +1,19 @@
-"""Message formats of every barcast topic, shared by ingest, agents, tests and tools.
+"""Message formats of every barcast topic, shared by ingest, agents, tests and tools: one
+encode/decode pair per topic's key, value and headers. A decoder raises ValueError saying what
+is wrong with a record that is not of its topic (the caller dead-letters it).
 
 Pure: no Faust, no Kafka. Prices on `bars.raw` and `bars.clean` stay DBN fixed-point int64
-(1e-9 units) so nothing is lost to float rounding before corrections see them.
+(1e-9 units) so nothing is lost to float rounding before corrections see them. The JSON Schema
+of each topic's value, and the README's tables, are streams.topic_schemas.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import orjson
@@ -55,9 +60,41 @@ class RawBar(TypedDict):
     source: str
 
 
+class CleanBarValue(TypedDict, total=False):
+    """A `bars.clean` value: the raw bar's known fields, its status and corrections."""
+
+    instrument_id: int
+    symbol: str
+    ts_event: int
+    rtype: int
+    publisher_id: int
+    open: int
+    high: int
+    low: int
+    close: int
+    volume: int | float
+    source: str
+    status: str
+    corrections: list[list[Any]]
+
+
+class FeaturesValue(TypedDict):
+    symbol: str
+    ts_event: int
+    close: float
+    fingerprint: str
+    warm: bool
+    synthetic: bool
+    values: str  # encode_feature_values
+
+
 class ControlRecord(TypedDict):
     control: str
     ts_event: int
+
+
+Headers = list[tuple[str, bytes]]
+HeadersIn = Mapping[str, bytes] | Sequence[tuple[str, bytes]] | None
 
 
 def end_of_interval(ts_event: int) -> ControlRecord:
@@ -106,3 +143,188 @@ def engine_columns(bars: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
         np.array([b["volume"] for b in bars], dtype=np.float64),
         np.array([b.get("status") == "synthetic" for b in bars], dtype=np.bool_),
     )
+
+
+# Keys: the raw symbol's UTF-8 bytes on every topic; control records use CONTROL_KEY.
+
+
+def encode_key(symbol: str) -> bytes:
+    return symbol.encode()
+
+
+def decode_key(key: bytes) -> str:
+    return key.decode()
+
+
+# Headers
+
+
+def header(headers: HeadersIn, name: str) -> bytes | None:
+    """The value of header `name` (the first one), from a list of pairs or a mapping."""
+    if headers is None:
+        return None
+    if isinstance(headers, Mapping):
+        return headers.get(name)
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+CONTROL_HEADERS: Headers = [(KIND_HEADER, Kind.CONTROL.value.encode())]
+BAR_HEADERS: Headers = [(KIND_HEADER, Kind.BAR.value.encode())]
+
+
+def bar_headers(received_ns: int | None) -> Headers:
+    """Headers of a bar, feature row or forecast: its kind and when its bar entered barcast."""
+    return (
+        BAR_HEADERS
+        if received_ns is None
+        else [*BAR_HEADERS, (RECEIVED_HEADER, b"%d" % received_ns)]
+    )
+
+
+def decode_received_ns(headers: HeadersIn) -> int | None:
+    received = header(headers, RECEIVED_HEADER)
+    return int(received) if received else None
+
+
+def is_control_headers(headers: HeadersIn) -> bool:
+    return header(headers, KIND_HEADER) == CONTROL_HEADERS[0][1]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterHeaders:
+    """Where a dead letter came from and why (Kafka Connect's dead-letter headers)."""
+
+    topic: str
+    partition: int | None
+    offset: int | None
+    reason: str
+    message: str
+
+
+MESSAGE_CHARS = 1_000  # of a dead letter's human message
+
+
+def encode_dlq_headers(dead: DeadLetterHeaders) -> Headers:
+    optional = [(DLQ_PARTITION, dead.partition), (DLQ_OFFSET, dead.offset)]
+    return [
+        (DLQ_TOPIC, dead.topic.encode()),
+        *((name, str(n).encode()) for name, n in optional if n is not None),
+        (DLQ_REASON, dead.reason.encode()),
+        (DLQ_MESSAGE, dead.message[:MESSAGE_CHARS].encode()),
+    ]
+
+
+def decode_dlq_headers(headers: HeadersIn) -> DeadLetterHeaders:
+    def text(name: str) -> str:
+        value = header(headers, name)
+        if value is None:
+            raise ValueError(f"a bars.dlq record has no {name} header")
+        return value.decode()
+
+    def number(name: str) -> int | None:
+        value = header(headers, name)
+        return None if value is None else int(value)
+
+    return DeadLetterHeaders(
+        text(DLQ_TOPIC),
+        number(DLQ_PARTITION),
+        number(DLQ_OFFSET),
+        text(DLQ_REASON),
+        text(DLQ_MESSAGE),
+    )
+
+
+# Values
+
+
+def _object(data: bytes, topic: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"a {topic} value is JSON: {exc}") from None
+    if type(value) is not dict:
+        raise ValueError(f"a {topic} value is a JSON object")
+    return value
+
+
+def _wrong_fields(value: dict[str, Any], fields: Mapping[str, tuple[type, ...]]) -> list[str]:
+    return [name for name, kinds in fields.items() if type(value.get(name)) not in kinds]
+
+
+def encode_control(record: ControlRecord) -> bytes:
+    return orjson.dumps(record)
+
+
+def decode_control(data: bytes) -> ControlRecord:
+    """An END_OF_INTERVAL record; ValueError for anything else."""
+    value = _object(data, "control")
+    if value.get("control") != Control.END_OF_INTERVAL or type(value.get("ts_event")) is not int:
+        raise ValueError('a control record is {"control": "end_of_interval", "ts_event": <int>}')
+    return cast(ControlRecord, value)
+
+
+def encode_raw(bar: RawBar) -> bytes:
+    return orjson.dumps(bar)
+
+
+def decode_raw(data: bytes) -> RawBar:
+    """A `bars.raw` value as JSON (the corrections rules check its fields)."""
+    return cast(RawBar, _object(data, "bars.raw"))
+
+
+PRICE_FIELDS = ("open", "high", "low", "close")
+CLEAN_FIELDS: dict[str, tuple[type, ...]] = {
+    "symbol": (str,),
+    "ts_event": (int,),
+    **{name: (int,) for name in PRICE_FIELDS},
+    "volume": (int, float),
+}
+
+
+def encode_clean(bar: CleanBarValue) -> bytes:
+    return orjson.dumps(bar)
+
+
+def decode_clean(data: bytes) -> CleanBarValue:
+    """A `bars.clean` value with the fields the feature engine reads; ValueError if not."""
+    value = _object(data, "bars.clean")
+    if _wrong_fields(value, CLEAN_FIELDS):
+        raise ValueError("not a bars.clean bar (JSON with int ts_event and prices, volume, symbol)")
+    return cast(CleanBarValue, value)
+
+
+FEATURES_FIELDS: dict[str, tuple[type, ...]] = {
+    "symbol": (str,),
+    "ts_event": (int,),
+    "close": (float,),
+    "synthetic": (bool,),
+    "warm": (bool,),
+    "values": (str,),
+    "fingerprint": (str,),
+}
+
+
+def encode_features(value: FeaturesValue) -> bytes:
+    return orjson.dumps(value)
+
+
+def decode_features(data: bytes) -> FeaturesValue:
+    """A `features` value, field by field; ValueError naming the wrong fields if not one."""
+    value = _object(data, "features")
+    wrong = _wrong_fields(value, FEATURES_FIELDS)
+    if wrong:
+        raise ValueError(
+            f"field(s) {', '.join(wrong)} missing or not of the type the features stage writes"
+        )
+    return cast(FeaturesValue, value)
+
+
+def encode_forecast(value: dict[str, Any]) -> bytes:
+    return orjson.dumps(value)
+
+
+def decode_forecast(data: bytes) -> dict[str, Any]:
+    return _object(data, "forecasts")

@@ -1,14 +1,25 @@
-"""Plain librdkafka producers and consumers for tests: no barcast code on the test's side."""
+"""Plain librdkafka producers and consumers for tests: no barcast code on the test's side. Every
+message read from a barcast topic is checked against the topic's JSON Schema, read from
+deploy/schemas/topics/ (the published contract), and a dead letter's headers by their decoder."""
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
+import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from jsonschema import Draft202012Validator
 
 from streams.kafka import wait_for_metadata
+from streams.schema import decode_dlq_headers
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "deploy" / "schemas" / "topics"
+TOPICS = ("bars.raw", "bars.clean", "bars.dlq", "features", "forecasts")
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,7 @@ def read_topic(
             if msg is None or msg.error():
                 continue
             last = time.monotonic()
+            check_message(topic, msg.value(), dict(msg.headers() or []))
             out.append(
                 Message(
                     msg.topic(),
@@ -86,3 +98,29 @@ def read_topic(
     finally:
         consumer.close()
     return out
+
+
+@functools.cache
+def _validator(kind: str) -> Draft202012Validator:
+    return Draft202012Validator(json.loads((SCHEMAS / f"{kind}.json").read_text()))
+
+
+def topic_kind(topic: str) -> str | None:
+    """Which barcast topic `topic` is (tests suffix the default names), None for another."""
+    for kind in TOPICS:
+        if topic == kind or topic.startswith(f"{kind}."):
+            return kind
+    return None
+
+
+def check_message(topic: str, value: bytes | None, headers: dict[str, bytes]) -> None:
+    """Fail unless a message read from a barcast topic is what its schema says: the value
+    against the topic's JSON Schema (deploy/schemas/topics/), a dead letter's headers."""
+    kind = topic_kind(topic)
+    if kind is None:
+        return
+    if kind == "bars.dlq":
+        decode_dlq_headers(headers)
+        return
+    assert value is not None, f"{topic}: a message without a value"
+    _validator(kind).validate(orjson.loads(value))

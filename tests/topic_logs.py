@@ -2,8 +2,9 @@
 
 A `TopicLog` reads one topic incrementally with a plain librdkafka consumer and keeps one value
 per de-duplication key; a repeated key must carry byte-identical bytes ("a restart may repeat an
-output, never change one"). `wait_for_metric` polls a worker's `/metrics`: the kill points of
-restart tests are such observed events, never a time.
+output, never change one") and must be what its topic's JSON Schema says. `wait_for_metric`
+polls a worker's `/metrics`: the kill points of restart tests are such observed events, never
+a time.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streams.process import WorkerProcess
 from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
 from streams.stats_cli import default_url, scrape
+from tests.kafka_io import check_message
 
 
 class TopicLog:
@@ -52,6 +54,7 @@ class TopicLog:
                     continue
                 self.messages += 1
                 value, headers = msg.value(), dict(msg.headers() or [])
+                check_message(self.topic, value, headers)
                 key = self.key(msg.key(), value, headers)
                 if key in self.values:
                     first = self.identity(self.values[key])

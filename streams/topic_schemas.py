@@ -1,0 +1,207 @@
+"""The JSON Schema of every barcast topic's value, the files under deploy/schemas/topics/ and
+the README's "Topics and messages" tables, all from here (streams.schema holds the codecs).
+
+`python -m streams.topic_schemas` rewrites the schema files and prints the tables; tests check
+that the files, the README and the messages the integration tests read agree with this module.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from streams.schema import (
+    CONTROL_KEY,
+    DLQ_MESSAGE,
+    DLQ_OFFSET,
+    DLQ_PARTITION,
+    DLQ_REASON,
+    DLQ_TOPIC,
+    KIND_HEADER,
+    RECEIVED_HEADER,
+    Control,
+)
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "deploy" / "schemas" / "topics"
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+INT = {"type": "integer"}
+PRICE = {"type": "integer", "description": "int64 fixed point, 1 unit = 1e-9"}
+
+
+def _field(kind: dict[str, Any], meaning: str) -> dict[str, Any]:
+    return {**kind, "description": meaning}
+
+
+RAW_FIELDS: dict[str, dict[str, Any]] = {
+    "instrument_id": _field(INT, "Databento instrument id"),
+    "symbol": _field({"type": "string"}, "raw symbol"),
+    "ts_event": _field(INT, "bar open, UNIX ns"),
+    "rtype": _field(INT, "32/33/34/35/36 = ohlcv-1s/1m/1h/1d/eod"),
+    "publisher_id": _field(INT, "Databento publisher"),
+    **{
+        name: _field(
+            INT,
+            "int64 fixed point (1 unit = 1e-9) exactly as in DBN, never converted to float at "
+            "ingest; `UNDEF_PRICE` (2^63-1) passes through",
+        )
+        for name in ("open", "high", "low", "close")
+    },
+    "volume": _field({"type": "number"}, "volume"),
+    "source": _field({"type": "string"}, "`replay:<file name>` or `live:<dataset>`"),
+}
+CLEAN_FIELDS: dict[str, dict[str, Any]] = {
+    **RAW_FIELDS,
+    "status": _field(
+        {"enum": ["clean", "corrected", "synthetic"]},
+        "`clean`, `corrected`, or `synthetic`: a flagged gap fill (O=H=L=C=previous close, "
+        "volume 0)",
+    ),
+    "corrections": _field(
+        {"type": "array", "items": {"type": "array", "prefixItems": [{"type": "string"}] * 2}},
+        "the rules that changed the bar: `[rule, field, old, new]` each",
+    ),
+}
+FEATURES_FIELDS: dict[str, dict[str, Any]] = {
+    "symbol": RAW_FIELDS["symbol"],
+    "ts_event": RAW_FIELDS["ts_event"],
+    "close": _field({"type": "number"}, "close as a float"),
+    "fingerprint": _field({"type": "string"}, "the feature set's fingerprint"),
+    "warm": _field({"type": "boolean"}, "every feature past its warm-up"),
+    "synthetic": _field({"type": "boolean"}, "the bar is a gap fill"),
+    "values": _field(
+        {"type": "string", "contentEncoding": "base64"},
+        "the 225 features as base64 of 225 little-endian float64 (bit-exact, NaN-safe; "
+        "`streams.schema.decode_feature_values`)",
+    ),
+}
+SERIES = {"type": "array", "items": {"type": ["number", "null"]}}
+FORECAST_FIELDS: dict[str, dict[str, Any]] = {
+    "symbol": RAW_FIELDS["symbol"],
+    "ts_event": _field(INT, "the last bar of the window, UNIX ns"),
+    "close": _field({"type": "number"}, "its close"),
+    "horizons": _field({"type": "array", "items": INT}, "1..10 minutes ahead"),
+    "q10, q50, q90": _field(SERIES, "cumulative log return of the close at each horizon"),
+    "price_q10, price_q50, price_q90": _field(SERIES, "`close * exp(q)`"),
+    "model_id": _field({"type": "string"}, "hash of the checkpoint's weights"),
+    "fingerprint": _field({"type": "string"}, "the feature set's fingerprint"),
+    "batch_size": _field(INT, "how many windows the model ran at once (this delivery's)"),
+    "latency_ms": _field({"type": "number"}, "bar entering barcast to forecast published"),
+}
+QUANTILES = r"^(price_)?q[0-9]{2}$"
+CONTROL_SCHEMA = {
+    "type": "object",
+    "description": f"a control record, key `{CONTROL_KEY.decode()}`",
+    "properties": {"control": {"enum": [c.value for c in Control]}, "ts_event": INT},
+    "required": ["control", "ts_event"],
+    "additionalProperties": False,
+}
+
+
+def _object(fields: dict[str, dict[str, Any]], required: list[str], extra: bool) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {name: spec for name, spec in fields.items() if "," not in name},
+        "required": required,
+        "additionalProperties": extra,
+    }
+
+
+def _with_control(bar: dict[str, Any]) -> dict[str, Any]:
+    return {"oneOf": [{**bar, "not": {"required": ["control"]}}, CONTROL_SCHEMA]}
+
+
+BAR_REQUIRED = ["symbol", "ts_event", "open", "high", "low", "close", "volume"]
+FORECAST_VALUE = {
+    **_object(FORECAST_FIELDS, [n for n in FORECAST_FIELDS if "," not in n], False),
+    "patternProperties": {QUANTILES: SERIES},
+}
+
+# Topic (its default name) -> (what its value is, the value's JSON Schema)
+TOPICS: dict[str, tuple[str, dict[str, Any]]] = {
+    "bars.raw": (
+        "one OHLCV bar, or a control record",
+        _with_control(_object(RAW_FIELDS, BAR_REQUIRED, True)),
+    ),
+    "bars.clean": (
+        "a bar as corrected (its `bars.raw` fields, any other dropped, and these), or a control "
+        "record passed on",
+        _with_control(_object(CLEAN_FIELDS, [*BAR_REQUIRED, "status", "corrections"], False)),
+    ),
+    "bars.dlq": ("the original bytes of a record that could not be processed: any bytes", {}),
+    "features": (
+        "one bar's feature row, or a control record passed on",
+        _with_control(_object(FEATURES_FIELDS, list(FEATURES_FIELDS), False)),
+    ),
+    "forecasts": ("the quantile forecast of one window", FORECAST_VALUE),
+}
+
+HEADERS = {
+    KIND_HEADER: "`bar` or `control`, on every barcast topic but `bars.dlq`",
+    RECEIVED_HEADER: "UNIX ns when corrections consumed the bar (`bars.clean`, `features`, "
+    "`forecasts`): in a header so values stay byte-identical across restarts",
+    DLQ_TOPIC: "`bars.dlq`: the topic the record came from",
+    DLQ_PARTITION: "`bars.dlq`: its partition (none for a bar live ingest could not map)",
+    DLQ_OFFSET: "`bars.dlq`: its offset (likewise)",
+    DLQ_REASON: "`bars.dlq`: the reason code",
+    DLQ_MESSAGE: "`bars.dlq`: why, for a human",
+}
+
+
+def schema(topic: str) -> dict[str, Any]:
+    """The JSON Schema document of `topic`'s values (a topic's default name)."""
+    what, value = TOPICS[topic]
+    return {"$schema": DRAFT, "title": f"{topic} value", "description": what, **value}
+
+
+def schema_file(topic: str) -> Path:
+    return SCHEMA_DIR / f"{topic}.json"
+
+
+def schema_text(topic: str) -> str:
+    return json.dumps(schema(topic), indent=2) + "\n"
+
+
+def field_table(fields: dict[str, dict[str, Any]]) -> str:
+    """One row per field; consecutive fields of one meaning share a row."""
+    merged: list[tuple[list[str], str]] = []
+    for name, spec in fields.items():
+        if merged and merged[-1][1] == spec["description"]:
+            merged[-1][0].append(name)
+        else:
+            merged.append(([name], spec["description"]))
+    rows = ["| field | meaning |", "| --- | --- |"]
+    for names, meaning in merged:
+        quoted = ", ".join(f"`{n.strip()}`" for name in names for n in name.split(","))
+        rows.append(f"| {quoted} | {meaning} |")
+    return "\n".join(rows)
+
+
+def markdown_tables() -> str:
+    """The README's topic tables (between its topics-table markers)."""
+    added = {name: spec for name, spec in CLEAN_FIELDS.items() if name not in RAW_FIELDS}
+    sections = [
+        ("bars.raw", "", RAW_FIELDS),
+        ("bars.clean", "", added),
+        ("features", "", FEATURES_FIELDS),
+        ("forecasts", "", FORECAST_FIELDS),
+    ]
+    parts = [
+        f"**`{topic}` values**: {lead}{TOPICS[topic][0]}\n\n{field_table(fields)}"
+        for topic, lead, fields in sections
+    ]
+    headers = ["| header | meaning |", "| --- | --- |"]
+    headers += [f"| `{name}` | {meaning} |" for name, meaning in HEADERS.items()]
+    return "\n\n".join([*parts, "**Headers**\n\n" + "\n".join(headers)])
+
+
+def main() -> None:
+    SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
+    for topic in TOPICS:
+        schema_file(topic).write_text(schema_text(topic))
+    print(markdown_tables())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Every topic's codecs round-trip and refuse what is not of their topic; the JSON Schemas under
+deploy/schemas/topics/ and the README's topic tables are the ones streams.topic_schemas makes,
+and the schemas accept what barcast writes and refuse what it never writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from jsonschema import Draft202012Validator, ValidationError
+
+from streams import schema as s
+from streams.corrections import correct_history
+from streams.topic_schemas import TOPICS, markdown_tables, schema, schema_file, schema_text
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RAW: s.RawBar = {
+    "instrument_id": 1,
+    "symbol": "6EH4",
+    "ts_event": 1_704_153_600_000_000_000,
+    "rtype": 33,
+    "publisher_id": 1,
+    "open": 1_100_000_000,
+    "high": 1_101_000_000,
+    "low": 1_099_000_000,
+    "close": 1_100_500_000,
+    "volume": 10,
+    "source": "test",
+}
+FEATURES: s.FeaturesValue = {
+    "symbol": "6EH4",
+    "ts_event": RAW["ts_event"],
+    "close": 1.1005,
+    "fingerprint": "0123456789abcdef",
+    "warm": True,
+    "synthetic": False,
+    "values": s.encode_feature_values(np.arange(225, dtype=np.float64)),
+}
+FORECAST: dict[str, Any] = {
+    "symbol": "6EH4",
+    "ts_event": RAW["ts_event"],
+    "close": 1.1005,
+    "horizons": [1, 2],
+    "q10": [-0.001, -0.002],
+    "q50": [0.0, 0.0],
+    "q90": [0.001, 0.002],
+    "price_q10": [1.1, 1.09],
+    "price_q50": [1.1005, 1.1005],
+    "price_q90": [1.101, 1.102],
+    "model_id": "m",
+    "fingerprint": "0123456789abcdef",
+    "batch_size": 3,
+    "latency_ms": 1.5,
+}
+
+
+def clean_bar() -> s.CleanBarValue:
+    (bar,) = correct_history([orjson.dumps(RAW)]).clean
+    return bar  # type: ignore[return-value]
+
+
+def valid(topic: str, value: Any) -> bool:
+    try:
+        Draft202012Validator(schema(topic)).validate(value)
+    except ValidationError:
+        return False
+    return True
+
+
+def test_values_round_trip_byte_for_byte() -> None:
+    control = s.end_of_interval(RAW["ts_event"])
+    assert s.decode_control(s.encode_control(control)) == control
+    assert s.decode_raw(s.encode_raw(RAW)) == RAW
+    bar = clean_bar()
+    assert s.encode_clean(s.decode_clean(s.encode_clean(bar))) == s.encode_clean(bar)
+    assert s.decode_features(s.encode_features(FEATURES)) == FEATURES
+    assert s.decode_forecast(s.encode_forecast(FORECAST)) == FORECAST
+    values = np.array([1.5, np.nan, -0.0])
+    assert s.decode_feature_values(s.encode_feature_values(values)).tobytes() == values.tobytes()
+
+
+def test_keys_and_headers_round_trip() -> None:
+    assert s.decode_key(s.encode_key("ESH4")) == "ESH4"
+    assert s.decode_received_ns(s.bar_headers(123)) == 123
+    assert s.decode_received_ns(s.bar_headers(None)) is None
+    assert not s.is_control_headers(s.bar_headers(1)) and s.is_control_headers(s.CONTROL_HEADERS)
+    dead = s.DeadLetterHeaders("bars.raw", 2, 7, "spike", "a spike")
+    assert s.decode_dlq_headers(s.encode_dlq_headers(dead)) == dead
+    unmapped = s.DeadLetterHeaders("bars.raw", None, None, "unmapped_symbol", "no symbol")
+    assert s.decode_dlq_headers(dict(s.encode_dlq_headers(unmapped))) == unmapped
+
+
+@pytest.mark.parametrize(
+    ("decode", "data", "why"),
+    [
+        (s.decode_control, b'{"control": "end_of_interval"}', "control record"),
+        (s.decode_control, b"[1]", "JSON object"),
+        (s.decode_raw, b"{bad", "is JSON"),
+        (s.decode_clean, orjson.dumps({**RAW, "close": 1.1}), "not a bars.clean bar"),
+        (s.decode_features, orjson.dumps({**FEATURES, "warm": 1}), "warm"),
+        (s.decode_forecast, b'"text"', "JSON object"),
+    ],
+)
+def test_decoders_refuse_other_records_saying_what_is_wrong(
+    decode: Any, data: bytes, why: str
+) -> None:
+    with pytest.raises(ValueError, match=why):
+        decode(data)
+
+
+def test_a_dead_letter_without_its_reason_is_refused() -> None:
+    headers = dict(s.encode_dlq_headers(s.DeadLetterHeaders("t", 0, 1, "r", "m")))
+    del headers[s.DLQ_REASON]
+    with pytest.raises(ValueError, match=s.DLQ_REASON):
+        s.decode_dlq_headers(headers)
+
+
+@pytest.mark.parametrize("topic", sorted(TOPICS))
+def test_schema_files_are_the_modules(topic: str) -> None:
+    Draft202012Validator.check_schema(schema(topic))
+    assert schema_file(topic).read_text() == schema_text(topic), (
+        "stale: run `python -m streams.topic_schemas`"
+    )
+    assert json.loads(schema_file(topic).read_text()) == schema(topic)
+
+
+def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
+    control = s.end_of_interval(RAW["ts_event"])
+    bar = clean_bar()
+    for topic, value in [
+        ("bars.raw", RAW),
+        ("bars.raw", {**RAW, "note": "other producers' extra fields"}),
+        ("bars.clean", bar),
+        ("features", FEATURES),
+        ("forecasts", FORECAST),
+        *((topic, control) for topic in ("bars.raw", "bars.clean", "features")),
+    ]:
+        assert valid(topic, value), (topic, value)
+    for topic, value in [
+        ("bars.clean", {**bar, "note": "x"}),
+        ("bars.clean", {**bar, "status": "rejected"}),
+        ("bars.clean", {**bar, "close": 1.1}),
+        ("features", {**FEATURES, "values": 1}),
+        ("forecasts", {**FORECAST, "q10": "x"}),
+        ("forecasts", {key: v for key, v in FORECAST.items() if key != "model_id"}),
+        ("features", {**control, "control": "other"}),
+    ]:
+        assert not valid(topic, value), (topic, value)
+
+
+def test_readme_topic_tables_are_generated_from_the_module() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    start = readme.index("<!-- topics-table:start -->\n") + len("<!-- topics-table:start -->\n")
+    end = readme.index("<!-- topics-table:end -->")
+    assert readme[start:end].strip() == markdown_tables(), (
+        "README topic tables are stale: paste the output of `python -m streams.topic_schemas`"
+    )
