@@ -52,11 +52,21 @@ def tansu_binary() -> str:
 
 
 class EmbeddedBroker:
-    """Tansu on a free loopback port with in-memory storage; its log goes to `log_dir`."""
+    """Tansu on a free loopback port with in-memory storage; its log goes to `log_dir`.
 
-    def __init__(self, log_dir: Path, port: int | None = None, start_timeout_s: float = 30.0):
+    `advertised_port`, when given, is the loopback port its metadata sends clients to instead
+    of its own: that of a proxy in front of it (the TLS tests' TLS listener)."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        port: int | None = None,
+        start_timeout_s: float = 30.0,
+        advertised_port: int | None = None,
+    ):
         self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self._advertised = f"tcp://127.0.0.1:{advertised_port or self.port}"
         self.log_path = log_dir / f"tansu-{self.port}.log"
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
@@ -67,7 +77,6 @@ class EmbeddedBroker:
 
     def start(self) -> EmbeddedBroker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        url = f"tcp://{self.bootstrap}"
         with self.log_path.open("wb") as log:
             # A session of its own, so Ctrl-C in a terminal reaches us first and we stop it
             # in order instead of the broker dying under a producer that is still flushing.
@@ -76,9 +85,9 @@ class EmbeddedBroker:
                     tansu_binary(),
                     "broker",
                     "--listener-url",
-                    url,
+                    f"tcp://{self.bootstrap}",
                     "--advertised-listener-url",
-                    url,
+                    self._advertised,
                     "--storage-engine",
                     "memory://tansu/",
                 ],

@@ -7,6 +7,7 @@ with SASL_SSL works for the worker, `barcast replay` and `barcast tail` from the
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -27,12 +28,37 @@ def bootstrap_servers(settings: Settings) -> str:
     return ",".join(settings.brokers)
 
 
-def unavailable_message(bootstrap: str, timeout_s: float) -> str:
+# OpenSSL's reason in librdkafka's handshake error, e.g. "certificate verify failed".
+TLS_REASON = re.compile(r"SSL routines::([^:(]+)")
+
+
+def unavailable_message(bootstrap: str, timeout_s: float, tls_failure: str = "") -> str:
+    if tls_failure:
+        return (
+            f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: the TLS handshake "
+            f"failed ({tls_failure}): set BARCAST_SSL_CAFILE to the CA certificate (PEM) that "
+            f"signed the broker's, and check that BARCAST_BROKER names a host it was issued for"
+        )
     return (
         f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: check BARCAST_BROKER, "
         f"that the broker is running (`barcast broker` starts the embedded one) and reachable, "
         f"and the BARCAST_SECURITY_* settings"
     )
+
+
+class TlsFailures:
+    """A librdkafka `error_cb` keeping the reason of the last failed TLS handshake, so the
+    message names the setting to fix instead of librdkafka's own property names."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+
+    def __call__(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if error.code() == KafkaError._SSL:
+            match = TLS_REASON.search(error.str())
+            self.reason = match.group(1).strip() if match else error.str()
 
 
 def confluent_config(settings: Settings, **extra: Any) -> dict[str, Any]:
@@ -79,6 +105,8 @@ def wait_for_metadata(
     base = Settings(broker=bootstrap) if settings is None else settings
     config = confluent_config(base)
     config["bootstrap.servers"] = bootstrap
+    tls_failures = TlsFailures()
+    config["error_cb"] = tls_failures
     admin = AdminClient(config)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -88,7 +116,9 @@ def wait_for_metadata(
             return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
         except Exception:
             if time.monotonic() >= deadline:
-                raise BrokerUnavailable(unavailable_message(bootstrap, timeout_s)) from None
+                admin.poll(0)  # serves the queued error callbacks
+                message = unavailable_message(bootstrap, timeout_s, tls_failures.reason)
+                raise BrokerUnavailable(message) from None
             time.sleep(0.1)
 
 
