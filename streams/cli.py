@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "features.cli",
     "model.cli",
     "streams.demo",
+    "streams.backtest.cli",
 )
 # What a shell reports for a command killed by SIGPIPE (128 + 13), as `git log | head` exits.
 EXIT_BROKEN_PIPE = 141

@@ -39,11 +39,11 @@ class Fan(TypedDict):
 
 
 class Rolling(TypedDict):
-    forecasts: int  # scored forecasts in the window
+    forecasts: int  # scored forecasts among the last SCORE_WINDOW decided
     labels: int  # (forecast, horizon) labels scored
     coverage: float | None  # fraction of labels inside [low, high]
     pinball: float | None  # mean pinball loss, basis points of log return
-    unscored: dict[str, int]  # labels not scored, by reason
+    unscored: dict[str, int]  # forecasts not scored, by reason
 
 
 class SymbolView(TypedDict):
@@ -190,11 +190,9 @@ def segments(closes: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
 
 def rolling(scores: deque[ScoreSummary]) -> Rolling:
     labels = sum(s.labels for s in scores)
-    unscored: Counter[str] = Counter()
-    for s in scores:
-        unscored.update(s.unscored)
+    unscored = Counter(s.unscored for s in scores if s.unscored is not None)
     return {
-        "forecasts": len(scores),
+        "forecasts": sum(1 for s in scores if s.unscored is None),
         "labels": labels,
         "coverage": sum(s.inside for s in scores) / labels if labels else None,
         "pinball": sum(s.pinball_sum for s in scores) / labels if labels else None,

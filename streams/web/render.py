@@ -8,6 +8,7 @@ Pure: strings from the view, no Faust. The backtest report draws its fans with `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from html import escape
 from itertools import pairwise
 
@@ -81,7 +82,7 @@ def card(symbol: SymbolView, scores_seen: bool) -> str:
     name = escape(symbol["symbol"])
     latest = symbol["latest"]
     when = (
-        f"forecast at {svg.time_label(latest['t_ms'], True)[0]}, close {latest['close']:g}"
+        f"forecast at {utc_time(latest['t_ms'])}, close {latest['close']:g}"
         if latest
         else "no forecast yet (warming up)"
     )
@@ -110,9 +111,17 @@ def score_text(scores: Rolling, scores_seen: bool) -> str:
     return (
         f"<span class='scores'>rolling 80 % coverage <b>{scores['coverage']:.1%}</b>, "
         f"pinball <b>{scores['pinball']:.3f}</b> bp "
-        f"<span class='muted'>({scores['forecasts']} forecasts, {scores['labels']} labels)"
-        "</span></span>"
+        f"<span class='muted'>({scores['forecasts']} forecasts, {scores['labels']} labels"
+        f"{unscored_text(scores['unscored'])})</span></span>"
     )
+
+
+def utc_time(t_ms: int) -> str:
+    return datetime.fromtimestamp(t_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def unscored_text(unscored: dict[str, int]) -> str:
+    return "".join(f"; {n} not scored: {reason}" for reason, n in unscored.items())
 
 
 def age(seconds: float | None) -> str:

@@ -1,37 +1,47 @@
-"""One score record (streams.forecast.scoring: one per scored forecast) reduced to what rolling
-figures need: labels scored, how many fell inside the interval, their pinball loss, and the
-labels left unscored with their reasons."""
+"""Score records (streams.forecast.scoring's ScoreValue: one per decided forecast) read the one
+way the page and the backtest both need: per horizon, inside the 80 % interval or not and the
+pinball loss per quantile; or, for a forecast not scored, why. And reduced to the sums the
+page's rolling figures add up."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 BASIS_POINTS = 1e4  # pinball is shown in basis points of log return, as the model report does
+
+
+class HorizonScore(NamedTuple):
+    inside: bool
+    pinball: tuple[float, ...]  # per quantile, log-return units
 
 
 @dataclass(frozen=True)
 class ScoreSummary:
     labels: int = 0
     inside: int = 0
-    pinball_sum: float = 0.0  # summed over scored labels of the mean over quantiles, bp
-    unscored: dict[str, int] = field(default_factory=dict)
+    pinball_sum: float = 0.0  # summed over labels of the mean over quantiles, bp
+    unscored: str | None = None  # why the forecast was not scored
+
+
+def horizon_scores(score_value: Mapping[str, Any], quantiles: Sequence[str]) -> list[HorizonScore]:
+    """One entry per horizon of a scored forecast (`unscored` is None), losses in the order
+    of `quantiles` (the record's `pinball` field names: q10, q50, q90)."""
+    pinball = score_value["pinball"]
+    return [
+        HorizonScore(bool(hit), tuple(float(pinball[name][h]) for name in quantiles))
+        for h, hit in enumerate(score_value["inside"])
+    ]
 
 
 def summarize_score(score_value: Mapping[str, Any]) -> ScoreSummary:
-    """A score's `inside` (per horizon: True, False, or None when not scored), `pinball` (per
-    horizon: the loss per quantile, or None) and `reasons` (per horizon: why not scored)."""
-    inside, pinball = score_value["inside"], score_value["pinball"]
-    reasons = score_value.get("reasons") or [None] * len(inside)
-    labels = hits = 0
-    total = 0.0
-    unscored: dict[str, int] = {}
-    for hit, losses, reason in zip(inside, pinball, reasons, strict=True):
-        if hit is None or losses is None:
-            unscored[str(reason)] = unscored.get(str(reason), 0) + 1
-            continue
-        labels += 1
-        hits += bool(hit)
-        total += sum(losses) / len(losses) * BASIS_POINTS
-    return ScoreSummary(labels, hits, total, unscored)
+    reason = score_value["unscored"]
+    if reason is not None:
+        return ScoreSummary(unscored=str(reason))
+    scores = horizon_scores(score_value, list(score_value["pinball"]))
+    return ScoreSummary(
+        labels=len(scores),
+        inside=sum(s.inside for s in scores),
+        pinball_sum=sum(sum(s.pinball) / len(s.pinball) for s in scores) * BASIS_POINTS,
+    )

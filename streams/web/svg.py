@@ -88,26 +88,30 @@ def time_ticks(lo_ms: int, hi_ms: int, count: int = 7) -> list[int]:
 
 
 def time_label(t_ms: int, with_date: bool) -> tuple[str, str]:
-    """("2024-07-01 14:30 UTC" or "14:30", "09:30 CT"): UTC above, exchange time below."""
+    """("07-01 14:30" or "14:30" in UTC, "09:30" at the exchange), for two lines of a tick."""
     utc = datetime.fromtimestamp(t_ms / 1000, UTC)
     local = utc.astimezone(EXCHANGE_TZ)
-    top = utc.strftime("%Y-%m-%d %H:%M UTC" if with_date else "%H:%M")
-    return top, local.strftime(f"%H:%M {EXCHANGE_LABEL}")
+    return utc.strftime("%m-%d %H:%M" if with_date else "%H:%M"), local.strftime("%H:%M")
 
 
 def time_axis(frame: Frame, x: Scale) -> list[str]:
-    parts = [line(frame.x0, frame.y0, frame.x1, frame.y0, "axis")]
+    """Ticks with UTC above and exchange time below, the date where a UTC day starts (and
+    at the first tick); the two lines are named left of the axis."""
+    parts = [
+        line(frame.x0, frame.y0, frame.x1, frame.y0, "axis"),
+        text(frame.x0 - 6, frame.y0 + 16, "UTC", "tick time-utc", "end"),
+        text(frame.x0 - 6, frame.y0 + 30, EXCHANGE_LABEL, "tick time-exchange", "end"),
+    ]
     ticks = time_ticks(int(x.lo), int(x.hi))
     last_day = None
-    for i, t in enumerate(ticks):
+    for t in ticks:
         day = t // (1440 * MS_PER_MIN)
-        top, local = time_label(t, with_date=i == 0 or day != last_day)
+        top, local = time_label(t, with_date=day != last_day)
         last_day = day
         px = x(t)
-        anchor = "start" if i == 0 and len(ticks) > 1 else "middle"
         parts.append(line(px, frame.y0, px, frame.y0 + 4, "axis"))
-        parts.append(text(px, frame.y0 + 16, top, "tick time-utc", anchor))
-        parts.append(text(px, frame.y0 + 30, local, "tick time-exchange", anchor))
+        parts.append(text(px, frame.y0 + 16, top, "tick time-utc", "middle"))
+        parts.append(text(px, frame.y0 + 30, local, "tick time-exchange", "middle"))
     return parts
 
 

@@ -1,0 +1,54 @@
+"""`barcast backtest FILE... [--checkpoint DIR] [--out DIR]`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from streams.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "backtest",
+        help="replay files through a real worker and report the forecasts' coverage and pinball",
+        description="Replay DBN OHLCV files (or a bar CSV) through a real worker on the embedded "
+        "broker (or BARCAST_BROKER), read back its clean bars and forecasts until every bar is "
+        "accounted for, score them and write backtest.json and backtest.html.",
+    )
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="checkpoint directory (default: the newest in BARCAST_MODEL_DIR)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="report directory (default: var/backtest)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.backtest.harness import run_backtest
+    from streams.backtest.html import bp, percent
+    from streams.forecast.checkpoints import CheckpointWatcher
+
+    settings = Settings.from_env()
+    checkpoint = args.checkpoint or CheckpointWatcher(settings.model_dir).newest()
+    if checkpoint is None:
+        print(
+            f"barcast backtest: no checkpoint in {settings.model_dir}; pass --checkpoint DIR "
+            "or train one with `barcast train`"
+        )
+        return 2
+    out = args.out or settings.work_dir / "backtest"
+    result = run_backtest(settings, args.files, checkpoint, out)
+    report = result.report
+    print(
+        f"[backtest] {report['counts']['forecasts']:,} forecasts, "
+        f"{report['counts']['forecasts_scored']:,} scored: coverage {percent(report['coverage'])}, "
+        f"mean pinball {bp(report['mean_pinball_bp'])}"
+    )
+    print(f"[backtest] report: {result.json_path} and {result.html_path}")
+    return 0

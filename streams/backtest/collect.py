@@ -1,0 +1,180 @@
+"""Read what a worker made of a replay back from the topics, until every replayed bar is
+accounted for and every forecast the worker owes has arrived: counts observed on the topics,
+never a sleep.
+
+A bar read from `bars.raw` is accounted for once `bars.clean` holds its (symbol, ts_event) or
+`bars.dlq` holds a dead letter naming its partition and offset (a repeated bar is accounted for
+by its first copy's clean bar). The forecasts owed follow from the clean bars by the worker's
+own window rule (streams.forecast.offline.window_requests).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from tqdm import tqdm
+
+from streams.forecast.offline import window_requests
+from streams.kafka import confluent_config
+from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC, is_control
+from streams.settings import Settings
+
+Key = tuple[str, int]  # (symbol, ts_event)
+# Fields of a forecast that describe its delivery (which micro-batch, how late), not the
+# forecast: left out so that two runs give the same report.
+DELIVERY_FIELDS = ("batch_size", "latency_ms")
+
+
+class CollectError(RuntimeError):
+    """The worker stopped publishing before every replayed bar was accounted for."""
+
+
+@dataclass
+class Collected:
+    raw: dict[tuple[int, int], Key] = field(default_factory=dict)  # (partition, offset) -> key
+    clean: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    dead_letters: set[tuple[int, int]] = field(default_factory=set)  # raw (partition, offset)
+    forecasts: dict[Key, dict[str, Any]] = field(default_factory=dict)
+
+    def unaccounted(self) -> list[tuple[int, int]]:
+        return [
+            ref
+            for ref, key in self.raw.items()
+            if key not in self.clean and ref not in self.dead_letters
+        ]
+
+    def clean_by_symbol(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for key in sorted(self.clean):
+            out.setdefault(key[0], []).append(self.clean[key])
+        return out
+
+
+class TopicReader:
+    """One plain consumer over every partition of the raw, clean, dead-letter and forecast
+    topics, from the beginning."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.consumer = Consumer(
+            confluent_config(
+                settings, **{"group.id": f"{settings.app_id}-reader", "enable.auto.commit": False}
+            )
+        )
+        topics = (
+            settings.topic_raw,
+            settings.topic_clean,
+            settings.topic_dlq,
+            settings.topic_forecasts,
+        )
+        self.consumer.assign(
+            [
+                TopicPartition(topic, p, OFFSET_BEGINNING)
+                for topic in topics
+                for p in range(settings.partitions)
+            ]
+        )
+
+    def read_into(self, collected: Collected) -> int:
+        """Add what arrived to `collected`; returns how many messages that was."""
+        messages = [m for m in self.consumer.consume(10_000, timeout=0.2) if not m.error()]
+        for message in messages:
+            self._add(collected, message)
+        return len(messages)
+
+    def _add(self, collected: Collected, message: Any) -> None:
+        topic, s = message.topic(), self.settings
+        if topic == s.topic_dlq:
+            headers = dict(message.headers() or [])
+            if headers.get(DLQ_TOPIC, b"").decode() == s.topic_raw:
+                collected.dead_letters.add((int(headers[DLQ_PARTITION]), int(headers[DLQ_OFFSET])))
+            return
+        value = orjson.loads(message.value())
+        if is_control(value):
+            return
+        key = (value["symbol"], int(value["ts_event"]))
+        if topic == s.topic_raw:
+            collected.raw[(message.partition(), message.offset())] = key
+        elif topic == s.topic_clean:
+            collected.clean.setdefault(key, value)
+        else:
+            for name in DELIVERY_FIELDS:
+                value.pop(name, None)
+            collected.forecasts.setdefault(key, value)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def owed_forecasts(collected: Collected, lookback: int) -> set[Key]:
+    """Every (symbol, ts_event) the worker forecasts from these clean bars."""
+    return {
+        (symbol, request.ts_event)
+        for symbol, bars in collected.clean_by_symbol().items()
+        for request in window_requests(symbol, bars, lookback)
+    }
+
+
+def collect(
+    settings: Settings,
+    replayed: int,
+    lookback: int,
+    check_worker: Callable[[], None],
+    idle_timeout_s: float,
+) -> Collected:
+    """Read until the `replayed` raw bars are accounted for and their forecasts are in.
+    `check_worker` raises when the worker died; nothing new for `idle_timeout_s` fails."""
+    collected, reader = Collected(), TopicReader(settings)
+    try:
+        with tqdm(total=replayed, desc="bars accounted", unit="bar", disable=None) as bar:
+            wait_for(
+                reader,
+                collected,
+                lambda: replayed - len(collected.raw) + len(collected.unaccounted()),
+                bar,
+                check_worker,
+                idle_timeout_s,
+            )
+        owed = owed_forecasts(collected, lookback)
+        with tqdm(total=len(owed), desc="forecasts", unit="fc", disable=None) as bar:
+            wait_for(
+                reader,
+                collected,
+                lambda: len(owed - collected.forecasts.keys()),
+                bar,
+                check_worker,
+                idle_timeout_s,
+            )
+    finally:
+        reader.close()
+    return collected
+
+
+def wait_for(
+    reader: TopicReader,
+    collected: Collected,
+    missing: Callable[[], int],
+    bar: tqdm,
+    check_worker: Callable[[], None],
+    idle_timeout_s: float,
+) -> None:
+    last_progress = time.monotonic()
+    left = missing()
+    while left > 0:
+        if reader.read_into(collected):
+            last_progress = time.monotonic()
+            left = missing()
+            bar.update(bar.total - left - bar.n)
+            continue
+        check_worker()
+        if time.monotonic() - last_progress > idle_timeout_s:
+            raise CollectError(
+                f"{left} still missing ({bar.desc}) after {idle_timeout_s:.0f} s without "
+                f"progress on {reader.settings.topic_clean}, {reader.settings.topic_dlq} and "
+                f"{reader.settings.topic_forecasts}; see the worker's log"
+            )

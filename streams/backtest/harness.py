@@ -1,0 +1,121 @@
+"""One backtest run: a broker (embedded, or `BARCAST_BROKER` with topics of the run's own), a
+real worker serving the checkpoint, the files replayed into `bars.raw`, everything the worker
+published read back, scored, and the report written."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streams.backtest import figures, html, inputs
+from streams.backtest.collect import Collected, collect
+from streams.backtest.scores import score_table
+from streams.broker import EmbeddedBroker
+from streams.kafka import ensure_topics, pipeline_topics
+from streams.process import WorkerProcess
+from streams.settings import EMBEDDED, Settings
+
+REPORT_VERSION = 1
+IDLE_TIMEOUT_S = 300.0  # a cold worker compiles the feature kernels before its first output
+JSON_NAME, HTML_NAME = "backtest.json", "backtest.html"
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    json_path: Path
+    html_path: Path
+    settings: Settings  # the run's broker and topics, to read them again
+    report: dict[str, Any]
+
+
+def run_backtest(
+    settings: Settings, files: list[Path], checkpoint: Path, out: Path
+) -> BacktestResult:
+    from features.engine import FINGERPRINT
+    from model.checkpoint import load
+
+    described = inputs.describe(files)
+    _, meta, model_id = load(checkpoint, FINGERPRINT)
+    work = out / "work"
+    shutil.rmtree(work, ignore_errors=True)  # this run's own scratch: a fresh worker state
+    replayed = inputs.replay_files(files, work / "inputs")
+    with broker(settings, work) as run_settings:
+        run_settings = replace(run_settings, role="all", model_dir=checkpoint, work_dir=work)
+        ensure_topics(run_settings, pipeline_topics(run_settings))
+        collected = replay_and_collect(run_settings, replayed, meta.config.lookback)
+    quantiles = [f"q{round(q * 100):02d}" for q in meta.config.quantiles]
+    table = score_table(collected.forecasts, collected.clean, meta.config.horizon, quantiles)
+    report = {
+        "barcast_backtest": REPORT_VERSION,
+        "model_id": model_id,
+        "feature_fingerprint": meta.feature_fingerprint,
+        "files": described,
+        "settings": {
+            "lookback": meta.config.lookback,
+            "horizon": meta.config.horizon,
+            "quantiles": quantiles,
+            "nominal_coverage": meta.config.quantiles[-1] - meta.config.quantiles[0],
+            "fill_gaps": settings.fill_gaps,
+            "device": settings.device,
+        },
+        **figures.figures(collected, table, quantiles),
+    }
+    served = {value["model_id"] for value in collected.forecasts.values()}
+    if served - {model_id}:
+        raise RuntimeError(f"the worker served {sorted(served)}, not only {model_id}")
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, html_path = out / JSON_NAME, out / HTML_NAME
+    json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    html_path.write_text(html.page(report, collected))
+    return BacktestResult(json_path, html_path, run_settings, report)
+
+
+@contextmanager
+def broker(settings: Settings, work: Path) -> Iterator[Settings]:
+    """A fresh embedded broker, or the configured one with topics and a group of this run's
+    own (a topic that already holds bars would be read as part of the run)."""
+    if settings.broker != EMBEDDED:
+        run = f"backtest-{uuid.uuid4().hex[:12]}"
+        yield replace(
+            settings,
+            app_id=f"barcast-{run}",
+            topic_raw=f"{settings.topic_raw}.{run}",
+            topic_clean=f"{settings.topic_clean}.{run}",
+            topic_dlq=f"{settings.topic_dlq}.{run}",
+            topic_features=f"{settings.topic_features}.{run}",
+            topic_forecasts=f"{settings.topic_forecasts}.{run}",
+        )
+        return
+    with EmbeddedBroker(work / "broker") as embedded:
+        yield replace(settings, broker=embedded.bootstrap, app_id="barcast-backtest")
+
+
+def replay_and_collect(settings: Settings, files: tuple[Path, ...], lookback: int) -> Collected:
+    from streams.ingest.producer import BarProducer
+    from streams.ingest.replay import Replay, ReplayOptions
+
+    worker = WorkerProcess(settings, name="backtest-worker")
+    print(f"[backtest] starting a worker (log: {worker.log_path})", flush=True)
+    with worker:
+        summary = Replay(settings, ReplayOptions(files=files, topic=settings.topic_raw)).run()
+        if summary.error:
+            raise RuntimeError(f"replay failed: {summary.error}")
+        # The end of the data completes the last minute: the worker flushes what it holds.
+        producer = BarProducer(settings, settings.topic_raw)
+        producer.send_control(time.time_ns())
+        producer.flush()
+        print(f"[backtest] replayed {summary.produced:,} bars from {len(files)} files", flush=True)
+
+        def check_worker() -> None:
+            if worker.process is not None and worker.process.poll() is not None:
+                raise RuntimeError(f"the worker exited; its log: {worker.log_path}")
+
+        return collect(settings, summary.produced, lookback, check_worker, IDLE_TIMEOUT_S)
