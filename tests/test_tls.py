@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -126,14 +127,18 @@ def test_worker_without_the_ca_logs_the_setting_and_retries(without_ca: Settings
         text=True,
         start_new_session=True,
     )
+    # A worker that never logs its refusal is stopped after a bound, which ends its output.
+    watchdog = threading.Timer(60.0, stop_session, (worker, 10.0))
+    watchdog.start()
     try:
         assert worker.stdout is not None
         seen = []
-        for line in worker.stdout:  # ends when the worker does: then the asserts below fail
+        for line in worker.stdout:
             seen.append(line)
             if "retrying in" in line:
                 break
     finally:
+        watchdog.cancel()
         stop_session(worker, timeout_s=10.0)
     refusal = seen[-1] if seen else ""
     assert "certificate verify failed" in refusal and REFUSAL in refusal, "".join(seen)[-3000:]
