@@ -8,9 +8,9 @@ ratio B / A of the medians.
     .venv/bin/python benchmarks/paired.py --base REV [--pairs 3] corrections.py -- --repeats 1
 
 The base commit is checked out as a git worktree under var/paired/ and imported from there
-(PYTHONPATH), with this checkout's virtual environment; the benchmark must take `--out FILE`.
-Writes benchmarks/results/paired_NAME.json: both commits, the per-run values, medians, ratios
-and the run's provenance.
+(PYTHONPATH), with this checkout's virtual environment and data directory; the benchmark must
+take `--out FILE`. Writes benchmarks/results/paired_NAME.json: both commits, the per-run
+values, medians, ratios and the run's provenance.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as a file: `benchmarks.provenance` needs th
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks.provenance import REPO, loadavg, run_metadata
+from streams.settings import Settings
 
 Flat = dict[str, float]
 
@@ -56,7 +57,9 @@ def worktree(base: str) -> tuple[Path, str]:
 
 
 def run_once(root: Path, script: str, args: list[str], out: Path) -> Flat:
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # The data directory's default is relative to the checkout: both sides read this one's.
+    data_dir = Settings.from_env().data_dir.resolve()
+    env = {**os.environ, "PYTHONPATH": str(root), "BARCAST_DATA_DIR": str(data_dir)}
     command = [sys.executable, str(root / "benchmarks" / script), *args, "--out", str(out)]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, cwd=root, env=env, check=True)
