@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format clean bench-deps
+.PHONY: demo test install lint format clean bench-deps browser
 
 # Re-installs only when pyproject.toml changes, so a second run installs nothing.
 $(STAMP): pyproject.toml
@@ -17,10 +17,22 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/barcast demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
+
+# The live page's browser test (tests/test_live_page.py) drives Debian's chromium headless;
+# installed here only when missing, and only as root (apt-get), else the package is named.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y --no-install-recommends chromium || \
+	      { apt-get update && apt-get install -y --no-install-recommends chromium; }; \
+	  else \
+	    echo "make browser: the browser tests need Debian's chromium package;" \
+	      "run as root: apt-get install -y chromium" >&2; exit 1; \
+	  fi; }
 
 # pytorch-forecasting (the model benchmark's anchor) pins pandas < 3.1; it runs with ours, so it
 # is installed without its dependency resolution, next to the exact versions it needs.

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 EXCHANGE_TZ = ZoneInfo("America/Chicago")
 EXCHANGE_LABEL = "CT"
 MS_PER_MIN = 60_000
+LABEL_HALF_WIDTH = 32  # half of a "07-01 14:30" label at the ticks' font size, px
 TICK_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 240, 360, 720, 1440)
 
 
@@ -109,9 +110,11 @@ def time_axis(frame: Frame, x: Scale) -> list[str]:
         top, local = time_label(t, with_date=day != last_day)
         last_day = day
         px = x(t)
+        # A dated label near the axis's start is left-aligned, clear of the "UTC" name.
+        anchor = "start" if px - frame.x0 < LABEL_HALF_WIDTH else "middle"
         parts.append(line(px, frame.y0, px, frame.y0 + 4, "axis"))
-        parts.append(text(px, frame.y0 + 16, top, "tick time-utc", "middle"))
-        parts.append(text(px, frame.y0 + 30, local, "tick time-exchange", "middle"))
+        parts.append(text(px, frame.y0 + 16, top, "tick time-utc", anchor))
+        parts.append(text(px, frame.y0 + 30, local, "tick time-exchange", anchor))
     return parts
 
 

@@ -1,0 +1,160 @@
+"""The live page: the board and its rendering fed directly, then the page in headless Chromium
+from a real worker on the embedded broker while bars stream in."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+import pytest
+
+from streams.corrections import bars_from_frame
+from streams.forecast.scoring import LabelBar, score
+from streams.kafka import ensure_topics, pipeline_topics
+from streams.settings import REPO_ROOT, Settings
+from streams.web import render
+from streams.web.board import FAN_EVERY_MINUTES, HISTORY_MINUTES, Board
+from tests.browser import Browser
+from tests.checkpoints import make_checkpoint
+from tests.kafka_io import produce
+from tests.test_forecast_pipeline import end_of_data
+from tests.worker import Worker
+
+MINUTE = 60 * 10**9
+START = 1_719_877_200 * 10**9  # 2024-07-01 23:40 UTC
+SCREENSHOT = REPO_ROOT / "var" / "live_page.png"
+FAN = "section[data-symbol='6EH4'] svg.fan-chart polygon.fan.latest"
+
+
+def bar(ts: int, close: float, symbol: str = "ESU4") -> dict[str, Any]:
+    return {"symbol": symbol, "ts_event": ts, "close": round(close * 1e9), "status": "clean"}
+
+
+def forecast(ts: int, close: float, symbol: str = "ESU4") -> dict[str, Any]:
+    steps = range(1, 11)
+    return {
+        "symbol": symbol,
+        "ts_event": ts,
+        "close": close,
+        "horizons": list(steps),
+        "q10": [-0.0002 * h for h in steps],
+        "q50": [0.0] * 10,
+        "q90": [0.0002 * h for h in steps],
+        "price_q10": [close * (1 - 0.0002 * h) for h in steps],
+        "price_q50": [close] * 10,
+        "price_q90": [close * (1 + 0.0002 * h) for h in steps],
+        "model_id": "0123456789abcdef",
+    }
+
+
+def test_memory_per_symbol_is_bounded_and_repeats_are_ignored() -> None:
+    board = Board(clock=lambda: START)
+    for i in range(3 * HISTORY_MINUTES):
+        board.observe_bar(bar(START + i * MINUTE, 5500.0 + i))
+        board.observe_forecast(forecast(START + i * MINUTE, 5500.0 + i))
+    board.observe_bar(bar(START, 1.0))  # a repeat of an old bar after a restart
+    held = board.symbols["ESU4"]
+    assert len(held.closes) == HISTORY_MINUTES
+    assert held.closes[-1] == (START + (3 * HISTORY_MINUTES - 1) * MINUTE, 5500.0 + 719)
+    assert len(held.fans) <= HISTORY_MINUTES // FAN_EVERY_MINUTES + 1
+    view = board.view()["symbols"][0]
+    assert view["latest"] is not None and view["latest"]["t_ms"] == held.closes[-1][0] // 10**6
+    assert all(f["t_ms"] * 10**6 >= held.closes[0][0] for f in view["fans"])
+
+
+def test_a_session_break_is_a_break_in_the_line() -> None:
+    board = Board(clock=lambda: START)
+    for i in range(30):
+        board.observe_bar(bar(START + i * MINUTE, 5500.0))
+    for i in range(30):  # an hour later: the next session
+        board.observe_bar(bar(START + (90 + i) * MINUTE, 5501.0))
+    board.observe_forecast(forecast(START + 119 * MINUTE, 5501.0))
+    view = board.view()
+    assert [len(s) for s in view["symbols"][0]["segments"]] == [30, 30]
+    html = render.page(view)
+    close_path = re.search(r'<path class="close" d="([^"]+)"', html)
+    assert close_path is not None and close_path.group(1).count("M") == 2
+    assert html.count('class="session-break"') == 1
+    assert 'polygon class="fan latest"' in html
+    assert ">07-02 00:00<" in html and ">19:00<" in html  # a tick in UTC, and in Chicago
+
+
+def test_rolling_scores_come_from_score_records() -> None:
+    board = Board(clock=lambda: START)
+    value = forecast(START, 5500.0)
+    board.observe_forecast(value)
+    assert "no scores yet" in render.page(board.view())
+    moves = [0.0001, *(0.0003 * h for h in range(2, 11))]  # log returns 1, 6, 9, ... bp
+    label_bars = [
+        LabelBar(START + h * MINUTE, 5500.0 * (1 + m), False) for h, m in enumerate(moves, 1)
+    ]
+    board.observe_score(score(value, label_bars))
+    gap = [*label_bars[:4], None, *label_bars[5:]]
+    board.observe_score(score(forecast(START + MINUTE, 5500.0), gap))
+    rolling = board.view()["symbols"][0]["scores"]
+    # Against an interval of +-2 bp a minute, only horizon 1 falls inside.
+    assert rolling["forecasts"] == 1 and rolling["labels"] == 10
+    assert rolling["coverage"] == pytest.approx(0.1)
+    assert rolling["unscored"] == {"session_break": 1}
+    page = render.page(board.view())
+    assert "10.0%" in page and "1 not scored: session_break" in page
+
+
+def test_the_view_is_json() -> None:
+    board = Board(clock=lambda: START)
+    board.observe_bar(bar(START, 5500.0))
+    board.observe_forecast(forecast(START, 5500.0))
+    view = orjson.loads(orjson.dumps(board.view({"bars.raw": 3})))
+    assert view["symbols"][0]["latest"]["median"] == [5500.0] * 10
+    assert view["lag"] == {"bars.raw": 3} and view["scores_seen"] is False
+
+
+@pytest.mark.integration
+def test_the_page_draws_a_fan_in_a_browser_as_bars_stream_in(
+    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
+) -> None:
+    model_id = make_checkpoint(tmp_path / "models" / "first")
+    settings = replace(broker_settings, role="all", model_dir=tmp_path / "models")
+    ensure_topics(settings, pipeline_topics(settings))
+    values = bars_from_frame(sixe_bars.iloc[:400], symbol="6EH4", instrument_id=1)
+    with Worker(settings) as worker, Browser(tmp_path / "chromium") as browser:
+        url = f"http://127.0.0.1:{worker.settings.web_port}/"
+        browser.open(url)
+        browser.wait_for("document.querySelector('.waiting') !== null", 30)
+        browser.evaluate("window.loadedOnce = true")  # gone if the page reloads
+        produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
+        end_of_data(settings)
+        browser.wait_for(f'document.querySelector("{FAN}") !== null', 60)
+        dom = browser.evaluate(DOM_SUMMARY)
+        browser.screenshot(SCREENSHOT)
+        with urllib.request.urlopen(url + "api/forecasts", timeout=10) as response:
+            api = orjson.loads(response.read())
+    assert dom["loadedOnce"] is True, "the page reloaded instead of updating in place"
+    assert dom["title"].startswith("6EH4") and dom["pastFans"] >= 1
+    assert dom["closePath"].startswith("M") and len(dom["closePath"]) > 1000
+    assert len(dom["utcTicks"]) >= 3 and all(re.fullmatch(TICK, t) for t in dom["utcTicks"])
+    assert len(dom["exchangeTicks"]) == len(dom["utcTicks"]) and dom["model"] == model_id
+    symbol = api["symbols"][0]
+    assert symbol["symbol"] == "6EH4" and symbol["latest"]["model_id"] == model_id
+    assert SCREENSHOT.stat().st_size > 10_000
+
+
+TICK = r"(\d\d-\d\d )?\d\d:\d\d"
+DOM_SUMMARY = """(() => {
+  const card = document.querySelector("section[data-symbol='6EH4']");
+  const texts = (selector) => [...card.querySelectorAll(selector)].map((e) => e.textContent);
+  return {
+    loadedOnce: window.loadedOnce === true,
+    title: card.querySelector("h2").textContent,
+    pastFans: card.querySelectorAll("polygon.fan.past").length,
+    closePath: card.querySelector("path.close").getAttribute("d"),
+    utcTicks: texts("text.time-utc").filter((t) => t !== "UTC"),
+    exchangeTicks: texts("text.time-exchange").filter((t) => t !== "CT"),
+    model: card.querySelector(".model-id").textContent,
+  };
+})()"""
