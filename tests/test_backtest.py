@@ -1,0 +1,112 @@
+"""`barcast backtest` through the session's broker and real workers: two runs give the same
+bytes, and the report's figures follow from what the worker published, recomputed here from
+the topics with the training label rule written out (not through the scoring module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+
+from streams.backtest.harness import BacktestResult, run_backtest
+from streams.ingest.convert import SIXE_INSTRUMENT_ID, bars_to_records, ohlcv_metadata, write_dbn
+from streams.schema import PRICE_SCALE, is_control
+from streams.settings import Settings
+from tests.checkpoints import make_checkpoint
+from tests.kafka_io import read_topic
+
+pytestmark = pytest.mark.integration
+MINUTE = 60 * 10**9
+LEVELS = {"q10": 0.1, "q50": 0.5, "q90": 0.9}
+# 2 January 2024, 17:00 to 01:00 UTC: the CME FX daily break (22:00-23:00) and a few gap fills.
+SLICE = ("2024-01-02T17:00", "2024-01-03T01:00")
+
+
+def sixe_slice(sixe_bars: pd.DataFrame, path: Path) -> Path:
+    lo, hi = (pd.Timestamp(t, tz="UTC").value for t in SLICE)
+    part = sixe_bars[(sixe_bars.ts_event >= lo) & (sixe_bars.ts_event < hi)]
+    records = bars_to_records(part, SIXE_INSTRUMENT_ID)
+    return write_dbn(path, ohlcv_metadata({"6EH4": SIXE_INSTRUMENT_ID}, lo, hi), records)
+
+
+def values(settings: Settings, topic: str) -> list[dict[str, Any]]:
+    out = [orjson.loads(m.value) for m in read_topic(settings.broker, topic, idle_s=2.0)]
+    return [v for v in out if not is_control(v)]
+
+
+def labels(bars: dict[int, dict[str, Any]], forecast: dict[str, Any]) -> np.ndarray | None:
+    """log(close[t+k] / close[t]) for every horizon, or None when a minute of it has no bar
+    (a session break) or a gap fill (the training label rule)."""
+    ahead = [bars.get(forecast["ts_event"] + h * MINUTE) for h in forecast["horizons"]]
+    if any(b is None or b["status"] == "synthetic" for b in ahead):
+        return None
+    closes = np.array([b["close"] * PRICE_SCALE for b in ahead if b is not None])
+    return np.log(closes) - np.log(forecast["close"])
+
+
+def recompute(result: BacktestResult) -> dict[str, Any]:
+    settings = result.settings
+    clean = values(settings, settings.topic_clean)
+    forecasts = {
+        (f["symbol"], f["ts_event"]): f for f in values(settings, settings.topic_forecasts)
+    }
+    by_symbol: dict[str, dict[int, dict[str, Any]]] = {}
+    for bar in clean:
+        by_symbol.setdefault(bar["symbol"], {})[bar["ts_event"]] = bar
+    losses, inside, symbols = [], [], []
+    for key in sorted(forecasts):
+        f = forecasts[key]
+        y = labels(by_symbol[f["symbol"]], f)
+        if y is None:
+            continue
+        errors = {name: y - np.array(f[name]) for name in LEVELS}
+        pinball = [np.maximum(q * errors[n], (q - 1) * errors[n]) for n, q in LEVELS.items()]
+        losses.append(np.mean(pinball, axis=0) * 1e4)
+        inside.append((y >= np.array(f["q10"])) & (y <= np.array(f["q90"])))
+        symbols.append(f["symbol"])
+    return {
+        "raw": len(values(settings, settings.topic_raw)),
+        "clean": len(clean),
+        "forecasts": len(forecasts),
+        "scored": len(losses),
+        "pinball": np.array(losses),
+        "inside": np.array(inside, dtype=float),
+        "symbols": symbols,
+    }
+
+
+def test_two_runs_give_the_same_report_and_its_figures_follow_from_the_topics(
+    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame, dbn_files: list[Path]
+) -> None:
+    model_id = make_checkpoint(tmp_path / "model")
+    files = [sixe_slice(sixe_bars, tmp_path / "6eh4.dbn.zst")]
+    files += [f for f in dbn_files if "esu4-nqu4" in f.name]
+    first = run_backtest(broker_settings, files, tmp_path / "model", tmp_path / "first")
+    second = run_backtest(broker_settings, files, tmp_path / "model", tmp_path / "second")
+    assert first.settings.topic_forecasts != second.settings.topic_forecasts
+    assert first.json_path.read_bytes() == second.json_path.read_bytes()
+    report = orjson.loads(first.json_path.read_bytes())
+    assert b"latency" not in first.json_path.read_bytes() and report["model_id"] == model_id
+
+    offline = recompute(first)
+    counts = report["counts"]
+    assert counts["replayed"] == offline["raw"] == 416 + 60
+    assert counts["clean"] + counts["gap_fills"] == offline["clean"]
+    assert counts["forecasts"] == offline["forecasts"] > 200
+    assert counts["forecasts_scored"] == offline["scored"] > 150
+    assert set(counts["forecasts_unscored"]) >= {"session_break", "gap_fill"}
+    pinball, inside = offline["pinball"], offline["inside"]
+    assert report["mean_pinball_bp"] == pytest.approx(pinball.mean(), rel=1e-12)
+    assert report["coverage"] == pytest.approx(inside.mean(), rel=1e-12)
+    for h, row in enumerate(report["by_horizon"]):
+        assert row["pinball_bp"] == pytest.approx(pinball[:, h].mean(), rel=1e-12)
+        assert row["coverage"] == pytest.approx(inside[:, h].mean(), rel=1e-12)
+    assert [r["symbol"] for r in report["by_symbol"]] == sorted(set(offline["symbols"]))
+    assert sum(p["labels"] for p in report["coverage_over_time"]) == inside.size
+
+    page = first.html_path.read_text()
+    assert page.count("<svg") >= 3 + len(report["largest_moves"]) and 'polygon class="fan' in page
