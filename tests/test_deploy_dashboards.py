@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.broker import free_port
+from streams.forecast.scoring import ScoringMetrics
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.metrics import Metrics
 from streams.settings import REPO_ROOT, Settings
@@ -40,6 +42,8 @@ REQUIRED_PANELS = {
     "inference latency": "barcast_inference_seconds_bucket",
     "bar-to-forecast latency": "barcast_bar_to_forecast_seconds_bucket",
     "forecasts/s": "barcast_forecasts_total",
+    "forecast coverage": "barcast_forecast_coverage",
+    "forecast pinball": "barcast_forecast_pinball",
 }
 
 
@@ -51,6 +55,18 @@ def series_names(exposition: str) -> set[str]:
         for family in text_string_to_metric_families(exposition)
         for suffix in SERIES_SUFFIXES[family.type]
     }
+
+
+def scoring_series() -> set[str]:
+    """The scoring stage's gauges (`ScoringMetrics`, registered in the worker's registry where
+    the stage runs): until a worker runs the stage, they are checked against their definition."""
+    registry = CollectorRegistry()
+    ScoringMetrics(registry)
+    return series_names(generate_latest(registry).decode())
+
+
+def exported_by_workers() -> set[str]:
+    return series_names(Metrics().render().decode()) | scoring_series()
 
 
 def dashboard_exprs() -> list[str]:
@@ -86,7 +102,15 @@ def test_series_names_follow_the_metric_types() -> None:
 
 
 def test_dashboard_and_alerts_query_only_exported_metrics() -> None:
-    assert_only_exported(series_names(Metrics().render().decode()))
+    assert {"barcast_forecast_coverage", "barcast_forecast_pinball"} <= scoring_series()
+    assert_only_exported(exported_by_workers())
+
+
+def test_an_alert_fires_when_coverage_leaves_70_to_90_percent_for_30_minutes() -> None:
+    (rule,) = [r for r in alert_rules() if "barcast_forecast_coverage" in r["expr"]]
+    assert rule["for"] == "30m"
+    assert re.search(r"barcast_forecast_coverage\)\s*<\s*0\.7\b", rule["expr"]), rule["expr"]
+    assert re.search(r"barcast_forecast_coverage\)\s*>\s*0\.9\b", rule["expr"]), rule["expr"]
 
 
 def test_dashboard_shows_what_operators_need() -> None:
@@ -161,7 +185,7 @@ def test_a_real_worker_serves_what_dashboard_and_alerts_query(broker_settings: S
     assert {n for n in exported if n.startswith("barcast_")} == series_names(
         Metrics().render().decode()
     )
-    assert_only_exported(exported)
+    assert_only_exported(exported | scoring_series())
     lag = {
         sample.labels["topic"]
         for family in text_string_to_metric_families(body)
