@@ -2,8 +2,9 @@
 
 Starts the embedded broker, trains a small model on the 6EH4 month if none exists, starts a
 real worker (`faust -A streams worker`), replays the 6EH4 month and the shared DBN files into
-`bars.raw`, shows the latest forecasts as they arrive, writes a fan chart of forecasts against
-what happened, and shuts everything down.
+`bars.raw`, shows the latest forecasts as they arrive and the URL of the worker's live page,
+saves that page (fan charts of every symbol) when the forecasts stop, and shuts everything
+down; with `--serve`, only at Ctrl-C.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +28,7 @@ from streams.settings import Settings
 FIRST_FORECAST_TIMEOUT_S = 300.0  # a cold start compiles the Numba kernels first
 IDLE_EXIT_S = 8.0
 REDRAW_S = 1.0
+SERVE_POLL_S = 0.5
 DEMO_TRAINING = {"hidden": 32, "heads": 4, "epochs": 3, "windows_per_epoch": 2048}
 
 
@@ -34,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="run the whole pipeline on the embedded broker and the shared real data"
     )
     parser.add_argument("--retrain", action="store_true", help="train even if a model exists")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the worker and its live page up after the replay, until Ctrl-C",
+    )
     parser.set_defaults(func=run)
 
 
@@ -56,18 +64,40 @@ def run(args: argparse.Namespace) -> int:
         worker = WorkerProcess(run_settings, name="demo-worker")
         print(f"[demo] starting `faust -A streams worker` (log: {worker.log_path})", flush=True)
         with worker:
+            url = f"http://127.0.0.1:{worker.settings.web_port}/"
+            print(f"[demo] live page: {url}", flush=True)
             summary = replay(run_settings)
             print(f"[demo] replayed: {summary}", flush=True)
             forecasts = watch(run_settings)
-    chart = fan_chart(forecasts, demo_dir / "fan_chart.png")
+            page = save_page(url, demo_dir / "live_page.html")
+            if args.serve:
+                serve(worker, url)
     latencies = np.array([f["latency_ms"] for f in forecasts.values()])
-    print(
-        f"[demo] {len(forecasts)} forecasts; bar-to-forecast latency p50 "
-        f"{np.percentile(latencies, 50):.1f} ms, p99 {np.percentile(latencies, 99):.1f} ms"
-    )
-    print(f"[demo] fan chart: {chart}")
+    if forecasts:
+        print(
+            f"[demo] {len(forecasts)} forecasts; bar-to-forecast latency p50 "
+            f"{np.percentile(latencies, 50):.1f} ms, p99 {np.percentile(latencies, 99):.1f} ms"
+        )
+    print(f"[demo] the live page as the forecasts stopped: {page}")
     print("[demo] worker and broker stopped")
     return 0 if forecasts else 1
+
+
+def save_page(url: str, path: Path) -> Path:
+    """The live page, self-contained (its charts are SVG), to open after the worker stopped."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        path.write_bytes(response.read())
+    return path
+
+
+def serve(worker: WorkerProcess, url: str) -> None:
+    """Keep the worker (and its page) up until Ctrl-C, or until it exits on its own."""
+    try:
+        print(f"[demo] serving {url} until Ctrl-C", flush=True)
+        while worker.process is not None and worker.process.poll() is None:
+            time.sleep(SERVE_POLL_S)
+    except KeyboardInterrupt:
+        print("\n[demo] Ctrl-C: stopping", flush=True)
 
 
 def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
@@ -197,39 +227,3 @@ def render(latest: dict[str, dict[str, Any]], total: int) -> str:
             f"{f['price_q90'][-1]:>10.5f} {f['latency_ms']:>7.0f}ms"
         )
     return "\n".join(lines)
-
-
-def fan_chart(forecasts: dict[tuple[str, int], dict[str, Any]], path: Path) -> Path:
-    """The busiest symbol's last 240 bars with 10-step forecast fans every 30 bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_symbol: dict[str, list[dict[str, Any]]] = {}
-    for (symbol, _), value in sorted(forecasts.items()):
-        by_symbol.setdefault(symbol, []).append(value)
-    fig, ax = plt.subplots(figsize=(11, 5))
-    if by_symbol:
-        symbol, series = max(by_symbol.items(), key=lambda item: len(item[1]))
-        series = series[-240:]
-        minutes = np.array([f["ts_event"] for f in series]) // 60_000_000_000
-        ax.plot(
-            minutes - minutes[0],
-            [f["close"] for f in series],
-            color="black",
-            lw=1,
-            label=f"{symbol} close (what happened)",
-        )
-        for f in series[::30]:
-            start = f["ts_event"] // 60_000_000_000 - minutes[0]
-            steps = start + np.asarray(f["horizons"])
-            ax.fill_between(steps, f["price_q10"], f["price_q90"], color="tab:blue", alpha=0.25)
-            ax.plot(steps, f["price_q50"], color="tab:blue", lw=1)
-        ax.set_title(f"barcast: 10-minute q10-q90 forecast fans vs realized close, {symbol}")
-        ax.set_xlabel("minutes")
-        ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
