@@ -223,12 +223,11 @@ class SymbolScoring:
             self.pending[0]["ts_event"] if self.pending else math.inf,
             self.last_forecast_ts if self.last_forecast_ts is not None else -math.inf,
         )
-        for ts in [ts for ts in self.bars if ts <= needed]:
-            del self.bars[ts]
-        surplus = len(self.bars) - self.retention
-        for ts in sorted(self.bars)[: max(surplus, 0)]:
-            del self.bars[ts]
-            self.dropped_through = ts
+        while self.bars and next(iter(self.bars)) <= needed:  # bars are held in ts order
+            del self.bars[next(iter(self.bars))]
+        while len(self.bars) > self.retention:
+            self.dropped_through = next(iter(self.bars))
+            del self.bars[self.dropped_through]
 
     def to_dict(self) -> dict[str, Any]:
         return {
