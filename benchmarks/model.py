@@ -16,8 +16,8 @@ come from a GRN over the flattened embeddings. So two anchors:
   count is nearest barcast's (everything else unchanged).
 
 Forward latency p50/p99 at each batch size, the models called in turn so machine load hits them
-alike: barcast fp32, the worker's cached path (one new bar encoded + the window forecast), both
-anchors; and bf16 on CUDA when a GPU is visible.
+alike: barcast fp32, the worker's cached path (one new bar encoded + the window forecast, by the
+worker's TorchScript programs, unpadded), both anchors; and bf16 on CUDA when a GPU is visible.
 Training-step peak memory: each model in a fresh subprocess, peak RSS above its idle RSS.
 
     make bench-deps  # the anchors: pytorch-forecasting and its pins, not in `make install`
@@ -50,6 +50,7 @@ from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.memory import peak_rss_mb
 from model.tft import TemporalFusionTransformer
+from streams.forecast.programs import chunk_programs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "model.json"
 BATCHES = (1, 8, 64, 256)
@@ -141,15 +142,19 @@ def barcast_inputs(config: TFTConfig, batch: int, device: str = "cpu") -> tuple[
 def cached_step(
     model: TemporalFusionTransformer, config: TFTConfig, batch: int
 ) -> Callable[[], Any]:
-    """The worker's path: encode each window's newest bar, forecast from cached encodings."""
+    """The worker's path for one new bar per window, unpadded (streams.forecast.engine with
+    max_batch=1 at batch 1): the static contexts computed once (the worker keeps one per
+    symbol), the new bar encoded and the window forecast by the worker's own programs
+    (`chunk_programs`: TorchScript traces on CPU fp32) at this batch size."""
     symbol, static, hist, future = barcast_inputs(config, batch)
+    programs = chunk_programs(model, torch.device("cpu"), "fp32", batch, batch)
     with torch.inference_mode():
-        cache = model.encode_history(hist, model.static_context(symbol, static).selection)[0]
+        context = model.static_context(symbol, static)
+        cache = model.encode_history(hist, context.selection)[0]
 
     def step() -> Any:
-        ctx = model.static_context(symbol, static)
-        new = model.encode_history(hist[:, -1:], ctx.selection)[0]
-        return model.forward_encoded(torch.cat([cache[:, 1:], new], dim=1), ctx, future)
+        new = programs.encode(hist[:, -1:], context.selection)
+        return programs.forward(torch.cat([cache[:, 1:], new], dim=1), *context[:4], future)
 
     return step
 

@@ -12,6 +12,7 @@ import pytest
 from features import engine as feature_engine
 from model.checkpoint import CheckpointError
 from streams.forecast.engine import ForecastEngine, WindowRequest
+from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 
 SYMBOLS = ("6EH4", "ESU4", "NQU4")
@@ -73,6 +74,19 @@ def test_a_forecast_does_not_depend_on_its_micro_batch(tmp_path: Path, feature_r
     one = replay(ForecastEngine(tmp_path / "a"), feature_rows, 60, 160, batch=1)
     many = replay(ForecastEngine(tmp_path / "a"), feature_rows, 60, 160, batch=64)
     assert np.array_equal(one, many)
+
+
+def test_max_batch_1_runs_each_window_unpadded(tmp_path: Path, feature_rows) -> None:
+    """With max_batch=1 every window runs alone, in chunks of one window and one step: exact
+    between incremental and full encoding, and the padded chunks' forecasts to float rounding."""
+    make_checkpoint(tmp_path / "a")
+    lone = ForecastEngine.from_settings(tmp_path / "a", Settings(max_batch=1))
+    assert (lone.served.programs.forward_rows, lone.served.programs.encode_rows) == (1, 1)
+    a = replay(lone, feature_rows, 60, 75, batch=1)
+    full = ForecastEngine(tmp_path / "a", padded=False)
+    assert np.array_equal(a, replay(full, feature_rows, 60, 75, batch=1, incremental=False))
+    padded = replay(ForecastEngine(tmp_path / "a"), feature_rows, 60, 75, batch=1)
+    assert np.abs(a - padded).max() <= 1e-5
 
 
 def test_a_serving_size_forecast_is_exact_in_any_batch(tmp_path: Path) -> None:

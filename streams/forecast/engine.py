@@ -32,6 +32,9 @@ from streams.settings import Settings
 # to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often (a burst
 # of 1,000 windows runs 16 forward chunks, not 63) but make a lone window cost a whole chunk;
 # static contexts, computed once per symbol, keep small chunks.
+# With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
+# already the same for every window: no padding, and forecasts agree exactly across restarts and
+# replays of that setting (they round differently from padded chunks' by float rounding).
 ENCODE_ROWS = 64
 FORWARD_ROWS = 64
 STATIC_ROWS = 16
@@ -89,13 +92,16 @@ def _head(out, n: int):  # type: ignore[no-untyped-def]
 
 
 class ForecastEngine:
-    def __init__(self, path: Path, device: str = "cpu") -> None:
+    def __init__(self, path: Path, device: str = "cpu", padded: bool = True) -> None:
+        """`padded`: fixed chunks of FORWARD_ROWS windows and ENCODE_ROWS steps, so that any
+        batch composition gives the same forecasts; else chunks of one (one window per call)."""
         self.device_setting = device
+        self.rows = (FORWARD_ROWS, ENCODE_ROWS) if padded else (1, 1)
         self.served = self.prepare(path)
 
     @classmethod
     def from_settings(cls, path: Path, settings: Settings) -> ForecastEngine:
-        return cls(path, settings.device)
+        return cls(path, settings.device, padded=settings.max_batch > 1)
 
     def prepare(self, path: Path) -> Served:
         """Load and validate a checkpoint (refusing another feature set) onto our device."""
@@ -108,8 +114,7 @@ class ForecastEngine:
             forecaster.model,
             forecaster.device,
             forecaster.precision,
-            FORWARD_ROWS,
-            ENCODE_ROWS,
+            *self.rows,
         )
         return Served(forecaster, path, programs)
 
@@ -156,9 +161,11 @@ class ForecastEngine:
         with torch.inference_mode(), autocast_for(self.device):
             static = self._static(model, served, [r.symbol for r in batch])
             encoded = self._windows(model, served, batch, incremental)
-            future = future_covariates(np.array([r.ts_event for r in batch]), self.horizon)
+            ts = np.array([r.ts_event for r in batch])
+            unique, inverse = np.unique(ts, return_inverse=True)  # a burst shares one minute
+            future = future_covariates(unique, self.horizon)[inverse]
             quantiles = _chunked(
-                FORWARD_ROWS,
+                served.programs.forward_rows,
                 lambda e, f, *s: served.programs.forward(e, *s[:4], f),
                 encoded,
                 self._tensor(future),
@@ -167,7 +174,7 @@ class ForecastEngine:
         outputs = quantiles.float().cpu().numpy().astype(np.float64)
         columns = list(meta.volatility.columns)
         inputs = np.stack([r.values[:, columns] for r in batch])
-        return meta.to_returns(outputs, np.array([r.ts_event for r in batch]), inputs)
+        return meta.to_returns(outputs, ts, inputs)
 
     def _static(
         self, model: TemporalFusionTransformer, served: Served, symbols: list[str]
@@ -229,7 +236,7 @@ class ForecastEngine:
         n, t, f = x.shape
         steps = x.reshape(n * t, 1, f)
         context = selection.repeat_interleave(t, dim=0)
-        encoded = _chunked(ENCODE_ROWS, served.programs.encode, steps, context)
+        encoded = _chunked(served.programs.encode_rows, served.programs.encode, steps, context)
         return encoded.reshape(n, t, -1)
 
     def _tensor(self, array: np.ndarray) -> Tensor:

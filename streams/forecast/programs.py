@@ -27,6 +27,8 @@ class ChunkPrograms(NamedTuple):
     # (encoded, selection, enrichment, state_h, state_c, future) -> quantiles
     forward: Callable[..., Tensor]
     encode: Callable[[Tensor, Tensor], Tensor]  # steps (n, 1, n_hist), selection -> (n, 1, h)
+    forward_rows: int  # the windows and steps of every call: inputs are padded to them
+    encode_rows: int
 
 
 class _Forward(nn.Module):
@@ -61,7 +63,7 @@ def chunk_programs(
 ) -> ChunkPrograms:
     forward, encode = _Forward(model).eval(), _Encode(model).eval()
     if device.type != "cpu" or precision != "fp32":
-        return ChunkPrograms(forward, encode)
+        return ChunkPrograms(forward, encode, forward_rows, encode_rows)
     c = model.config
     state = [torch.zeros(forward_rows, c.hidden) for _ in range(4)]
     window = torch.zeros(forward_rows, c.lookback, c.hidden)
@@ -74,4 +76,6 @@ def chunk_programs(
         return ChunkPrograms(
             torch.jit.trace(forward, (window, *state, future)),
             torch.jit.trace(encode, (steps, selection)),
+            forward_rows,
+            encode_rows,
         )
