@@ -106,7 +106,9 @@ def test_two_runs_give_the_same_report_and_its_figures_follow_from_the_topics(
         assert row["pinball_bp"] == pytest.approx(pinball[:, h].mean(), rel=1e-12)
         assert row["coverage"] == pytest.approx(inside[:, h].mean(), rel=1e-12)
     assert [r["symbol"] for r in report["by_symbol"]] == sorted(set(offline["symbols"]))
-    assert sum(p["labels"] for p in report["coverage_over_time"]) == inside.size
+    over_time = report["coverage_over_time"]
+    assert over_time["bucket"] == "hour"
+    assert sum(p["labels"] for p in over_time["points"]) == inside.size
 
     page = first.html_path.read_text()
     assert page.count("<svg") >= 3 + len(report["largest_moves"]) and 'polygon class="fan' in page

@@ -15,6 +15,8 @@ from streams.backtest.scores import ScoreTable
 
 BASIS_POINTS = 1e4
 NS_PER_HOUR = 3_600_000_000_000
+NS_PER_DAY = 24 * NS_PER_HOUR
+HOURLY_SPAN_DAYS = 3
 NS_PER_MIN = 60_000_000_000
 LARGEST_MOVES = 4
 MOVE_SPACING_MIN = 120  # two moves of one symbol this close are one episode
@@ -85,23 +87,28 @@ def by_symbol(table: ScoreTable, per_label: np.ndarray) -> list[dict[str, Any]]:
     return out
 
 
-def coverage_over_time(table: ScoreTable) -> list[dict[str, Any]]:
-    """Coverage of the labels of the forecasts made in each UTC hour, all symbols together."""
-    hours = np.array([ts // NS_PER_HOUR for _, ts in table.keys], dtype=np.int64)
-    out = []
-    for hour in np.unique(hours).tolist():
-        inside = table.inside[hours == hour]
+def coverage_over_time(table: ScoreTable) -> dict[str, Any]:
+    """Coverage of the labels of the forecasts made in each UTC hour (each UTC day when the
+    forecasts span more than HOURLY_SPAN_DAYS), all symbols together."""
+    times = np.array([ts for _, ts in table.keys], dtype=np.int64)
+    span = int(times.max() - times.min()) if times.size else 0
+    bucket_ns = NS_PER_HOUR if span <= HOURLY_SPAN_DAYS * NS_PER_DAY else NS_PER_DAY
+    buckets = times // bucket_ns
+    points = []
+    for bucket in np.unique(buckets).tolist():
+        inside = table.inside[buckets == bucket]
         labels = int((~np.isnan(inside)).sum())
         if labels:
-            out.append(
+            start = bucket * bucket_ns
+            points.append(
                 {
-                    "hour": iso(hour * NS_PER_HOUR),
-                    "t_ms": hour * NS_PER_HOUR // 1_000_000,
+                    "start": iso(start),
+                    "t_ms": start // 1_000_000,
                     "labels": labels,
                     "coverage": mean(inside),
                 }
             )
-    return out
+    return {"bucket": "hour" if bucket_ns == NS_PER_HOUR else "day", "points": points}
 
 
 def largest_moves(collected: Collected) -> list[dict[str, Any]]:

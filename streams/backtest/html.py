@@ -16,7 +16,7 @@ from streams.web.render import STYLE, fan_svg
 
 BEFORE_MIN, AFTER_MIN = 60, 30  # the stretch of closes drawn around a move
 FAN_EVERY_MIN = 10
-MS_PER_HOUR = 3_600_000
+BUCKET_MS = {"hour": 3_600_000, "day": 86_400_000}
 
 
 def page(report: dict[str, Any], collected: Collected) -> str:
@@ -31,7 +31,8 @@ def page(report: dict[str, Any], collected: Collected) -> str:
         f"<title>barcast backtest {model}</title><style>{STYLE}</style></head><body>"
         f"<header><h1>barcast backtest</h1><span>model <b>{model}</b></span></header>"
         f"<ul>{files}</ul>{summary(report)}"
-        f"<h2>80 % interval coverage over time</h2>{coverage_chart(report)}"
+        f"<h2>80 % interval coverage per {report['coverage_over_time']['bucket']} (UTC)</h2>"
+        f"{coverage_chart(report)}"
         f"<h2>Pinball by horizon</h2>{pinball_by_horizon(report)}"
         f"<h2>Pinball by symbol</h2>{symbol_table(report)}"
         f"<h2>Around the largest moves</h2>{moves(report, collected)}"
@@ -61,14 +62,18 @@ def summary(report: dict[str, Any]) -> str:
 
 
 def coverage_chart(report: dict[str, Any]) -> str:
-    """Hourly coverage, the line broken where hours without scored labels lie between."""
+    """Coverage per bucket, the line broken where buckets without scored labels lie between."""
+    over_time = report["coverage_over_time"]
+    step = BUCKET_MS[over_time["bucket"]]
     series: list[tuple[int, float]] = []
-    for point in report["coverage_over_time"]:
-        if series and point["t_ms"] - series[-1][0] > MS_PER_HOUR:
-            series.append((series[-1][0] + MS_PER_HOUR, math.nan))
+    for point in over_time["points"]:
+        if series and point["t_ms"] - series[-1][0] > step:
+            series.append((series[-1][0] + step, math.nan))
         series.append((point["t_ms"], point["coverage"]))
     return svg.time_series_chart(
-        series, "coverage per hour", reference=report["settings"]["nominal_coverage"]
+        series,
+        f"coverage per {over_time['bucket']}",
+        reference=report["settings"]["nominal_coverage"],
     )
 
 

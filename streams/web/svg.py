@@ -15,8 +15,9 @@ from zoneinfo import ZoneInfo
 EXCHANGE_TZ = ZoneInfo("America/Chicago")
 EXCHANGE_LABEL = "CT"
 MS_PER_MIN = 60_000
+MS_PER_DAY = 1440 * MS_PER_MIN
 LABEL_HALF_WIDTH = 32  # half of a "07-01 14:30" label at the ticks' font size, px
-TICK_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 240, 360, 720, 1440)
+TICK_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 240, 360, 720, 1440, 2880, 10080)
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,13 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [first + i * step for i in range(int((hi - first) / step) + 1)]
 
 
-def time_ticks(lo_ms: int, hi_ms: int, count: int = 7) -> list[int]:
-    minutes = next((m for m in TICK_MINUTES if (hi_ms - lo_ms) / (m * MS_PER_MIN) <= count), 1440)
+def time_ticks(lo_ms: int, hi_ms: int, count: int = 7) -> tuple[list[int], int]:
+    """Ticks on whole steps of TICK_MINUTES (UTC), at most about `count`, and the step (ms)."""
+    minutes = next(
+        (m for m in TICK_MINUTES if (hi_ms - lo_ms) / (m * MS_PER_MIN) <= count), TICK_MINUTES[-1]
+    )
     step = minutes * MS_PER_MIN
-    return list(range(-(-lo_ms // step) * step, hi_ms + 1, step))
+    return list(range(-(-lo_ms // step) * step, hi_ms + 1, step)), step
 
 
 def time_label(t_ms: int, with_date: bool) -> tuple[str, str]:
@@ -97,17 +101,20 @@ def time_label(t_ms: int, with_date: bool) -> tuple[str, str]:
 
 def time_axis(frame: Frame, x: Scale) -> list[str]:
     """Ticks with UTC above and exchange time below, the date where a UTC day starts (and
-    at the first tick); the two lines are named left of the axis."""
+    at the first tick); ticks a day or more apart show the date alone. The two lines are
+    named left of the axis."""
     parts = [
         line(frame.x0, frame.y0, frame.x1, frame.y0, "axis"),
         text(frame.x0 - 6, frame.y0 + 16, "UTC", "tick time-utc", "end"),
         text(frame.x0 - 6, frame.y0 + 30, EXCHANGE_LABEL, "tick time-exchange", "end"),
     ]
-    ticks = time_ticks(int(x.lo), int(x.hi))
+    ticks, step = time_ticks(int(x.lo), int(x.hi))
     last_day = None
     for t in ticks:
-        day = t // (1440 * MS_PER_MIN)
+        day = t // MS_PER_DAY
         top, local = time_label(t, with_date=day != last_day)
+        if step >= MS_PER_DAY:
+            top, local = top.split()[0], ""
         last_day = day
         px = x(t)
         # A dated label near the axis's start is left-aligned, clear of the "UTC" name.
