@@ -51,9 +51,9 @@ MAX_LOG_SCALE = math.log(10.0)  # a scale past 10x (or 1/10) is a broken model, 
 @dataclass(frozen=True)
 class CalibrationConfig:
     enabled: bool = True
-    step: float = 0.1
-    settle: float = 50.0
-    floor: float = 0.01
+    step: float = 0.2
+    settle: float = 20.0
+    floor: float = 0.005
 
     def step_after(self, n: int) -> float:
         return max(self.floor, self.step / math.sqrt(1.0 + n / self.settle))
