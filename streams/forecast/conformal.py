@@ -1,34 +1,37 @@
 """Online calibration of the q10/q90 offsets, per symbol and horizon, from scored forecasts.
 
 Pure: no Faust, no Kafka. The method is quantile tracking, the P part of conformal PID control
-(Angelopoulos, Candès & Tibshirani 2023), on the logarithm of a scale of each quantile's gap from
-q50: q10' = q50 + exp(a) (q10 - q50), q90' = q50 + exp(b) (q90 - q50), and after each scored
-forecast, at every horizon,
+(Angelopoulos, Candès & Tibshirani 2023), on the logarithm of a scale of each quantile's gap
+from q50: q10' = q50 + exp(a) (q10 - q50), q90' = q50 + exp(b) (q90 - q50), and after each
+scored forecast, at every horizon,
 
     a += step * (1[y < q10'] - 0.1),    b += step * (1[y > q90'] - 0.1).
 
 Why this and not adaptive conformal inference (Gibbs & Candès 2021): ACI moves the *level* of a
 quantile of past conformity scores, so it must keep a window of scores per symbol and horizon
 and sort it on every forecast, and its correction is only as good as that window is exchangeable
-with now; tracking moves the quantile itself, holds two floats per horizon and costs O(1). The
-sum of its steps is the coverage error: with a fixed step, log-scale drift / (step x n) bounds
-each tail's miss rate to 10 % plus that, whatever the data, the same long-run guarantee as
-ACI's. Why a scale in log space, not an additive offset (conformalized quantile
-regression): intraday volatility varies several-fold over a day (the Asian night against the US
-open), and an offset sized for the average would widen the quiet minutes and narrow the busy
-ones; the model's interval already follows the time of day, so what drifts is its ratio to the
-truth, and a multiplicative error is additive in log space, where the same step fits a 0.5x and
-a 2x miscalibration. Each tail is tracked on its own (10 % below q10, 10 % above q90): a skewed
-error is then fixed where it is, and the median is left as forecast.
+with now; tracking moves the quantile itself, holds two floats per horizon and costs O(1). Its
+guarantee is ACI's, whatever the data: with a fixed step the steps add up to the drift of a,
+a_n - a_0 = step x (misses - 0.1 n), so each tail's miss rate over any n forecasts is within
+(range of a) / (step x n) of 10 %. Why a scale in log space, not an additive offset (conformalized
+quantile regression): intraday volatility varies several-fold over a day (the Asian night
+against the US open), and an offset sized for the average would widen the quiet minutes and
+narrow the busy ones; the model's interval already follows the time of day, so what drifts is
+its ratio to the truth, and a multiplicative error is additive in log space, where the same step
+fits a 0.5x and a 2x miscalibration. Each tail is tracked on its own (10 % below q10, 10 % above
+q90): a skewed error is then fixed where it is, and the median is left as forecast.
 
 The step decays from `step` as step / sqrt(1 + n / `settle`) to `floor` (n scored forecasts of
 the symbol): large steps correct a miscalibrated checkpoint within a few hundred forecasts, then
-a small one keeps the scale from chasing noise while still following a regime change (decaying
-steps for online conformal prediction: Angelopoulos, Barber & Bates 2024). A scored forecast of
-bar s updates the state of forecasts of bars t >= s + H minutes only, the first whose forecast
-could know its whole label: the calibrated forecast of t is then a function of the bars and
-forecasts up to t, never of how scores and forecasts interleaved in a worker. A checkpoint swap
-(another `model_id`) starts the symbol afresh. Turned off, `apply` returns its input unchanged.
+a small one keeps the scale from chasing noise (decaying steps for online conformal prediction:
+Angelopoulos, Barber & Bates 2024). The floor can be small because the model's quantiles are
+already in units of a causal volatility estimate (`model.volatility`) and follow a volatility
+shock by themselves; what is left to track is the slow drift of their ratio to the truth. A
+scored forecast of bar s updates the state of forecasts of bars t >= s + H minutes only, the
+first whose forecast could know its whole label: the calibrated forecast of t is then a function
+of the bars and forecasts up to t, never of how scores and forecasts interleaved in a worker. A
+checkpoint swap (another `model_id`) starts the symbol afresh. Turned off, `apply` returns its
+input unchanged.
 """
 
 from __future__ import annotations
