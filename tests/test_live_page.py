@@ -130,6 +130,10 @@ def test_the_page_draws_a_fan_in_a_browser_as_bars_stream_in(
         produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
         end_of_data(settings)
         browser.wait_for(f'document.querySelector("{FAN}") !== null', 60)
+        # Consumer lag, recorded by the worker every few seconds, reaches the page too.
+        browser.wait_for(
+            f"document.querySelector('.lag').textContent.includes('{settings.topic_raw}')", 30
+        )
         dom = browser.evaluate(DOM_SUMMARY)
         browser.screenshot(SCREENSHOT)
         with urllib.request.urlopen(url + "api/forecasts", timeout=10) as response:
