@@ -12,6 +12,7 @@ import orjson
 import pandas as pd
 import pytest
 
+from streams.backtest.collect import Collected
 from streams.backtest.harness import BacktestResult, run_backtest
 from streams.ingest.convert import SIXE_INSTRUMENT_ID, bars_to_records, ohlcv_metadata, write_dbn
 from streams.schema import PRICE_SCALE, is_control
@@ -19,7 +20,6 @@ from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import read_topic
 
-pytestmark = pytest.mark.integration
 MINUTE = 60 * 10**9
 LEVELS = {"q10": 0.1, "q50": 0.5, "q90": 0.9}
 # 2 January 2024, 17:00 to 01:00 UTC: the CME FX daily break (22:00-23:00) and a few gap fills.
@@ -79,6 +79,17 @@ def recompute(result: BacktestResult) -> dict[str, Any]:
     }
 
 
+def test_a_bar_is_accounted_for_by_its_clean_bar_or_its_dead_letter() -> None:
+    collected = Collected(raw={(0, 0): ("6EH4", 1), (0, 1): ("6EH4", 2), (1, 0): ("6EH4", 1)})
+    assert collected.unaccounted() == [(0, 0), (0, 1), (1, 0)]
+    collected.clean[("6EH4", 1)] = {}  # a repeated bar: its first copy's clean bar covers it
+    collected.dead_letters.add((1, 7))  # another record's dead letter
+    assert collected.unaccounted() == [(0, 1)]
+    collected.dead_letters.add((0, 1))
+    assert collected.unaccounted() == []
+
+
+@pytest.mark.integration
 def test_two_runs_give_the_same_report_and_its_figures_follow_from_the_topics(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame, dbn_files: list[Path]
 ) -> None:

@@ -108,9 +108,11 @@ def test_rolling_scores_come_from_score_records() -> None:
 def test_the_view_is_json() -> None:
     board = Board(clock=lambda: START)
     board.observe_bar(bar(START, 5500.0))
-    board.observe_forecast(forecast(START, 5500.0))
+    calibrated = forecast(START, 5500.0) | {"raw_q10": [0.0] * 10, "schema_version": 2}
+    board.observe_forecast(calibrated)  # online calibration's extra fields change nothing
     view = orjson.loads(orjson.dumps(board.view({"bars.raw": 3})))
     assert view["symbols"][0]["latest"]["median"] == [5500.0] * 10
+    assert view["quantiles"] == ["q10", "q50", "q90"]
     assert view["lag"] == {"bars.raw": 3} and view["scores_seen"] is False
 
 

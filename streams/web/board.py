@@ -9,6 +9,7 @@ the view are epoch milliseconds (UTC): JavaScript reads nanoseconds since 1970 i
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ MODELS_KEPT = 16
 NS_PER_MS = 1_000_000
 NS_PER_MIN = 60_000_000_000
 PRICE_PREFIX = "price_"
+QUANTILE_NAME = re.compile(r"q\d\d")  # price_q10, not other price fields
 
 
 class Fan(TypedDict):
@@ -152,7 +154,11 @@ class Board:
 
 def quantile_names(forecast_value: Mapping[str, Any]) -> list[str]:
     """The lowest, median and highest quantile of a forecast (`q10`, `q50`, `q90`)."""
-    names = sorted(k[len(PRICE_PREFIX) :] for k in forecast_value if k.startswith(PRICE_PREFIX))
+    names = sorted(
+        name
+        for k in forecast_value
+        if k.startswith(PRICE_PREFIX) and QUANTILE_NAME.fullmatch(name := k[len(PRICE_PREFIX) :])
+    )
     if "q50" not in names or len(names) < 3:
         raise ValueError(
             f"forecast for {forecast_value.get('symbol')!r} holds price quantiles {names}; "
