@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import corrections, features, model, pipeline, replay
+from benchmarks import corrections, features, model, pipeline_client, replay
 from streams.settings import REPO_ROOT
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -148,7 +148,7 @@ def model_rows(r: dict[str, Any]) -> list[Row]:
 
 
 def pipeline_rows(r: dict[str, Any]) -> list[Row]:
-    m, t, live, goals = r["model"], r["throughput"], r["latency"], pipeline.GOALS
+    m, t, live, goals = r["model"], r["throughput"], r["latency"], r["goals"]
     bursts = sorted(b["ms"] for b in r["bursts"]["batched"] if not b.get("warm_up"))
     product = [b["ms"] for b in r["bursts"].get("product", []) if not b.get("warm_up")]
     product_ms = statistics.median(product)
@@ -168,8 +168,8 @@ def pipeline_rows(r: dict[str, Any]) -> list[Row]:
             f"**{product_ms:,.0f} ms**; {r['e2e_bars_per_s']:,.0f} bars/s end to end over "
             f"{t['bars']:,} bars of {t['symbols']:,} symbols; latency p50/p99 "
             f"{live['latency_p50_ms']:.0f}/{live['latency_p99_ms']:.0f} ms (bursts "
-            f"{pipeline.SETTLE_S:.0f} s apart, as live they are a minute apart; a lone window "
-            "costs a padded 64-row chunk, the price of batch-invariant forecasts)",
+            f"{pipeline_client.SETTLE_S:.0f} s apart, as live they are a minute apart; a lone "
+            "window costs a padded 64-row chunk, the price of batch-invariant forecasts)",
             f"burst <= {limit / 1e3:.0f} s: hidden {m['hidden']} "
             f"{mark(r['burst_1000_ms'] <= limit)}, product default {mark(product_ms <= limit)}; "
             f"batching >= {goals['batching_speedup']:.0f}x "

@@ -1,0 +1,300 @@
+"""The pipeline benchmark's client side: the forecast collector and the measured phases.
+
+`ForecastCollector` reads every forecast in a background thread and notes when each arrived;
+`Bench` sends the bars of each phase (throughput, paced latency, bursts) and waits for their
+forecasts, by count, never by sleeping (the sleeps only pace the rounds and space the bursts).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from benchmarks.pipeline_data import Key, Reference, Series
+from streams.ingest.producer import BarProducer
+from streams.kafka import confluent_config
+from streams.process import WorkerProcess
+from streams.settings import Settings
+
+# Live, bursts come a minute apart and the worker checkpoints in the quiet between them
+# (streams.agents.checkpoint); bursts sent back to back would each pay the one before's.
+SETTLE_S = 2.0
+
+
+@dataclass
+class Arrival:
+    at: float  # time.perf_counter() when the client received it
+    wall_ms: float  # and the wall clock then, to compare with the record's timestamp
+    record_ms: float  # the forecast record's Kafka timestamp (the worker's producer's clock)
+    batch_size: int
+    latency_ms: float  # the worker's own: receipt of the bar -> publish
+    model_id: str
+
+
+class ForecastCollector(threading.Thread):
+    """Reads `forecasts` from the beginning in the background and notes when each arrived."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(daemon=True, name="forecast-collector")
+        self.settings = settings
+        self.arrived: dict[Key, Arrival] = {}
+        self.order: list[Key] = []
+        self.duplicates: list[list] = []  # (symbol, ts_event, model id, batch size)
+        self.condition = threading.Condition()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        config = {"group.id": f"bench-{time.time_ns()}", "enable.auto.commit": False}
+        consumer = Consumer(confluent_config(self.settings, **config, **{"fetch.wait.max.ms": 5}))
+        topic = self.settings.topic_forecasts
+        consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)]
+        )
+        try:
+            while not self.stopping.is_set():
+                # consume(n, timeout) returns only once n messages came or `timeout` passed
+                # without one: wait for the first, then take what is already fetched.
+                first = consumer.poll(0.05)
+                if first is None:
+                    continue
+                messages = [first, *consumer.consume(1000, 0)]
+                self._note(time.perf_counter(), time.time() * 1000, messages)
+        finally:
+            consumer.close()
+
+    def _note(self, now: float, wall_ms: float, messages: list[Any]) -> None:
+        parsed = [(orjson.loads(m.value()), m.timestamp()[1]) for m in messages if not m.error()]
+        with self.condition:
+            for v, record_ms in parsed:
+                key = (v["symbol"], v["ts_event"])
+                if key in self.arrived:
+                    self.duplicates.append([*key, v["model_id"], v["batch_size"]])
+                    continue
+                self.arrived[key] = Arrival(
+                    now, wall_ms, record_ms, v["batch_size"], v["latency_ms"], v["model_id"]
+                )
+                self.order.append(key)
+            self.condition.notify_all()
+
+    def wait_for(self, expected: set[Key], timeout_s: float) -> set[Key]:
+        """Block until every expected forecast arrived or the timeout; returns the missing."""
+        deadline = time.monotonic() + timeout_s
+        with self.condition:
+            missing = expected - self.arrived.keys()
+            seen = len(self.order)
+            while missing and time.monotonic() < deadline:
+                self.condition.wait(0.2)
+                missing.difference_update(self.order[seen:])
+                seen = len(self.order)
+        return missing
+
+    def arrivals(self, keys: Iterable[Key]) -> list[Arrival]:
+        with self.condition:
+            return [self.arrived[k] for k in keys if k in self.arrived]
+
+
+@dataclass
+class Bench:
+    series: Series
+    ref: Reference
+    collector: ForecastCollector
+    settings: Settings
+    timeout_s: float
+    _live: BarProducer | None = None
+
+    @property
+    def live(self) -> BarProducer:
+        """One unbuffered producer for the paced rounds and the bursts, connected once."""
+        if self._live is None:
+            self._live = BarProducer(self.settings, self.settings.topic_raw, linger_ms=0.0)
+        return self._live
+
+    def expected(self, rows: Iterable[int], minutes: Iterable[int]) -> set[Key]:
+        return self.series.keys(rows, minutes) & self.ref.keys
+
+    def say(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    def start_worker(self, name: str, **changes: Any) -> tuple[WorkerProcess, float]:
+        """A worker with these setting changes, once it recovered its tables."""
+        started = time.perf_counter()
+        worker = WorkerProcess(replace(self.settings, **changes), name=name)
+        try:
+            # WorkerProcess.start leaves the process running when its wait fails: stop it here.
+            worker.start(ready_timeout_s=self.timeout_s)
+            worker.wait_for_log("Worker ready", self.timeout_s)  # Faust's: recovery complete
+        except BaseException:
+            worker.stop()
+            raise
+        seconds = time.perf_counter() - started
+        self.say(f"{name} ready in {seconds:.1f}s (pid {worker.pid}, {changes or 'defaults'})")
+        return worker, seconds
+
+    def throughput(self, rows: range, minutes: range, worker: int, broker: int) -> dict:
+        """(a); also the CPU seconds the worker, the broker and this client used meanwhile
+        (the machine is shared: bars per worker CPU second does not depend on the load)."""
+        values, keys, stamps = self.series.messages(rows, minutes)
+        expected = self.expected(rows, minutes)
+        producer = BarProducer(self.settings, self.settings.topic_raw)
+        self.say(f"(a) producing {len(values):,} bars; {len(expected):,} forecasts expected")
+        cpu = (cpu_s(worker), cpu_s(broker), time.process_time())
+        started = time.perf_counter()
+        producer.send_bars(values, keys, stamps)
+        producer.send_control(self.series.ts(minutes.stop))  # the last minute is complete
+        assert producer.flush() == 0, "bars not delivered"
+        produced = time.perf_counter() - started
+        missing = self.collector.wait_for(expected, self.timeout_s)
+        arrivals = self.collector.arrivals(expected)
+        seconds = max(a.at for a in arrivals) - started if arrivals else float("nan")
+        after = (cpu_s(worker), cpu_s(broker), time.process_time())
+        worker_cpu, broker_cpu, client_cpu = (b - a for a, b in zip(cpu, after, strict=True))
+        batches = [a.batch_size for a in arrivals]
+        return {
+            "bars": len(values),
+            "symbols": len(rows),
+            "forecasts_expected": len(expected),
+            "forecasts_received": len(arrivals),
+            "forecasts_missing": len(missing),
+            "produce_s": round(produced, 3),
+            "seconds": round(seconds, 3),
+            "e2e_bars_per_s": round(len(values) / seconds, 1) if arrivals else None,
+            "forecasts_per_s": round(len(arrivals) / seconds, 1) if arrivals else None,
+            "batch_size_mean": round(float(np.mean(batches)), 1) if batches else None,
+            "worker_cpu_s": round(worker_cpu, 1),
+            "broker_cpu_s": round(broker_cpu, 1),
+            "client_cpu_s": round(client_cpu, 1),
+            "bars_per_worker_cpu_s": round(len(values) / worker_cpu, 1),
+        }
+
+    def latency(self, rows: range, first_minute: int, rounds: int, interval_s: float) -> dict:
+        producer = self.live
+        sent: dict[Key, tuple[float, float]] = {}  # perf_counter and wall clock (ms) at send
+        self.say(f"(b) {rounds} rounds of {len(rows)} bars + END_OF_INTERVAL every {interval_s}s")
+        for r in range(rounds):
+            minute = first_minute + r
+            values, keys, stamps = self.series.messages(rows, [minute])
+            at, wall_ms = time.perf_counter(), time.time() * 1000
+            producer.send_bars(values, keys, stamps)
+            producer.send_control(self.series.ts(minute + 1))
+            sent.update(dict.fromkeys(self.expected(rows, [minute]), (at, wall_ms)))
+            time.sleep(max(0.0, at + interval_s - time.perf_counter()))
+        producer.flush()
+        missing = self.collector.wait_for(set(sent), self.timeout_s)
+        arrivals = {key: self.collector.arrivals([key])[0] for key in sent.keys() - missing}
+        client = [(a.at - sent[key][0]) * 1000 for key, a in arrivals.items()]
+        worker = [a.latency_ms for a in arrivals.values()]
+        return {
+            "rounds": rounds,
+            "symbols": len(rows),
+            "interval_s": interval_s,
+            "forecasts_expected": len(sent),
+            "forecasts_received": len(client),
+            "latency_p50_ms": _pct(client, 50),
+            "latency_p99_ms": _pct(client, 99),
+            "latency_max_ms": _pct(client, 100),
+            "worker_latency_p50_ms": _pct(worker, 50),
+            "worker_latency_p99_ms": _pct(worker, 99),
+            "hops": hops({key: sent[key][1] for key in arrivals}, arrivals),
+        }
+
+    def burst(self, rows: range, minute: int, label: str) -> dict:
+        producer = self.live
+        values, keys, stamps = self.series.messages(rows, [minute])
+        expected = self.expected(rows, [minute])
+        started = time.perf_counter()
+        producer.send_bars(values, keys, stamps)
+        producer.send_control(self.series.ts(minute + 1))
+        producer.poll(0)
+        missing = self.collector.wait_for(expected, self.timeout_s)
+        arrivals = self.collector.arrivals(expected)
+        producer.flush()
+        times = sorted((a.at - started) * 1000 for a in arrivals)
+        ms = times[-1] if times else float("nan")
+        result = {
+            "minute": minute,
+            "bars": len(values),
+            "forecasts_expected": len(expected),
+            "forecasts_received": len(arrivals),
+            "forecasts_missing": len(missing),
+            "ms": round(ms, 1),
+            "first_ms": _pct(times, 0),  # when forecasts start coming out, and the middle one
+            "median_ms": _pct(times, 50),
+            "worker_latency_max_ms": _pct([a.latency_ms for a in arrivals], 100),
+            "batch_sizes": sorted({a.batch_size for a in arrivals}),
+            "model_id": arrivals[0].model_id if arrivals else None,
+        }
+        self.say(f"{label} minute {minute}: {ms:,.0f} ms, {len(arrivals)}/{len(expected)}")
+        return result
+
+    def bursts(
+        self, rows: range, minutes: Iterator[int], label: str, count: int, warm_up: bool = False
+    ) -> list[dict]:
+        """`count` bursts, after an unmeasured one when the worker just (re)loaded its model
+        or state (empty step-encoding cache, static contexts, windows not yet read back)."""
+        runs = []
+        if warm_up:
+            time.sleep(SETTLE_S)
+            runs.append({**self.burst(rows, next(minutes), f"{label} warm-up"), "warm_up": True})
+        for _ in range(count):
+            time.sleep(SETTLE_S)
+            runs.append(self.burst(rows, next(minutes), f"{label} burst"))
+        return runs
+
+
+def hops(sent_wall_ms: dict[Key, float], arrivals: dict[Key, Arrival]) -> dict[str, Any]:
+    """p50/p99 (ms) of each hop of a live forecast: client send -> the worker's receipt of the
+    bar (the producer, the broker, the worker's fetch), the worker's own receipt -> publish,
+    and publish -> the client's receipt (the worker's producer, the broker, the client's
+    fetch and consume), timed by the forecast record's timestamp. The clocks are one machine's;
+    the record timestamps have 1 ms resolution. None when the timestamps are not the
+    producer's wall clock (a worker that stamps its records with the bars' own times)."""
+    parts: dict[str, list[float]] = {"to_worker": [], "in_worker": [], "to_client": []}
+    for key, a in arrivals.items():
+        if abs(a.wall_ms - a.record_ms) > 60_000:
+            return {"unmeasured": "forecast records carry no wall-clock timestamp"}
+        parts["to_worker"].append(a.record_ms - a.latency_ms - sent_wall_ms[key])
+        parts["in_worker"].append(a.latency_ms)
+        parts["to_client"].append(a.wall_ms - a.record_ms)
+    return {f"{name}_p{q}_ms": _pct(v, q) for name, v in parts.items() for q in (50, 99)}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 1) if values else None
+
+
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def topic_records(settings: Settings, prefix: str) -> dict[str, int]:
+    """Records per topic whose name starts with `prefix` (the tables' changelogs)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(confluent_config(settings, **{"group.id": "bench-sizes"}))
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+        return {
+            name.removeprefix(prefix): sum(
+                consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1]
+                for p in topic.partitions
+            )
+            for name, topic in sorted(topics.items())
+            if name.startswith(prefix)
+        }
+    finally:
+        consumer.close()
