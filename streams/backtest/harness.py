@@ -5,6 +5,7 @@ published read back, scored, and the report written."""
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -105,7 +106,8 @@ def replay_and_collect(settings: Settings, files: tuple[Path, ...], lookback: in
     worker = WorkerProcess(settings, name="backtest-worker")
     print(f"[backtest] starting a worker (log: {worker.log_path})", flush=True)
     with worker:
-        summary = Replay(settings, ReplayOptions(files=files, topic=settings.topic_raw)).run()
+        options = ReplayOptions(files=files, topic=settings.topic_raw)
+        summary = Replay(settings, options, progress=sys.stderr).run()  # a bar on a terminal
         if summary.error:
             raise RuntimeError(f"replay failed: {summary.error}")
         # The end of the data completes the last minute: the worker flushes what it holds.

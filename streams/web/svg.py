@@ -117,12 +117,19 @@ def time_axis(frame: Frame, x: Scale) -> list[str]:
             top, local = top.split()[0], ""
         last_day = day
         px = x(t)
-        # A dated label near the axis's start is left-aligned, clear of the "UTC" name.
-        anchor = "start" if px - frame.x0 < LABEL_HALF_WIDTH else "middle"
+        anchor = tick_anchor(px, frame)
         parts.append(line(px, frame.y0, px, frame.y0 + 4, "axis"))
         parts.append(text(px, frame.y0 + 16, top, "tick time-utc", anchor))
         parts.append(text(px, frame.y0 + 30, local, "tick time-exchange", anchor))
     return parts
+
+
+def tick_anchor(px: float, frame: Frame) -> str:
+    """Labels near the axis's ends are aligned inward: clear of the "UTC" name on the left,
+    inside the drawing on the right."""
+    if px - frame.x0 < LABEL_HALF_WIDTH:
+        return "start"
+    return "end" if frame.x1 - px < LABEL_HALF_WIDTH else "middle"
 
 
 def value_axis(frame: Frame, y: Scale, fmt: Callable[[float], str]) -> list[str]:
