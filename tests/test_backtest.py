@@ -14,6 +14,7 @@ import pytest
 
 from streams.backtest.collect import Collected
 from streams.backtest.harness import BacktestResult, run_backtest
+from streams.cli import main
 from streams.ingest.convert import SIXE_INSTRUMENT_ID, bars_to_records, ohlcv_metadata, write_dbn
 from streams.schema import PRICE_SCALE, is_control
 from streams.settings import Settings
@@ -87,6 +88,19 @@ def test_a_bar_is_accounted_for_by_its_clean_bar_or_its_dead_letter() -> None:
     assert collected.unaccounted() == [(0, 1)]
     collected.dead_letters.add((0, 1))
     assert collected.unaccounted() == []
+
+
+def test_a_missing_file_or_checkpoint_is_named_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_checkpoint(tmp_path / "model")
+    missing = ["backtest", str(tmp_path / "nope.dbn.zst"), "--checkpoint", str(tmp_path / "model")]
+    assert main(missing) == 2
+    assert "nope.dbn.zst: no such file; pass DBN OHLCV files" in capsys.readouterr().err
+    (tmp_path / "bars.dbn.zst").write_bytes(b"DBN")
+    empty = ["backtest", str(tmp_path / "bars.dbn.zst"), "--checkpoint", str(tmp_path)]
+    assert main(empty) == 2
+    assert "config.json is missing" in capsys.readouterr().err
 
 
 @pytest.mark.integration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from streams.settings import Settings
@@ -30,8 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from model.checkpoint import CheckpointError
     from streams.backtest.harness import run_backtest
     from streams.backtest.html import bp, percent
+    from streams.backtest.inputs import InputError
     from streams.forecast.checkpoints import CheckpointWatcher
 
     settings = Settings.from_env()
@@ -39,11 +42,16 @@ def run(args: argparse.Namespace) -> int:
     if checkpoint is None:
         print(
             f"barcast backtest: no checkpoint in {settings.model_dir}; pass --checkpoint DIR "
-            "or train one with `barcast train`"
+            "or train one with `barcast train`",
+            file=sys.stderr,
         )
         return 2
     out = args.out or settings.work_dir / "backtest"
-    result = run_backtest(settings, args.files, checkpoint, out)
+    try:
+        result = run_backtest(settings, args.files, checkpoint, out)
+    except (InputError, CheckpointError) as exc:
+        print(f"barcast backtest: {exc}", file=sys.stderr)
+        return 2
     report = result.report
     print(
         f"[backtest] {report['counts']['forecasts']:,} forecasts, "
