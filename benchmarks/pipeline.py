@@ -14,7 +14,8 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
   received). Every expected forecast (the offline reference's, warm-up excluded) is counted.
 - (b) latency: rounds of one bar for each live symbol + END_OF_INTERVAL every
   `--round-interval` s; send -> forecast received (client side) and the worker's `latency_ms`
-  (corrections agent's receipt -> publish).
+  (corrections agent's receipt -> publish); then each Kafka hop alone, with the worker's and the
+  collector's clients and fetch waits (benchmarks/pipeline_hops.py).
 - (c) burst: one bar for each of the `--symbols` warm symbols, same minute, END_OF_INTERVAL;
   first send -> last of its forecasts received. `--repeats` bursts, `SETTLE_S` apart, the
   median reported.
@@ -60,8 +61,9 @@ if __package__ in (None, ""):  # run as a file, this folder would shadow the `mo
 import orjson
 import torch
 
-from benchmarks.pipeline_client import Bench, ForecastCollector, topic_records
+from benchmarks.pipeline_client import FETCH_WAIT_MS, Bench, ForecastCollector, topic_records
 from benchmarks.pipeline_data import build_series, reference
+from benchmarks.pipeline_hops import probe
 from benchmarks.pipeline_memory import breakdown, status_mb
 from benchmarks.pipeline_models import random_checkpoint, serve
 from benchmarks.provenance import loadavg, run_metadata
@@ -170,6 +172,7 @@ def run(args: argparse.Namespace) -> dict:
                 e2e["changelog_records"] = topic_records(settings, f"{settings.app_id}-")
                 bench.say(f"(a) {e2e}")
                 live = bench.latency(live_rows, args.minutes, args.rounds, args.round_interval)
+                live["kafka_hops"] = probe(settings, FETCH_WAIT_MS)
                 bench.say(f"(b) {live}")
                 bursts["batched"] = bench.bursts(burst_rows, burst_minutes, "(c)", args.repeats)
                 peak_rss = status_mb(worker.pid, "VmHWM")
@@ -297,6 +300,9 @@ def table(result: dict) -> str:
         ("latency_p50_ms", result["latency_p50_ms"],
          f"ms (client: send -> received; goal <= {GOALS['latency_p50_ms']:.0f})"),
         ("latency_p99_ms", result["latency_p99_ms"], f"ms (goal <= {GOALS['latency_p99_ms']:.0f})"),
+        ("Kafka hops p50/p99",
+         "/".join(f"{h['p50_ms']}/{h['p99_ms']}" for h in result["latency"]["kafka_hops"].values()),
+         "ms (bar -> worker, forecast -> client, probed alone)"),
         ("worker latency p50/p99",
          f"{result['latency']['worker_latency_p50_ms']}/"
          f"{result['latency']['worker_latency_p99_ms']}", "ms (receipt -> publish)"),

@@ -27,13 +27,12 @@ from streams.settings import Settings
 # Live, bursts come a minute apart and the worker checkpoints in the quiet between them
 # (streams.agents.checkpoint); bursts sent back to back would each pay the one before's.
 SETTLE_S = 2.0
+FETCH_WAIT_MS = 5  # the collector's: a hop of its own, probed by benchmarks/pipeline_hops.py
 
 
 @dataclass
 class Arrival:
     at: float  # time.perf_counter() when the client received it
-    wall_ms: float  # and the wall clock then, to compare with the record's timestamp
-    record_ms: float  # the forecast record's Kafka timestamp (the worker's producer's clock)
     batch_size: int
     latency_ms: float  # the worker's own: receipt of the bar -> publish
     model_id: str
@@ -55,7 +54,8 @@ class ForecastCollector(threading.Thread):
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         config = {"group.id": f"bench-{time.time_ns()}", "enable.auto.commit": False}
-        consumer = Consumer(confluent_config(self.settings, **config, **{"fetch.wait.max.ms": 5}))
+        wait = {"fetch.wait.max.ms": FETCH_WAIT_MS}
+        consumer = Consumer(confluent_config(self.settings, **config, **wait))
         topic = self.settings.topic_forecasts
         consumer.assign(
             [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)]
@@ -68,21 +68,19 @@ class ForecastCollector(threading.Thread):
                 if first is None:
                     continue
                 messages = [first, *consumer.consume(1000, 0)]
-                self._note(time.perf_counter(), time.time() * 1000, messages)
+                self._note(time.perf_counter(), messages)
         finally:
             consumer.close()
 
-    def _note(self, now: float, wall_ms: float, messages: list[Any]) -> None:
-        parsed = [(orjson.loads(m.value()), m.timestamp()[1]) for m in messages if not m.error()]
+    def _note(self, now: float, messages: list[Any]) -> None:
+        parsed = [orjson.loads(m.value()) for m in messages if not m.error()]
         with self.condition:
-            for v, record_ms in parsed:
+            for v in parsed:
                 key = (v["symbol"], v["ts_event"])
                 if key in self.arrived:
                     self.duplicates.append([*key, v["model_id"], v["batch_size"]])
                     continue
-                self.arrived[key] = Arrival(
-                    now, wall_ms, record_ms, v["batch_size"], v["latency_ms"], v["model_id"]
-                )
+                self.arrived[key] = Arrival(now, v["batch_size"], v["latency_ms"], v["model_id"])
                 self.order.append(key)
             self.condition.notify_all()
 
@@ -178,20 +176,20 @@ class Bench:
 
     def latency(self, rows: range, first_minute: int, rounds: int, interval_s: float) -> dict:
         producer = self.live
-        sent: dict[Key, tuple[float, float]] = {}  # perf_counter and wall clock (ms) at send
+        sent: dict[Key, float] = {}
         self.say(f"(b) {rounds} rounds of {len(rows)} bars + END_OF_INTERVAL every {interval_s}s")
         for r in range(rounds):
             minute = first_minute + r
             values, keys, stamps = self.series.messages(rows, [minute])
-            at, wall_ms = time.perf_counter(), time.time() * 1000
+            at = time.perf_counter()
             producer.send_bars(values, keys, stamps)
             producer.send_control(self.series.ts(minute + 1))
-            sent.update(dict.fromkeys(self.expected(rows, [minute]), (at, wall_ms)))
+            sent.update(dict.fromkeys(self.expected(rows, [minute]), at))
             time.sleep(max(0.0, at + interval_s - time.perf_counter()))
         producer.flush()
         missing = self.collector.wait_for(set(sent), self.timeout_s)
         arrivals = {key: self.collector.arrivals([key])[0] for key in sent.keys() - missing}
-        client = [(a.at - sent[key][0]) * 1000 for key, a in arrivals.items()]
+        client = [(a.at - sent[key]) * 1000 for key, a in arrivals.items()]
         worker = [a.latency_ms for a in arrivals.values()]
         return {
             "rounds": rounds,
@@ -204,7 +202,6 @@ class Bench:
             "latency_max_ms": _pct(client, 100),
             "worker_latency_p50_ms": _pct(worker, 50),
             "worker_latency_p99_ms": _pct(worker, 99),
-            "hops": hops({key: sent[key][1] for key in arrivals}, arrivals),
         }
 
     def burst(self, rows: range, minute: int, label: str) -> dict:
@@ -249,23 +246,6 @@ class Bench:
             time.sleep(SETTLE_S)
             runs.append(self.burst(rows, next(minutes), f"{label} burst"))
         return runs
-
-
-def hops(sent_wall_ms: dict[Key, float], arrivals: dict[Key, Arrival]) -> dict[str, Any]:
-    """p50/p99 (ms) of each hop of a live forecast: client send -> the worker's receipt of the
-    bar (the producer, the broker, the worker's fetch), the worker's own receipt -> publish,
-    and publish -> the client's receipt (the worker's producer, the broker, the client's
-    fetch and consume), timed by the forecast record's timestamp. The clocks are one machine's;
-    the record timestamps have 1 ms resolution. None when the timestamps are not the
-    producer's wall clock (a worker that stamps its records with the bars' own times)."""
-    parts: dict[str, list[float]] = {"to_worker": [], "in_worker": [], "to_client": []}
-    for key, a in arrivals.items():
-        if abs(a.wall_ms - a.record_ms) > 60_000:
-            return {"unmeasured": "forecast records carry no wall-clock timestamp"}
-        parts["to_worker"].append(a.record_ms - a.latency_ms - sent_wall_ms[key])
-        parts["in_worker"].append(a.latency_ms)
-        parts["to_client"].append(a.wall_ms - a.record_ms)
-    return {f"{name}_p{q}_ms": _pct(v, q) for name, v in parts.items() for q in (50, 99)}
 
 
 def _pct(values: list[float], q: float) -> float | None:

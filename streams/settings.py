@@ -105,10 +105,11 @@ class Settings:
         default=10.0, metadata={"doc": "How long CLI commands wait for the broker."}
     )
     fetch_max_wait_ms: int = field(
-        default=20,
+        default=5,
         metadata={
             "doc": "Longest a consumer fetch waits for data once tables are recovered (ms); "
-            "brokers that hold a fetch this long although data arrived add it to every hop."
+            "brokers that hold a fetch this long although data arrived (the embedded Tansu "
+            "does) add it to every hop."
         },
     )
     max_record_bytes: int = field(
