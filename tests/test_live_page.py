@@ -1,5 +1,5 @@
 """The live page: the board and its rendering fed directly, then the page in headless Chromium
-from a real worker on the embedded broker while bars stream in."""
+from a real worker on the embedded broker while a file is replayed."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import orjson
 import pandas as pd
 import pytest
 
-from streams.corrections import bars_from_frame
 from streams.forecast.scoring import LabelBar, score
+from streams.ingest.replay import Replay, ReplayOptions
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
 from streams.web import render
 from streams.web.board import FAN_EVERY_MINUTES, HISTORY_MINUTES, Board
 from tests.browser import Browser
 from tests.checkpoints import make_checkpoint
-from tests.kafka_io import produce
+from tests.test_backtest import sixe_slice
 from tests.test_forecast_pipeline import end_of_data
 from tests.worker import Worker
 
@@ -114,39 +114,41 @@ def test_the_view_is_json() -> None:
     assert view["symbols"][0]["latest"]["median"] == [5500.0] * 10
     assert view["quantiles"] == ["q10", "q50", "q90"]
     assert view["lag"] == {"bars.raw": 3} and view["scores_seen"] is False
+    assert "3</b> messages (bars.raw 3)" in render.cards(board.view({"bars.raw": 3, "x": 0}))
 
 
 @pytest.mark.integration
-def test_the_page_draws_a_fan_in_a_browser_as_bars_stream_in(
+def test_the_page_draws_a_fan_in_a_browser_while_a_file_is_replayed(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
 ) -> None:
     model_id = make_checkpoint(tmp_path / "models" / "first")
     settings = replace(broker_settings, role="all", model_dir=tmp_path / "models")
     ensure_topics(settings, pipeline_topics(settings))
-    values = bars_from_frame(sixe_bars.iloc[:400], symbol="6EH4", instrument_id=1)
+    # Eight hours of 6EH4 across the daily break: the page's last four hours hold it.
+    replayed = sixe_slice(sixe_bars, tmp_path / "6eh4.dbn.zst")
     with Worker(settings) as worker, Browser(tmp_path / "chromium") as browser:
         url = f"http://127.0.0.1:{worker.settings.web_port}/"
         browser.open(url)
         browser.wait_for("document.querySelector('.waiting') !== null", 30)
         browser.evaluate("window.loadedOnce = true")  # gone if the page reloads
-        produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
+        Replay(settings, ReplayOptions(files=(replayed,), topic=settings.topic_raw)).run()
         end_of_data(settings)
         browser.wait_for(f'document.querySelector("{FAN}") !== null', 60)
         # Consumer lag, recorded by the worker every few seconds, reaches the page too.
-        browser.wait_for(
-            f"document.querySelector('.lag').textContent.includes('{settings.topic_raw}')", 30
-        )
+        browser.wait_for("document.querySelector('.lag-total') !== null", 30)
         dom = browser.evaluate(DOM_SUMMARY)
         browser.screenshot(SCREENSHOT)
         with urllib.request.urlopen(url + "api/forecasts", timeout=10) as response:
             api = orjson.loads(response.read())
     assert dom["loadedOnce"] is True, "the page reloaded instead of updating in place"
     assert dom["title"].startswith("6EH4") and dom["pastFans"] >= 1
-    assert dom["closePath"].startswith("M") and len(dom["closePath"]) > 1000
+    assert dom["closePath"].startswith("M") and dom["closePath"].count("M") == 2
+    assert dom["sessionBreaks"] == 1  # no line across the break, a band over it
     assert len(dom["utcTicks"]) >= 3 and all(re.fullmatch(TICK, t) for t in dom["utcTicks"])
     assert len(dom["exchangeTicks"]) == len(dom["utcTicks"]) and dom["model"] == model_id
     symbol = api["symbols"][0]
     assert symbol["symbol"] == "6EH4" and symbol["latest"]["model_id"] == model_id
+    assert settings.topic_raw in api["lag"]
     assert SCREENSHOT.stat().st_size > 10_000
 
 
@@ -159,6 +161,7 @@ DOM_SUMMARY = """(() => {
     title: card.querySelector("h2").textContent,
     pastFans: card.querySelectorAll("polygon.fan.past").length,
     closePath: card.querySelector("path.close").getAttribute("d"),
+    sessionBreaks: card.querySelectorAll("rect.session-break").length,
     utcTicks: texts("text.time-utc").filter((t) => t !== "UTC"),
     exchangeTicks: texts("text.time-exchange").filter((t) => t !== "CT"),
     model: card.querySelector(".model-id").textContent,

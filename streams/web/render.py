@@ -71,11 +71,19 @@ def page(view: BoardView) -> str:
 
 def cards(view: BoardView) -> str:
     """The part of the page the script replaces: the lag line and one card per symbol."""
-    lag = ", ".join(f"{topic} {n:,}" for topic, n in view["lag"].items()) or "not known yet"
-    head = f"<p class='lag'>consumer lag: <b>{escape(lag)}</b></p>"
+    head = f"<p class='lag'>consumer lag: {lag_text(view['lag'])}</p>"
     if not view["symbols"]:
         return head + "<p class='muted waiting'>waiting for the first bars&hellip;</p>"
     return head + "".join(card(symbol, view["scores_seen"]) for symbol in view["symbols"])
+
+
+def lag_text(lag: dict[str, int]) -> str:
+    """The total, and the topics behind it (all topics are in the JSON)."""
+    if not lag:
+        return "<b>not known yet</b>"
+    behind = ", ".join(f"{escape(topic)} {n:,}" for topic, n in lag.items() if n)
+    total = f"<b class='lag-total'>{sum(lag.values()):,}</b> messages"
+    return f"{total} ({behind})" if behind else f"{total} on {len(lag)} topics"
 
 
 def card(symbol: SymbolView, scores_seen: bool) -> str:
