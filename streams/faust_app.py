@@ -10,17 +10,11 @@ from typing import Any
 
 import faust
 
-from streams.agents.checkpoint import Activity
-from streams.agents.io import exit_uncommitted
-from streams.agents.state import STATE_BATCH_BYTES
 from streams.internals import InternalsMoved, live_fetcher
-from streams.kafka import (
-    BrokerUnavailable,
-    aiokafka_config,
-    bootstrap_servers,
-    wait_for_metadata,
-)
+from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadata
+from streams.runtime.context import Runtime
 from streams.runtime.observers import Observer
+from streams.runtime.policy import exit_uncommitted
 from streams.settings import SettingError, Settings
 
 log = logging.getLogger("barcast")
@@ -41,14 +35,28 @@ class BarcastApp(faust.App):
         super().__init__(group_id(settings), **options)
         self.barcast = settings
         self._embedded: Any = None
-        self._batch_producer: Any = None
-        self._batch_producer_lock = asyncio.Lock()
         from streams.metrics import Metrics
 
         self.metrics = Metrics()
-        self.activity = Activity()
         # Told of every clean bar, forecast and score once handed to the producer (streams.web).
         self.observers: list[Observer] = []
+        self.runtime = Runtime(
+            settings,
+            self.metrics,
+            group=self.conf.id,
+            assigned=self.assigned_partitions,
+            commit=self.commit_now,
+            observers=self.observers,
+        )
+
+    def assigned_partitions(self, topic: str) -> set[int]:
+        """The partitions of `topic` assigned to this worker."""
+        return {tp.partition for tp in self.consumer.assignment() if tp.topic == topic}
+
+    async def commit_now(self) -> None:
+        """Commit the acked offsets now (a commit in flight first finishes: then ours)."""
+        if not await self.consumer.commit():
+            await self.consumer.commit()
 
     async def on_first_start(self) -> None:
         self.conf.datadir.mkdir(parents=True, exist_ok=True)
@@ -84,28 +92,8 @@ class BarcastApp(faust.App):
         ones."""
         gc.freeze()
 
-    async def batch_producer(self) -> Any:
-        """The producer that writes explicit record batches (agent state, see
-        streams.agents.state, and the pipeline's outputs, see streams.agents.io.send_batches),
-        started on first use."""
-        async with self._batch_producer_lock:  # agents checkpoint concurrently: start one
-            if self._batch_producer is None:
-                from aiokafka import AIOKafkaProducer
-
-                producer = AIOKafkaProducer(
-                    **aiokafka_config(self.barcast),
-                    acks="all",
-                    linger_ms=0,
-                    max_batch_size=STATE_BATCH_BYTES,
-                    max_request_size=self.barcast.max_record_bytes,
-                )
-                await producer.start()
-                self._batch_producer = producer
-        return self._batch_producer
-
     async def on_stop(self) -> None:
-        if self._batch_producer is not None:
-            await self._batch_producer.stop()
+        await self.runtime.producer.stop()
         await super().on_stop()
         if self._embedded is not None:
             self._embedded.stop()

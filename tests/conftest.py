@@ -91,7 +91,7 @@ def worker_threads() -> Iterator[int]:
     equal a worker's bit for bit only then (whatever other test modules set at import)."""
     import torch
 
-    from streams.agents.forecast import inference_threads
+    from streams.runtime.forecaster import inference_threads
 
     before = torch.get_num_threads()
     torch.set_num_threads(inference_threads())

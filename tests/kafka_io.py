@@ -108,7 +108,7 @@ def _validator(kind: str) -> Draft202012Validator:
 def topic_kind(topic: str) -> str | None:
     """Which barcast topic `topic` is (tests suffix the default names), None for another."""
     for kind in TOPICS:
-        if topic == kind or topic.startswith(f"{kind}."):
+        if topic == kind or (topic.startswith(f"{kind}.") and "." not in topic[len(kind) + 1 :]):
             return kind
     return None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.agents.checkpoint import INTERVAL_S, MAX_HELD, QUIET_S, checkpoint_due
+from streams.runtime.checkpoint import INTERVAL_S, MAX_HELD, QUIET_S, checkpoint_due
 from streams.runtime.observers import notify
 
 MAX_S = 2.0

@@ -1,24 +1,125 @@
-"""Agent state batches through the real broker: a flush of many records in a few batches must
-end below the partition's high watermark, which is where Faust stops restoring a table."""
+"""The runtime's stores: restored exactly as of a checkpoint's boundary (a flush that never
+completed is not restored, the one before it is), and their changelog flushes through the real
+broker end below the partition's high watermark, where a restore stops."""
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
 
-from streams.agents.state import STATE_BATCH_BYTES, record_batches
-from streams.kafka import aiokafka_config, ensure_topics
+from streams.forecast.windows import SymbolWindow
+from streams.kafka import ensure_topics
+from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
+from streams.runtime.stores import Changelog, StateStore, WindowStore
 from streams.settings import Settings
 from tests.kafka_io import read_topic
 
 
+class MemoryChangelogs:
+    """Changelog topics in memory: what a store writes, a restore reads back."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+
+    async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
+        for partition, run in records.items():
+            self.partitions.setdefault((topic, partition), []).extend(run)
+
+    async def read(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
+        return list(self.partitions.get((topic, partition), []))
+
+
+def counter_store(io: MemoryChangelogs) -> StateStore[list[int]]:
+    return StateStore(
+        Changelog("t-counts-changelog", io),
+        lambda data: [int(data)],
+        lambda state: str(state[0]).encode(),
+        lambda: [0],
+    )
+
+
+def test_a_restore_takes_each_key_as_of_the_boundary() -> None:
+    io = MemoryChangelogs()
+
+    async def run() -> tuple[list[int], list[int], list[int], list[int]]:
+        store = counter_store(io)
+        for offset, (key, n) in enumerate([(b"a", 1), (b"b", 2), (b"a", 3)]):
+            store.write(key, 0, offset, [n])
+        await store.flush()  # a checkpoint that completed: boundary 3
+        store.write(b"a", 0, 3, [4])
+        store.write(b"c", 1, 4, [5])
+        await store.flush()  # one that never completed
+        restored = counter_store(io)
+        await restored.restore(0, boundary=3)
+        await restored.restore(1, boundary=0)
+        later = counter_store(io)
+        await later.restore(0, boundary=4)
+        return (
+            restored.read(b"a", 0),
+            restored.read(b"b", 0),
+            restored.read(b"c", 1),
+            later.read(b"a", 0),
+        )
+
+    a, b, c, a_later = asyncio.run(run())
+    assert (a, b, c) == ([3], [2], [0])  # the incomplete flush left no trace
+    assert a_later == [4]
+
+
+def test_keys_in_a_partition_are_the_stored_and_the_changed() -> None:
+    io = MemoryChangelogs()
+
+    async def run() -> list[bytes]:
+        store = counter_store(io)
+        store.write(b"a", 0, 0, [1])
+        store.write(b"b", 1, 1, [1])
+        await store.flush()
+        store.write(b"c", 0, 2, [1])
+        return store.keys_in(0)
+
+    assert asyncio.run(run()) == [b"a", b"c"]
+
+
+def window_rows(window: SymbolWindow) -> tuple[int, np.ndarray]:
+    return window.count, window.ordered_values()
+
+
+def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restored() -> None:
+    io = MemoryChangelogs()
+    lookback, features = 4, 3
+
+    async def run() -> tuple[tuple[int, np.ndarray], tuple[int, np.ndarray], np.ndarray]:
+        store = WindowStore(Changelog("t-windows-changelog", io), lookback, features)
+        window = store.read(b"s", 0)
+        for offset in range(10):  # slots are overwritten as the ring turns
+            window.append(offset, 1.0, False, True, np.full(features, float(offset)))
+            store.write(b"s", 0, offset, window)
+            if offset in (2, 6):
+                await store.flush()
+        committed = window_rows(window)
+        await store.flush()  # offsets up to 9: boundary 10
+        window.append(10, 1.0, False, True, np.full(features, 10.0))
+        store.write(b"s", 0, 10, window)
+        await store.flush()  # never completed
+        again = WindowStore(Changelog("t-windows-changelog", io), lookback, features)
+        await again.restore(0, boundary=10)
+        return committed, window_rows(again.read(b"s", 0)), window.ordered_values()
+
+    committed, restored, latest = asyncio.run(run())
+    assert restored[0] == committed[0] == 10
+    assert np.array_equal(restored[1], committed[1])
+    assert np.array_equal(committed[1][:, 0], [6.0, 7.0, 8.0, 9.0])
+    assert not np.array_equal(restored[1], latest)
+
+
 def test_a_flush_uses_few_batches_and_ends_with_a_lone_record() -> None:
     async def batch_sizes() -> list[int]:
-        producer = AIOKafkaProducer(max_batch_size=STATE_BATCH_BYTES)  # not started: no I/O
-        records = [(f"k{i}".encode(), bytes(4000)) for i in range(200)]
-        return [b.record_count() for b in record_batches(producer, records)]
+        producer = AIOKafkaProducer(max_batch_size=BATCH_BYTES)  # not started: no I/O
+        records = [(f"k{i}".encode(), bytes(4000), None, []) for i in range(200)]
+        return [b.record_count() for b in record_batches(producer, records, lone_last=True)]
 
     sizes = asyncio.run(batch_sizes())
     assert sum(sizes) == 200
@@ -34,14 +135,10 @@ def test_the_high_watermark_covers_every_record_of_a_flush(
     records = [(f"k{i}".encode(), i.to_bytes(4, "big") * 1000) for i in range(300)]
 
     async def flush() -> None:
-        producer = AIOKafkaProducer(
-            **aiokafka_config(broker_settings), acks="all", max_batch_size=STATE_BATCH_BYTES
-        )
-        await producer.start()
+        producer = BatchProducer(broker_settings)
         try:
-            batches = record_batches(producer, records)
-            assert len(batches) > 2
-            pending = [await producer.send_batch(b, topic, partition=0) for b in batches]
+            pending = await producer.send_changelog(topic, {0: records})
+            assert len(pending) > 2
             await asyncio.gather(*pending)
         finally:
             await producer.stop()
@@ -55,3 +152,4 @@ def test_the_high_watermark_covers_every_record_of_a_flush(
     assert (low, high) == (0, len(records))
     stored = read_topic(broker, topic, expected=len(records))
     assert [(m.key, m.value) for m in stored] == records
+    assert read_changelog(broker_settings, topic, 0) == records

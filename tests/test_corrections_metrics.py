@@ -6,7 +6,6 @@ from __future__ import annotations
 import pandas as pd
 
 from streams import stats_cli
-from streams.agents.corrections import MetricsFeed
 from streams.corrections import (
     SYNTHETIC,
     CorrectionConfig,
@@ -18,6 +17,7 @@ from streams.corrections import (
     flush,
 )
 from streams.metrics import Metrics
+from streams.runtime.stages.corrections import MetricsFeed
 from tests.bar_streams import faulty_stream
 
 

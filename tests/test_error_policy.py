@@ -13,23 +13,26 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 
 from features.engine import N_FEATURES
-from streams.agents.dlq import (
+from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
+from streams.corrections import Reason as Rejected
+from streams.internals import InternalsMoved, live_fetcher
+from streams.metrics import Metrics
+from streams.runtime.policy import (
+    EXIT_AGENT_FAILED,
+    EXIT_BROKER_FAILED,
     KEPT_BYTES,
     SHA256_HEADER,
     TRUNCATED_HEADER,
     Reason,
     dead_letter,
+    exit_code,
     publishable,
     record_bytes,
 )
-from streams.agents.features import feature_message
-from streams.agents.io import EXIT_AGENT_FAILED, EXIT_BROKER_FAILED, Out, exit_code
-from streams.agents.rows import feature_row
-from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
-from streams.corrections import Reason as Rejected
-from streams.internals import InternalsMoved, live_fetcher
-from streams.metrics import Metrics
-from streams.schema import DLQ_REASON, encode_feature_values
+from streams.runtime.records import CleanBar, Out, Record
+from streams.runtime.stages import features
+from streams.runtime.stages.windows import feature_row
+from streams.schema import DLQ_REASON, encode_feature_values, encode_features
 
 BAR = {
     "instrument_id": 1,
@@ -154,10 +157,14 @@ def test_a_moved_fetcher_fails_loudly_naming_the_versions(consumer: object, miss
     assert f"aiokafka {version('aiokafka')}" in message
 
 
-def features_event(value: bytes, key: bytes | None = b"6EH4") -> SimpleNamespace:
-    return SimpleNamespace(
-        key=key, value=value, headers=[], message=SimpleNamespace(partition=0, offset=5)
-    )
+def feature_message(bar: dict[str, object], values: np.ndarray, warm: bool) -> bytes:
+    """The `features` value the features stage writes for `bar` (a `bars.clean` value)."""
+    clean = CleanBar("bars.clean", b"6EH4", 0, 0, 0.0, bar, None)  # type: ignore[arg-type]
+    return encode_features(features.features_value(features.feature_row(clean, values, warm)))
+
+
+def features_event(value: bytes, key: bytes | None = b"6EH4") -> Record:
+    return Record("features", 0, 5, 0.0, key, value, [])
 
 
 def test_a_features_record_is_read_into_a_row() -> None:

@@ -178,7 +178,8 @@ def test_stream_and_forecast_roles_run_as_separate_worker_groups(
             settings.broker, settings.topic_forecasts, len(reference), timeout_s=300
         )
     assert_matches(reference, forecasts_by_key(messages))
-    assert "stream.agents.forecast" not in stream.log()
+    assert "streams.agents.forecast" in forecast.log()
+    assert "streams.agents.forecast" not in stream.log()
     assert "group barcast-" in forecast.log() and "-forecast" in forecast.log()
 
 

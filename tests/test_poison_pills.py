@@ -16,18 +16,18 @@ import pandas as pd
 import pytest
 from confluent_kafka import Producer
 
-from streams.agents.dlq import KEPT_BYTES, SHA256_HEADER, TRUNCATED_HEADER
-from streams.agents.features import feature_message
 from streams.corrections import Status, bars_from_frame, correct_history
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import forecast_history
 from streams.ingest.producer import BarProducer
 from streams.kafka import ensure_topics, pipeline_topics
+from streams.runtime.policy import KEPT_BYTES, SHA256_HEADER, TRUNCATED_HEADER
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
 from tests.bar_streams import expected_features
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import produce
+from tests.test_error_policy import feature_message
 from tests.test_forecast_pipeline import assert_matches
 from tests.topic_logs import (
     CleanLog,

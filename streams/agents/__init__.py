@@ -1,43 +1,269 @@
-"""Agents attached to the app according to `BARCAST_ROLE`.
+"""Every Faust agent of the worker, attached according to `BARCAST_ROLE`; the rest is the
+runtime's (streams.runtime) and the stages' (streams.runtime.stages).
 
-`all` runs the whole pipeline in one worker, as one agent (streams.agents.pipeline); `stream`
-(corrections + features) and `forecast` split it into two worker groups; `corrections` runs
-that stage alone, and `passthrough` copies raw bars to the clean topic untouched, the anchor
-the corrections benchmark compares against.
+`all` runs the whole pipeline as one agent on `bars.raw`, its stages chained in memory;
+`stream` (corrections + features) and `forecast` run the same stages behind topics, as two
+worker groups; `corrections` runs that stage alone, and `passthrough` copies raw bars to the
+clean topic untouched, the anchor the corrections benchmark compares against.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from features.engine import N_FEATURES
+from model.config import TFTConfig
+from streams.corrections import CorrectionConfig, SymbolState
+from streams.metrics import Outcome, Stage
+from streams.runtime.checkpoint import TICK_S, Checkpointer
+from streams.runtime.forecaster import Forecaster, inference_threads
+from streams.runtime.observers import notify
+from streams.runtime.policy import exit_uncommitted
+from streams.runtime.records import Control, FeatureRow, Out, Record
+from streams.runtime.stages.corrections import Cleaned, Corrections, MetricsFeed
+from streams.runtime.stages.features import Features, SymbolFeatures, clean_items
+from streams.runtime.stages.windows import Windows, feature_items
+from streams.runtime.stores import StateStore, Store, WindowStore
 
 if TYPE_CHECKING:
+    from faust.types import EventT, TopicT
+
     from streams.faust_app import BarcastApp
+
+BATCH_MAX = 2000
+BATCH_WITHIN_S = 0.002
+SUMMARY_INTERVAL_S = 30.0
+RELOAD_INTERVAL_S = 2.0
+# The model runs in a thread: every torch op gives up the GIL and must win it back from the
+# event loop, which by default holds it for 5 ms at a time. A short switch interval keeps a
+# forward pass from waiting that long at each of its hundreds of ops.
+SWITCH_INTERVAL_S = 0.0001
+Handle = Callable[[list[Record]], Awaitable[None]]
+
+
+def raw_topic(app: BarcastApp, name: str) -> TopicT:
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=app.barcast.partitions,
+    )
+
+
+def records(events: Sequence[EventT]) -> list[Record]:
+    out = []
+    for e in events:
+        m, headers = e.message, e.headers or []
+        pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
+        out.append(
+            Record(m.topic, m.partition, m.offset, m.timestamp * 1000.0, e.key, e.value, pairs)
+        )
+    return out
+
+
+def serve(app: BarcastApp, name: str, checkpointer: Checkpointer, handle: Handle) -> None:
+    """The agent `name` on the checkpointer's topic, running `handle` on each take() batch; its
+    checkpoint timer; its checkpoint before partitions move."""
+    topic = checkpointer.topic
+
+    async def agent(stream):  # type: ignore[no-untyped-def]
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            for event in events:
+                event.message.incref()  # take() acks when the batch is done; the checkpoint too
+            try:
+                await checkpointer.run(records(events), events, handle)
+            except Exception as exc:  # Faust would ack the batch and go on: exit uncommitted
+                exit_uncommitted(f"agent failed on a batch of {len(events)} records", exc)
+
+    agent.__qualname__ = name  # Faust's logs name it streams.agents.NAME
+    app.agent(raw_topic(app, topic), name=name)(agent)
+
+    @app.timer(TICK_S, name=f"{name}_checkpoint")
+    async def checkpoint() -> None:
+        await checkpointer.tick()
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        if any(tp.topic == topic for tp in revoked):
+            await checkpointer.on_revoked()
+
+
+def corrections(app: BarcastApp) -> tuple[Corrections, MetricsFeed]:
+    settings, runtime = app.barcast, app.runtime
+    for topic in (settings.topic_clean, settings.topic_dlq):
+        raw_topic(app, topic)
+    changelog = runtime.changelog("corrections-state")
+    store = StateStore(changelog, SymbolState.from_bytes, SymbolState.to_bytes, SymbolState)
+    topics = (settings.topic_raw, settings.topic_clean, settings.topic_dlq)
+    stage = Corrections(store, CorrectionConfig(fill_gaps=settings.fill_gaps), topics)
+
+    @app.timer(SUMMARY_INTERVAL_S)
+    async def log_summary() -> None:
+        if stage.stats.total:
+            logging.getLogger("barcast.corrections").info("corrections: %s", stage.stats.summary())
+
+    return stage, MetricsFeed(stage.stats, app.metrics)
+
+
+def features(app: BarcastApp) -> Features:
+    settings = app.barcast
+    raw_topic(app, settings.topic_features)
+    changelog = app.runtime.changelog("features-state")
+    store = StateStore(
+        changelog, SymbolFeatures.from_bytes, SymbolFeatures.to_bytes, SymbolFeatures
+    )
+    return Features(store, settings.topic_features, settings.topic_dlq)
+
+
+class ForecastStage:
+    """Windows (pure) in front of the forecaster (asynchronous), with the model served."""
+
+    def __init__(self, app: BarcastApp) -> None:
+        import torch
+
+        from streams.agents.serving import initial_engine, load
+        from streams.forecast.checkpoints import CheckpointWatcher
+
+        settings = app.barcast
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        torch.set_num_threads(inference_threads())
+        raw_topic(app, settings.topic_forecasts)
+        watcher = CheckpointWatcher(settings.model_dir)
+        engine = initial_engine(app, watcher)
+        lookback = TFTConfig.lookback if engine is None else engine.lookback
+        changelog = app.runtime.changelog("forecast-window-slots")
+        self.store = WindowStore(changelog, lookback, N_FEATURES)
+        self.windows = Windows(self.store)
+        self.forecaster = Forecaster(app.runtime, engine, lookback)
+        self.metrics = app.metrics
+
+        @app.task
+        async def flush_on_delay() -> None:
+            await self.forecaster.flush_when_due()
+
+        @app.timer(RELOAD_INTERVAL_S)
+        async def hot_reload() -> None:
+            await self.forecaster.reload(watcher, load)
+
+    async def add(self, items: Sequence[FeatureRow | Control | Out]) -> list[Out]:
+        """Rows into the windows, their requests into the batcher; the dead letters among
+        `items` returned, to publish."""
+        forecaster = self.forecaster
+        serving = forecaster.engine is not None
+        dead: list[Out] = []
+        for item in items:
+            if isinstance(item, FeatureRow):
+                request = self.windows.apply(item, serving)
+                if request is not None:
+                    forecaster.batcher.add(request)
+            elif isinstance(item, Control):
+                forecaster.batcher.flush_now()
+            else:
+                dead.append(item)
+        self.metrics.bar(Stage.FORECAST, Outcome.IN, len(items))
+        if dead:
+            self.metrics.dlq.inc(len(dead))
+        await forecaster.after_batch()
+        return dead
+
+
+def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
+    if app.observers:
+        notify(app.observers, "observe_bar", cleaned.clean_values())
+
+
+def register_corrections(app: BarcastApp) -> None:
+    stage, feed = corrections(app)
+    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, [stage.store])
+
+    async def handle(batch: list[Record]) -> None:
+        cleaned = stage.run(batch, time.time_ns())
+        await checkpointer.publish(cleaned.outputs)
+        observe_bars(app, cleaned)
+        feed.push()
+
+    serve(app, "corrections", checkpointer, handle)
+
+
+def register_features(app: BarcastApp) -> None:
+    stage = features(app)
+    checkpointer = Checkpointer(app.runtime, app.barcast.topic_clean, [stage.store])
+
+    async def handle(batch: list[Record]) -> None:
+        featured = stage.run(clean_items(batch, app.barcast.topic_dlq))
+        await checkpointer.publish(featured.outputs)
+        featured.count(app.metrics)
+
+    serve(app, "features", checkpointer, handle)
+
+
+def register_forecast(app: BarcastApp) -> None:
+    stage = ForecastStage(app)
+    topic = app.barcast.topic_features
+    raw_topic(app, topic)
+    checkpointer = Checkpointer(app.runtime, topic, [stage.store], stage.forecaster)
+
+    async def handle(batch: list[Record]) -> None:
+        await checkpointer.publish(await stage.add(feature_items(batch, app.barcast.topic_dlq)))
+
+    serve(app, "forecast", checkpointer, handle)
+
+
+def register_pipeline(app: BarcastApp) -> None:
+    """Role `all`: the three stages on `bars.raw`, a bar handed on in memory. Faust's consumer
+    path costs the event loop ~100-150 µs per record and hop, more than the stages' own work,
+    and at a minute boundary every symbol's bar arrives at once: two hops fewer is most of a
+    burst's time on the loop."""
+    cleaning, feed = corrections(app)
+    featuring = features(app)
+    forecasting = ForecastStage(app)
+    stores: list[Store] = [cleaning.store, featuring.store, forecasting.store]
+    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, stores, forecasting.forecaster)
+
+    async def handle(batch: list[Record]) -> None:
+        cleaned = cleaning.run(batch, time.time_ns())
+        featured = featuring.run(cleaned.items)
+        await checkpointer.publish([*cleaned.outputs, *featured.outputs])
+        observe_bars(app, cleaned)
+        await forecasting.add(featured.rows)
+        feed.push()
+        featured.count(app.metrics)
+
+    serve(app, "pipeline", checkpointer, handle)
+
+
+def register_stream(app: BarcastApp) -> None:
+    register_corrections(app)
+    register_features(app)
+
+
+def register_passthrough(app: BarcastApp) -> None:
+    settings = app.barcast
+    raw_topic(app, settings.topic_clean)
+    checkpointer = Checkpointer(app.runtime, settings.topic_raw, [])
+
+    async def handle(batch: list[Record]) -> None:
+        clean = settings.topic_clean
+        outs = [Out(clean, r.key, r.value, r.timestamp_ms, r.headers, r.partition) for r in batch]
+        await checkpointer.publish(outs)
+
+    serve(app, "passthrough", checkpointer, handle)
+
+
+ROLES: dict[str, Callable[[BarcastApp], None]] = {
+    "passthrough": register_passthrough,
+    "corrections": register_corrections,
+    "all": register_pipeline,
+    "stream": register_stream,
+    "forecast": register_forecast,
+}
 
 
 def register_agents(app: BarcastApp) -> None:
-    role = app.barcast.role
-    if role == "passthrough":
-        from streams.agents import passthrough
-
-        passthrough.register(app)
-        return
-    if role == "corrections":
-        from streams.agents import corrections
-
-        corrections.register(app)
-        return
-    if role == "all":
-        from streams.agents import pipeline
-
-        pipeline.register(app)
-        return
-    if role == "stream":
-        from streams.agents import corrections, features
-
-        corrections.register(app)
-        features.register(app)
-        return
-    if role == "forecast":
-        from streams.agents import forecast
-
-        forecast.register(app)
+    ROLES[app.barcast.role](app)

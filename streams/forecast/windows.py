@@ -1,11 +1,10 @@
-"""Per-symbol sliding windows of feature rows, stored row by row so a restart rebuilds them.
+"""Per-symbol sliding windows of feature rows, stored slot by slot so a restart rebuilds them.
 
-In memory a window is a ring of `lookback` slots. In the state table each row has a key of its
-own (symbol, row number) and one meta record holds the row count: a new bar writes one row
-(~1.8 kB) instead of the whole window (~108 kB). A row is never overwritten, and rows that left
-the window are deleted only after the meta record that no longer needs them, so a crash in the
-middle of a write leaves the rows of the last complete meta record intact, and a restarted
-worker's first forecast sees exactly the window an uninterrupted worker would.
+In memory a window is a ring of `lookback` slots. In its store (streams.runtime.stores) each
+slot has a key of its own (symbol, slot) and one meta record holds the row count: a new bar
+writes one slot (~1.8 kB) instead of the whole window (~108 kB). A flush that never committed is
+not restored at all, so a restarted worker's first forecast sees exactly the window an
+uninterrupted worker would.
 """
 
 from __future__ import annotations
@@ -90,8 +89,8 @@ class SymbolWindow:
         return (row - 1) % self.lookback
 
 
-def row_key(symbol: bytes, row: int) -> bytes:
-    return symbol + b"\x00" + row.to_bytes(8, "little")
+def slot_key(symbol: bytes, slot: int) -> bytes:
+    return symbol + b"\x00" + slot.to_bytes(8, "little")
 
 
 def meta_key(symbol: bytes) -> bytes:

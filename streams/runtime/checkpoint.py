@@ -1,0 +1,184 @@
+"""The runtime's loop over a source topic: batches under one lock, and their checkpoints.
+
+A batch's records are admitted in offset order (streams.runtime.offsets), a new partition's
+stores restored first; the agent's stages run on them and publish their outputs without waiting
+for acks. The consumed records stay unacked (held) until a checkpoint, which is due once the
+oldest held record has waited `INTERVAL_S` and the worker is quiet (no stream work for
+`QUIET_S`), or, on a worker that is never quiet, once it has waited the `checkpoint_max_s`
+setting, or after `MAX_HELD` records; and before partitions move.
+
+Why so seldom: every changed state is one changelog record (a symbol's features state is ~12 kB
+compressed), so writing per batch costs up to one per bar once batches span many symbols; per
+checkpoint it is one per changed symbol. Waiting for a quiet worker keeps the writes out of a
+burst: at a minute boundary every symbol's bar arrives at once, and writing 1,000 states
+(~12 MB) mid-burst would queue the burst's last bars, and their forecasts, behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from streams.runtime.kafka_io import committed_offset, read_range
+from streams.runtime.offsets import OffsetGuard
+from streams.runtime.policy import exit_uncommitted
+from streams.runtime.records import Ackable, Out, Record
+
+if TYPE_CHECKING:
+    from streams.runtime.context import Runtime
+    from streams.runtime.stores import Store
+
+INTERVAL_S = 0.5  # below Faust's commit interval (1 s), so commits of a quiet worker are prompt
+QUIET_S = 0.1  # no stream work for this long: the burst is over
+TICK_S = 0.05  # how often idle checkpoints are looked for
+MAX_HELD = 20_000  # bounds memory
+MARK = b"checkpoint:"  # + source partition: the key of a partition's checkpoint mark
+END, NONE = 2**63 - 1, -1  # restore every record / none
+
+
+def checkpoint_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bool:
+    """Whether to checkpoint `held` records, the oldest held for `held_s`, on a worker that has
+    done no stream work for `quiet_s`, holding records at most `max_s`."""
+    if held >= MAX_HELD:
+        return True
+    return held > 0 and (held_s >= max_s or (held_s >= INTERVAL_S and quiet_s >= QUIET_S))
+
+
+class Activity:
+    """When the worker last did stream work; one per worker, so that one agent's checkpoint
+    also waits for the others' bursts (the forecast stage runs after the upstream ones)."""
+
+    def __init__(self) -> None:
+        self.last = -math.inf
+
+    def mark(self) -> None:
+        self.last = time.monotonic()
+
+
+class Downstream(Protocol):
+    """A stage that publishes on its own schedule (the forecast stage's micro-batches)."""
+
+    async def drain(self) -> None: ...
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        runtime: Runtime,
+        topic: str,
+        stores: Sequence[Store],
+        downstream: Downstream | None = None,
+    ) -> None:
+        self.runtime, self.topic, self.stores, self.downstream = runtime, topic, stores, downstream
+        self.guard = OffsetGuard(self._start, self._read)
+        # Per source partition, where the stores' last complete flush ends (see `_start`)
+        self.marks = runtime.changelog(f"{topic}-checkpoints")
+        self.marked: dict[int, int] = {}
+        self.lock = asyncio.Lock()
+        self.held: list[Ackable] = []
+        self.held_since = 0.0
+        self.sent: list[asyncio.Future] = []
+
+    async def run(
+        self,
+        records: Sequence[Record],
+        events: Sequence[Ackable],
+        handle: Callable[[list[Record]], Awaitable[None]],
+    ) -> None:
+        """`handle` one batch's records of assigned partitions, in order, each once; their
+        events stay held until a checkpoint (repeats too: acking one early would let the
+        commit pass its first delivery)."""
+        async with self.lock:
+            if not self.held:
+                self.held_since = time.monotonic()
+            self.held += events
+            owned = self.runtime.assigned(self.topic)
+            admitted = await self.guard.admit([r for r in records if r.partition in owned])
+            if admitted:
+                await handle(admitted)
+                self.runtime.activity.mark()
+            if self._due():
+                await self.checkpoint()
+
+    async def publish(self, records: Sequence[Out]) -> None:
+        """Hand a batch's outputs to the producer; the next checkpoint waits for their acks."""
+        self.sent += await self.runtime.send(records)
+
+    async def checkpoint(self) -> None:
+        """Outputs acked -> downstream stages drained -> stores flushed -> source offsets
+        committed. A failure stops the worker uncommitted: a restart replays the held records
+        onto the stores as of the last commit (streams.runtime.stores)."""
+        held, self.held = self.held, []
+        sent, self.sent = self.sent, []
+        try:
+            await asyncio.gather(*sent)
+            if self.downstream is not None:
+                await self.downstream.drain()
+            await asyncio.gather(*(store.flush() for store in self.stores))
+            await self._mark()
+            for event in held:
+                event.ack()
+            await self.runtime.commit()
+        except Exception as exc:
+            exit_uncommitted(f"a checkpoint of {self.topic} failed", exc)
+        if held:
+            self.runtime.metrics.checkpoints.inc()
+
+    async def tick(self) -> None:
+        """Checkpoint from a timer (every `TICK_S`): how a quiet worker's records commit."""
+        if self._due():
+            async with self.lock:
+                if self.held:  # the agent may have checkpointed while we waited
+                    await self.checkpoint()
+
+    async def on_revoked(self) -> None:
+        """Before partitions move: checkpoint, then forget every state; whoever owns a
+        partition next restores it from the changelog (this worker too)."""
+        async with self.lock:
+            await self.checkpoint()
+            for store in self.stores:
+                store.forget()
+            self.guard.reset()
+            self.marked.clear()
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        return checkpoint_due(
+            len(self.held),
+            now - self.held_since,
+            now - self.runtime.activity.last,
+            self.runtime.settings.checkpoint_max_s,
+        )
+
+    async def _mark(self) -> None:
+        """After the stores' flush: per partition, the offset it covers up to."""
+        if self.stores:
+            for partition, offset in self.guard.next.items():
+                if self.marked.get(partition) != offset:
+                    self.marks.put(MARK + b"%d" % partition, partition, offset, b"")
+                    self.marked[partition] = offset
+            await self.marks.flush()
+
+    async def _start(self, partition: int) -> int:
+        """Where a partition first seen resumes: the end of the stores' last complete flush,
+        as of which they are restored (the records before it, which the group's commit may
+        not cover yet, are applied already: the guard skips them); without stores, or before
+        a first complete flush, the group's committed offset (the stores start empty)."""
+        await self.marks.restore(partition, END)
+        mark = self.marks.entries.pop(MARK + b"%d" % partition, None)
+        for store in self.stores:
+            await store.restore(partition, NONE if mark is None else mark[1])
+        if mark is not None:
+            self.marked[partition] = mark[1]
+            return mark[1]
+        runtime = self.runtime
+        return await asyncio.to_thread(
+            committed_offset, runtime.settings, runtime.group, self.topic, partition
+        )
+
+    async def _read(self, partition: int, start: int, end: int) -> list[Record]:
+        settings = self.runtime.settings
+        return await asyncio.to_thread(read_range, settings, self.topic, partition, start, end)

@@ -1,0 +1,180 @@
+"""The forecast stage's asynchronous half: the dynamic micro-batcher, inference off the loop,
+and the forecasts published.
+
+Requests wait in the batcher; a flush (when `max_batch` wait, after `max_delay`, at
+END_OF_INTERVAL, or at a checkpoint) runs the model on them in micro-batches of at most
+`max_batch` in the inference thread and hands each batch's forecasts to the producer; their
+acks are awaited behind the previous flush's. The agent keeps consuming while a flush runs, so
+decoding overlaps inference; once `BACKLOG_BATCHES` x `max_batch` requests wait, the agent
+flushes itself, which is the back-pressure. A checkpoint drains it (every forecast of its
+records acked) before it flushes the windows (streams.runtime.checkpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from model.checkpoint import CheckpointError
+from streams.forecast.batcher import MicroBatcher
+from streams.forecast.engine import ForecastEngine, Served, WindowRequest
+from streams.forecast.messages import forecast_value
+from streams.metrics import Outcome, Stage
+from streams.runtime.observers import notify
+from streams.runtime.policy import exit_uncommitted
+from streams.runtime.records import Out
+from streams.schema import BAR_HEADERS, encode_forecast
+
+if TYPE_CHECKING:
+    from streams.forecast.checkpoints import CheckpointWatcher
+    from streams.runtime.context import Runtime
+    from streams.settings import Settings
+
+log = logging.getLogger("barcast.forecast")
+BACKLOG_BATCHES = 4
+Loader = Callable[[Path, ForecastEngine | None, "Settings", int], tuple[ForecastEngine, Served]]
+
+
+class Forecaster:
+    def __init__(self, runtime: Runtime, engine: ForecastEngine | None, lookback: int) -> None:
+        settings = runtime.settings
+        self.runtime = runtime
+        self.engine = engine  # None until the first checkpoint lands
+        self.lookback = lookback
+        self.topic = settings.topic_forecasts
+        self.incremental = settings.incremental_encoding
+        self.batcher: MicroBatcher[WindowRequest] = MicroBatcher(
+            settings.max_batch, settings.max_delay_ms / 1000.0
+        )
+        self.backlog = BACKLOG_BATCHES * settings.max_batch
+        self.finishing: asyncio.Future[None] | None = None  # the last flush's acks
+        self.lock = asyncio.Lock()
+        self.wakeup = asyncio.Event()
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
+
+    async def after_batch(self) -> None:
+        """A batch's requests are in the batcher: flush now if too many wait."""
+        if len(self.batcher) >= self.backlog:
+            await self.flush()
+        else:
+            self.wakeup.set()
+
+    async def flush(self) -> None:
+        async with self.lock:
+            runtime, sends, received = self.runtime, [], []
+            while len(self.batcher):
+                batch = self.batcher.take()
+                started = time.perf_counter()
+                quantiles = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, self.engine.predict, batch, self.incremental
+                )
+                runtime.activity.mark()
+                runtime.metrics.inference_seconds.observe(time.perf_counter() - started)
+                runtime.metrics.batch_size.observe(len(batch))
+                values = self._values(batch, quantiles)
+                sends += await runtime.send(self._messages(batch, values))
+                if runtime.observers:
+                    notify(runtime.observers, "observe_forecast", values)
+                received += [request.received_ns for request in batch]
+            if sends:
+                self.finishing = asyncio.ensure_future(
+                    self._finish(self.finishing, sends, received)
+                )
+                self.finishing.add_done_callback(_exit_on_failure)
+
+    async def _finish(
+        self,
+        previous: asyncio.Future[None] | None,
+        sends: list[asyncio.Future],
+        received: list[int],
+    ) -> None:
+        if previous is not None:
+            await previous
+        await asyncio.gather(*sends)
+        metrics, published = self.runtime.metrics, time.time_ns()
+        for received_ns in received:
+            metrics.bar_to_forecast_seconds.observe((published - received_ns) / 1e9)
+        metrics.forecasts.inc(len(received))
+        metrics.bar(Stage.FORECAST, Outcome.OUT, len(received))
+
+    async def drain(self) -> None:
+        """Flush, and wait until every forecast so far is acked."""
+        await self.flush()
+        if self.finishing is not None:
+            await self.finishing
+
+    def _values(self, batch: list[WindowRequest], quantiles: np.ndarray) -> list[dict[str, Any]]:
+        now, engine = time.time_ns(), self.engine
+        return [
+            forecast_value(engine, r, quantiles[i], len(batch), now) for i, r in enumerate(batch)
+        ]
+
+    def _messages(self, batch: list[WindowRequest], values: list[dict[str, Any]]) -> list[Out]:
+        return [
+            Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
+            for r, v in zip(batch, values, strict=True)
+        ]
+
+    async def flush_when_due(self) -> None:
+        """Flushes the batcher once due, while the agent is waiting for more."""
+        while True:
+            wait = self.batcher.seconds_until_due()
+            self.wakeup.clear()
+            if wait is None:
+                await self.wakeup.wait()
+                continue
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(self.wakeup.wait(), timeout=wait)
+                    continue
+                except TimeoutError:
+                    pass
+            try:
+                await self.flush()
+            except Exception as exc:
+                exit_uncommitted("a flush of forecasts failed", exc)
+
+    async def reload(self, watcher: CheckpointWatcher, load: Loader) -> None:
+        """Validate a new checkpoint off the loop, then swap it in between batches; the
+        step-encoding cache belongs to the old weights, so it goes with them."""
+        path = watcher.poll()
+        if path is None:
+            return
+        first = self.engine is None
+        try:
+            engine, served = await asyncio.to_thread(
+                load, path, self.engine, self.runtime.settings, self.lookback
+            )
+        except CheckpointError as exc:
+            watcher.reject(path)
+            log.error("not serving %s: %s", path, exc)
+            return
+        async with self.lock:
+            engine.swap(served)
+            self.engine = engine
+        watcher.accept(path)
+        self.runtime.metrics.model_reloads.inc()
+        self.runtime.metrics.set_model(engine.model_id, engine.fingerprint)
+        what = "serving the first checkpoint" if first else "hot-reloaded checkpoint"
+        log.info("%s %s from %s", what, engine.model_id, watcher.current)
+
+
+def _exit_on_failure(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and (error := future.exception()) is not None:
+        exit_uncommitted("publishing a flush of forecasts failed", error)
+
+
+def inference_threads() -> int:
+    """torch's intra-op threads in a worker. One core stays with the event loop (consumption,
+    heartbeats, publishing): torch's threads spinning on it would slow both sides. Forecasts
+    are bit-identical for one thread count only (reductions split differently), so an offline
+    reference must run with as many."""
+    return max(1, (os.cpu_count() or 2) - 1)

@@ -1,0 +1,152 @@
+"""barcast's one error policy, which tells the record from the infrastructure.
+
+A record that cannot be processed (the corrections reasons, a record a stage cannot read) goes
+to `bars.dlq` with its original key and value bytes and Kafka Connect's dead-letter headers, and
+the stream goes on. So does an output the producer cannot take: any record over
+`BARCAST_MAX_RECORD_BYTES` is replaced, before it reaches the producer, by a bounded copy on
+`bars.dlq` (the first `KEPT_BYTES` of its key and value) whose `barcast-truncated` header holds
+the original sizes and `barcast-sha256` the original value's digest; the original of a dead
+letter stays on its source topic at the offset its headers name.
+
+Anything else that fails is the infrastructure's, or a bug: the worker stops at once without
+committing (`exit_uncommitted`), so a restarted worker processes the failed records again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, NoReturn
+
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from streams.runtime.records import Out, Record
+from streams.schema import DLQ_MESSAGE, DLQ_REASON, DeadLetterHeaders, encode_dlq_headers
+
+if TYPE_CHECKING:
+    from streams.metrics import Metrics
+
+log = logging.getLogger("barcast.runtime")
+
+TRUNCATED_HEADER = "barcast-truncated"  # "KEY_BYTES,VALUE_BYTES" of the original record
+SHA256_HEADER = "barcast-sha256"  # hex digest of the original value
+INTENDED_TOPIC_HEADER = "barcast-intended-topic"  # where an unpublishable output was going
+KEPT_BYTES = 16_384  # of a bounded copy's key and of its value
+HEADROOM = 4_096  # below the limit, records are not measured exactly: far below it
+# Exit codes of a worker that stops uncommitted; the orchestrator restarts it either way.
+EXIT_BROKER_FAILED = 69  # EX_UNAVAILABLE: the Kafka cluster failed a request (send, acks)
+EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: a bug in barcast
+
+
+class Reason(StrEnum):
+    """Reason codes of the dead letters written outside the corrections rules (theirs are
+    streams.corrections.Reason)."""
+
+    MALFORMED = "malformed"  # a record its stage cannot read
+    REFUSED = "refused"  # a bar the feature engine refuses
+    UNPUBLISHABLE = "unpublishable"  # an output over BARCAST_MAX_RECORD_BYTES
+
+
+def dead_letter(
+    dlq_topic: str,
+    key: bytes | None,
+    value: bytes,
+    source: tuple[str, int, int],
+    reason: str,
+    message: str,
+    partition: int | None,
+) -> Out:
+    """A `bars.dlq` record for `value` read at `source` (topic, partition, offset)."""
+    topic, source_partition, offset = source
+    headers = encode_dlq_headers(
+        DeadLetterHeaders(topic, source_partition, offset, reason, message)
+    )
+    return Out(dlq_topic, key, value, None, headers, partition)
+
+
+def record_dead_letter(dlq_topic: str, record: Record, reason: str, message: str) -> Out:
+    """A dead letter for a consumed record, with its original bytes."""
+    source = (record.topic, record.partition, record.offset)
+    return dead_letter(
+        dlq_topic, record.key, record.value, source, reason, message, record.partition
+    )
+
+
+def record_bytes(record: Out) -> int:
+    """The most bytes `record` takes in a record batch (aiokafka's own estimate)."""
+    return int(
+        DefaultRecordBatchBuilder.estimate_size_in_bytes(record.key, record.value, record.headers)
+    )
+
+
+def publishable(
+    records: Sequence[Out], limit: int, dlq_topic: str, metrics: Metrics
+) -> Sequence[Out]:
+    """`records`, each one over `limit` bytes replaced by its bounded copy on `dlq_topic`."""
+    quick = limit - HEADROOM
+    if all(len(r.value) + len(r.key or b"") < quick for r in records):
+        return records
+    return [
+        r if record_bytes(r) <= limit else bounded(r, limit, dlq_topic, metrics) for r in records
+    ]
+
+
+def bounded(record: Out, limit: int, dlq_topic: str, metrics: Metrics) -> Out:
+    key, value = record.key or b"", record.value
+    size = record_bytes(record)
+    if record.topic == dlq_topic:  # a dead letter already: same headers, bounded bytes
+        headers = list(record.headers)
+    else:
+        message = (
+            f"a {record.topic} record of {size} bytes exceeds BARCAST_MAX_RECORD_BYTES={limit}"
+        )
+        log.error("%s; its first %d bytes go to %s", message, KEPT_BYTES, dlq_topic)
+        metrics.dlq.inc()
+        headers = [
+            (DLQ_REASON, Reason.UNPUBLISHABLE.encode()),
+            (DLQ_MESSAGE, message.encode()),
+            (INTENDED_TOPIC_HEADER, record.topic.encode()),
+        ]
+    headers += [
+        (TRUNCATED_HEADER, f"{len(key)},{len(value)}".encode()),
+        (SHA256_HEADER, hashlib.sha256(value).hexdigest().encode()),
+    ]
+    return Out(
+        dlq_topic,
+        key[:KEPT_BYTES],
+        value[:KEPT_BYTES],
+        record.timestamp_ms,
+        headers,
+        record.partition,
+    )
+
+
+def exit_uncommitted(what: str, error: BaseException) -> NoReturn:
+    """End the process now, leaving the failed records' offsets uncommitted. A Kafka error is
+    the cluster's, logged on one line and exit 69; anything else is a bug, exit 70."""
+    code = exit_code(error)
+    if code == EXIT_BROKER_FAILED:
+        log.critical(
+            "%s: the Kafka cluster failed (%s: %s); exiting %d without committing: check the "
+            "brokers in BARCAST_BROKER and that they take records of BARCAST_MAX_RECORD_BYTES",
+            what,
+            type(error).__name__,
+            error,
+            code,
+        )
+    else:
+        log.critical("%s; exiting %d without committing", what, code, exc_info=error)
+    logging.shutdown()
+    os._exit(code)
+
+
+def exit_code(error: BaseException) -> int:
+    """69 for a failure of the Kafka cluster (a request, an ack), 70 for anything else."""
+    from aiokafka.errors import KafkaError
+
+    if isinstance(error, KafkaError | ConnectionError | TimeoutError):
+        return EXIT_BROKER_FAILED
+    return EXIT_AGENT_FAILED

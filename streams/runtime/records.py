@@ -1,0 +1,94 @@
+"""The typed records of the runtime: a consumed record, a record to publish, and what one stage
+hands the next (in memory in the one-agent pipeline, through a topic in the split roles).
+
+Each carries the partition and offset of the source record it came from (the record consumed
+by the agent running the stage): stores tag their writes with it (streams.runtime.stores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from streams.schema import CONTROL_HEADERS, CleanBarValue, Headers
+
+
+@dataclass(slots=True)
+class Record:
+    """A record as consumed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: float
+    key: bytes | None
+    value: bytes
+    headers: Headers
+
+
+@dataclass(slots=True)
+class Out:
+    """A record to publish; every one names its partition (see streams.runtime.producer)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    timestamp_ms: float | None = None
+    headers: Headers = field(default_factory=list)
+    partition: int | None = None
+
+
+class Ackable(Protocol):
+    """What the runtime holds of a consumed record until its checkpoint: a Faust event."""
+
+    def ack(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class Control:
+    """An END_OF_INTERVAL record passing through the stages to the same partition of each
+    next topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: float
+    ts_event: int
+
+    def forward(self, topic: str) -> Out:
+        return Out(topic, self.key, self.value, self.timestamp_ms, CONTROL_HEADERS, self.partition)
+
+
+@dataclass(slots=True)
+class CleanBar:
+    """A `bars.clean` bar: its value, and when it entered barcast (None: unknown). `topic`,
+    `partition`, `offset`: the record it came from (on `bars.raw` in the one-agent pipeline)."""
+
+    topic: str
+    key: bytes
+    partition: int
+    offset: int
+    timestamp_ms: float
+    value: CleanBarValue
+    received_ns: int | None
+
+
+@dataclass(slots=True)
+class FeatureRow:
+    """A bar's feature row (a `features` record's fields, the values decoded)."""
+
+    key: bytes
+    partition: int
+    offset: int
+    timestamp_ms: float
+    received_ns: int | None
+    symbol: str
+    ts_event: int
+    close: float
+    synthetic: bool
+    warm: bool
+    values: np.ndarray
+    fingerprint: str

@@ -1,0 +1,237 @@
+"""Clean bars -> feature rows: the Numba engine, one call per batch for all symbols.
+
+Each symbol's state is its engine state plus the ts_event of its last bar. A bar at or before
+that ts_event is a repeat that an upstream restart re-published (bars.clean carries each
+symbol's bars in strictly increasing time otherwise): it was applied already and is skipped,
+so the feature rows stay exactly those of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import zstandard
+
+from features import engine
+from streams.corrections import SYNTHETIC
+from streams.metrics import Metrics, Outcome, Stage
+from streams.runtime.policy import Reason, dead_letter, record_dead_letter
+from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
+from streams.runtime.stages.corrections import control_of
+from streams.runtime.stores import StateStore
+from streams.schema import (
+    PRICE_SCALE,
+    FeaturesValue,
+    bar_headers,
+    decode_clean,
+    decode_received_ns,
+    encode_clean,
+    encode_feature_values,
+    encode_features,
+    engine_columns,
+)
+
+_LAST_TS = struct.Struct("<q")  # ts_event of the symbol's last bar, before the engine state
+NO_TS = -(2**63)
+
+
+@dataclass(slots=True)
+class SymbolFeatures:
+    """A symbol's engine state and the ts_event of its last bar: its stored state."""
+
+    last_ts: int = NO_TS
+    vector: np.ndarray = field(default_factory=lambda: engine.new_states(1)[0])
+
+    def to_bytes(self) -> bytes:
+        """Compressed: an engine state is ~40 kB, a third of it zeros, and every changed
+        symbol writes one per checkpoint; zstd's fastest level makes it ~12 kB for ~0.1 ms."""
+        state = _LAST_TS.pack(self.last_ts) + engine.state_to_bytes(self.vector)
+        return zstandard.compress(state, 1)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SymbolFeatures:
+        data = zstandard.decompress(data)
+        state = engine.state_from_bytes(data[_LAST_TS.size :])
+        return cls(_LAST_TS.unpack_from(data)[0], state)
+
+
+def features_value(row: FeatureRow) -> FeaturesValue:
+    """The `features` topic value of a row."""
+    return {
+        "symbol": row.symbol,
+        "ts_event": row.ts_event,
+        "close": row.close,
+        "fingerprint": row.fingerprint,
+        "warm": row.warm,
+        "synthetic": row.synthetic,
+        "values": encode_feature_values(row.values),
+    }
+
+
+Item = CleanBar | Control | Out  # Out: a dead letter, passed on in order
+
+
+def clean_items(records: Sequence[Record], dlq_topic: str) -> list[Item]:
+    """`bars.clean` records as the stage's input; one it cannot read becomes a dead letter."""
+    items: list[Item] = []
+    for r in records:
+        control = control_of(r)
+        if control is not None:
+            items.append(control)
+            continue
+        try:
+            bar = decode_clean(r.value)
+        except ValueError as exc:
+            items.append(record_dead_letter(dlq_topic, r, Reason.MALFORMED, str(exc)))
+            continue
+        received = decode_received_ns(r.headers)
+        key, ms = r.key or b"", r.timestamp_ms
+        items.append(CleanBar(r.topic, key, r.partition, r.offset, ms, bar, received))
+    return items
+
+
+@dataclass(slots=True)
+class Featured:
+    """A batch's outputs, and its rows and control records in order for the next stage."""
+
+    outputs: list[Out]
+    rows: list[FeatureRow | Control]
+    bars: int  # bars the engine was given
+    refused: int
+    malformed: int
+
+    def count(self, metrics: Metrics) -> None:
+        metrics.bar(Stage.FEATURES, Outcome.IN, self.bars + self.malformed)
+        metrics.bar(Stage.FEATURES, Outcome.OUT, self.bars - self.refused)
+        if self.malformed or self.refused:
+            metrics.dlq.inc(self.malformed + self.refused)
+
+
+class Features:
+    def __init__(self, store: StateStore[SymbolFeatures], topic: str, dlq_topic: str) -> None:
+        self.store, self.topic, self.dlq_topic = store, topic, dlq_topic
+
+    def run(self, items: Sequence[Item]) -> Featured:
+        """Advance the states of every symbol in one engine call; outputs in arrival order,
+        the engine's refusals (dead letters) last."""
+        rows: dict[bytes, int] = {}
+        symbols: list[SymbolFeatures] = []
+        last: list[CleanBar | None] = []  # each row's last new bar: its offset tags the write
+        bars: list[tuple[CleanBar, int]] = []
+        malformed = 0
+        for item in items:
+            if isinstance(item, CleanBar):
+                row = rows.get(item.key)
+                if row is None:
+                    row = rows[item.key] = len(symbols)
+                    symbols.append(self.store.read(item.key, item.partition))
+                    last.append(None)
+                symbol = symbols[row]
+                if item.value["ts_event"] <= symbol.last_ts:  # re-published upstream
+                    continue
+                symbol.last_ts = item.value["ts_event"]
+                last[row] = item
+                bars.append((item, row))
+            elif isinstance(item, Out):
+                malformed += 1
+        computed, refusals = self._compute(symbols, bars, last)
+        outputs: list[Out] = []
+        next_rows: list[FeatureRow | Control] = []
+        for item in items:
+            if isinstance(item, Out):
+                outputs.append(item)
+            elif isinstance(item, Control):
+                outputs.append(item.forward(self.topic))
+                next_rows.append(item)
+            elif (row := computed.get(id(item))) is not None:
+                outputs.append(self._out(row))
+                next_rows.append(row)
+        for key, row in rows.items():
+            if (bar := last[row]) is not None:
+                self.store.write(key, bar.partition, bar.offset, symbols[row])
+        outputs += refusals
+        return Featured(outputs, next_rows, len(bars), len(refusals), malformed)
+
+    def _out(self, row: FeatureRow) -> Out:
+        value = encode_features(features_value(row))
+        return Out(
+            self.topic,
+            row.key,
+            value,
+            row.timestamp_ms,
+            bar_headers(row.received_ns),
+            row.partition,
+        )
+
+    def _compute(
+        self,
+        symbols: list[SymbolFeatures],
+        bars: list[tuple[CleanBar, int]],
+        last: list[CleanBar | None],
+    ) -> tuple[dict[int, FeatureRow], list[Out]]:
+        """Rows by id(bar): all bars in one engine call; should the engine refuse the batch
+        (it validates every bar before it moves any state), bar by bar, the bars it refuses
+        becoming dead letters."""
+        if not bars:
+            return {}, []
+        state = np.stack([symbol.vector for symbol in symbols])
+        columns = engine_columns([bar.value for bar, _ in bars])  # type: ignore[misc]
+        index = np.array([row for _, row in bars], dtype=np.int64)
+        try:
+            values, warm = engine.update_many(state, index, *columns)
+            computed = {
+                id(b): feature_row(b, values[i], bool(warm[i])) for i, (b, _) in enumerate(bars)
+            }
+            refusals: list[Out] = []
+        except ValueError:
+            computed, refusals = self._one_by_one(state, bars, columns)
+        for row, symbol in enumerate(symbols):
+            if last[row] is not None:
+                np.copyto(symbol.vector, state[row])
+        return computed, refusals
+
+    def _one_by_one(
+        self, state: np.ndarray, bars: list[tuple[CleanBar, int]], columns: tuple[np.ndarray, ...]
+    ) -> tuple[dict[int, FeatureRow], list[Out]]:
+        computed: dict[int, FeatureRow] = {}
+        refusals: list[Out] = []
+        for i, (bar, row) in enumerate(bars):
+            try:
+                values, warm = engine.update_many(
+                    state[row : row + 1], np.zeros(1, np.int64), *(c[i : i + 1] for c in columns)
+                )
+            except ValueError as exc:
+                refusals.append(self._refused(bar, exc))
+                continue
+            computed[id(bar)] = feature_row(bar, values[0], bool(warm[0]))
+        return computed, refusals
+
+    def _refused(self, bar: CleanBar, exc: ValueError) -> Out:
+        """A dead letter of the bar's `bars.clean` bytes, naming the record it came from."""
+        why = f"refused by the feature engine: {exc}"
+        source = (bar.topic, bar.partition, bar.offset)
+        value = encode_clean(bar.value)
+        return dead_letter(
+            self.dlq_topic, bar.key, value, source, Reason.REFUSED, why, bar.partition
+        )
+
+
+def feature_row(bar: CleanBar, values: np.ndarray, warm: bool) -> FeatureRow:
+    value = bar.value
+    return FeatureRow(
+        key=bar.key,
+        partition=bar.partition,
+        offset=bar.offset,
+        timestamp_ms=bar.timestamp_ms,
+        received_ns=bar.received_ns,
+        symbol=value["symbol"],
+        ts_event=value["ts_event"],
+        close=value["close"] * PRICE_SCALE,
+        synthetic=value.get("status") == SYNTHETIC,
+        warm=warm,
+        values=values,
+        fingerprint=engine.FINGERPRINT,
+    )

@@ -1,0 +1,185 @@
+"""Stores: the worker's state (corrections states, feature states, forecast windows), in
+memory, made durable in a changelog topic that the runtime owns (no Faust table).
+
+Interface: `read(key, partition)` a key's state, `write(key, partition, offset, state)` it as
+changed by the source record at `offset` of `partition`, `flush()` every change to the
+changelog (acked), `restore(partition, boundary)` a partition's states after an assignment.
+
+Each changelog record carries the source partition and offset of the input that wrote it (its
+value is `<offset, partition>` + the state bytes; the changelog partition is the source
+partition, so a store is co-partitioned with its topic). A checkpoint flushes every store, then
+marks per source partition the offset the flush covers up to (streams.runtime.checkpoint), then
+commits. A restore takes a partition's last mark as its boundary: a record at or past it belongs
+to a flush that never completed and is not restored; the worker resumes at the boundary, and the
+inputs from there apply once more to the states as they were. So every store is restored
+exactly as of one boundary, and the records before it are skipped once, by the runtime. (The log
+cleaner never compacts a partition's active segment, and the next checkpoint rewrites every key
+such a skipped record held.)
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+from streams.forecast.windows import SymbolWindow, meta_key, slot_key
+
+log = logging.getLogger("barcast.runtime")
+
+_HEAD = struct.Struct("<qi")  # source offset, source partition
+S = TypeVar("S")
+
+
+class ChangelogIO(Protocol):
+    async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None: ...
+
+    async def read(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]: ...
+
+
+class Store(Protocol):
+    """What the runtime does with every store (reads and writes are each store's own):
+    `restore` a partition it holds nothing of, `forget` everything when partitions move."""
+
+    async def flush(self) -> None: ...
+
+    async def restore(self, partition: int, boundary: int) -> None: ...
+
+    def forget(self) -> None: ...
+
+
+class Changelog:
+    """A store's encoded entries (key -> source partition, offset, bytes) and its topic."""
+
+    def __init__(self, topic: str, io: ChangelogIO) -> None:
+        self.topic, self.io = topic, io
+        self.entries: dict[bytes, tuple[int, int, bytes]] = {}
+        self.unsent: dict[int, list[tuple[bytes, bytes]]] = {}
+
+    def put(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
+        self.entries[key] = (partition, offset, payload)
+        self.unsent.setdefault(partition, []).append((key, _HEAD.pack(offset, partition) + payload))
+
+    async def flush(self) -> None:
+        unsent, self.unsent = self.unsent, {}
+        if unsent:
+            await self.io.write(self.topic, unsent)
+
+    async def restore(self, partition: int, boundary: int) -> None:
+        """The partition's entries written by source records before `boundary` (see the module
+        doc), on a partition this store holds nothing of (never seen, or forgotten since)."""
+        records = await self.io.read(self.topic, partition)
+        skipped = 0
+        for key, value in records:
+            offset, source = _HEAD.unpack_from(value)
+            if offset < boundary:
+                self.entries[key] = (source, offset, value[_HEAD.size :])
+            else:
+                skipped += 1
+        if records:
+            log.info(
+                "Restoring state from changelog topics: %s[%d], %d records (%d written from "
+                "offset %d on by a flush that never completed, whose inputs are replayed)",
+                self.topic, partition, len(records), skipped, boundary,
+            )  # fmt: skip
+
+    def keys_in(self, partition: int) -> list[bytes]:
+        return [key for key, entry in self.entries.items() if entry[0] == partition]
+
+
+class StateStore(Generic[S]):
+    """One state per key, decoded once and kept decoded; encoded at flush."""
+
+    def __init__(
+        self,
+        changelog: Changelog,
+        decode: Callable[[bytes], S],
+        encode: Callable[[S], bytes],
+        new: Callable[[], S],
+    ) -> None:
+        self.changelog, self.decode, self.encode, self.new = changelog, decode, encode, new
+        self.states: dict[bytes, S] = {}
+        self.changed: dict[bytes, tuple[int, int]] = {}  # key -> partition, offset
+
+    def read(self, key: bytes, partition: int) -> S:
+        state = self.states.get(key)
+        if state is None:
+            entry = self.changelog.entries.get(key)
+            state = self.states[key] = self.new() if entry is None else self.decode(entry[2])
+        return state
+
+    def write(self, key: bytes, partition: int, offset: int, state: S) -> None:
+        self.states[key] = state
+        self.changed[key] = (partition, offset)
+
+    def keys_in(self, partition: int) -> list[bytes]:
+        """Keys with state from source partition `partition`: stored or changed since."""
+        keys = self.changelog.keys_in(partition)
+        keys += [key for key, (p, _) in self.changed.items() if p == partition]
+        return list(dict.fromkeys(keys))
+
+    async def flush(self) -> None:
+        changed, self.changed = self.changed, {}
+        for key in sorted(changed):
+            partition, offset = changed[key]
+            self.changelog.put(key, partition, offset, self.encode(self.states[key]))
+        await self.changelog.flush()
+
+    async def restore(self, partition: int, boundary: int) -> None:
+        await self.changelog.restore(partition, boundary)
+
+    def forget(self) -> None:
+        self.states.clear()
+        self.changed.clear()
+        self.changelog.entries.clear()
+
+
+class WindowStore:
+    """Per-symbol forecast windows, stored slot by slot: a new bar writes its slot (~1.8 kB)
+    and the window's row count, not the whole window (~108 kB)."""
+
+    def __init__(self, changelog: Changelog, lookback: int, n_features: int) -> None:
+        self.changelog, self.lookback, self.n_features = changelog, lookback, n_features
+        self.windows: dict[bytes, SymbolWindow] = {}
+        self.flushed: dict[bytes, int] = {}  # key -> row count at its last flush
+        self.changed: dict[bytes, tuple[int, int]] = {}
+
+    def read(self, key: bytes, partition: int) -> SymbolWindow:
+        window = self.windows.get(key)
+        if window is None:
+            window = self.windows[key] = SymbolWindow(self.lookback, self.n_features)
+            entries = self.changelog.entries
+            meta = entries.get(meta_key(key))
+            if meta is not None:
+                window.load_meta(meta[2])
+                for row in window.rows():
+                    slot = window.slot_of(row)
+                    window.load_slot(slot, entries[slot_key(key, slot)][2])
+            self.flushed[key] = window.count
+        return window
+
+    def write(self, key: bytes, partition: int, offset: int, window: SymbolWindow) -> None:
+        self.changed[key] = (partition, offset)
+
+    async def flush(self) -> None:
+        """The slots of rows appended since the last flush, then the row count."""
+        changed, self.changed = self.changed, {}
+        put = self.changelog.put
+        for key, (partition, offset) in changed.items():
+            window = self.windows[key]
+            for row in range(max(self.flushed[key] + 1, window.rows().start), window.count + 1):
+                slot = window.slot_of(row)
+                put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
+            put(meta_key(key), partition, offset, window.meta_bytes())
+            self.flushed[key] = window.count
+        await self.changelog.flush()
+
+    async def restore(self, partition: int, boundary: int) -> None:
+        await self.changelog.restore(partition, boundary)
+
+    def forget(self) -> None:
+        self.windows.clear()
+        self.flushed.clear()
+        self.changed.clear()
+        self.changelog.entries.clear()
