@@ -117,6 +117,19 @@ def test_the_view_is_json() -> None:
     assert "3</b> messages (bars.raw 3)" in render.cards(board.view({"bars.raw": 3, "x": 0}))
 
 
+def test_the_browser_check_fails_on_a_page_without_a_fan(tmp_path: Path) -> None:
+    board = Board(clock=lambda: START)
+    for i in range(30):  # closes, but no forecast yet
+        board.observe_bar(bar(START + i * MINUTE, 1.1, symbol="6EH4"))
+    page = tmp_path / "page.html"
+    page.write_text(render.page(board.view()))
+    with Browser(tmp_path / "chromium") as browser:
+        browser.open(page.as_uri())
+        assert browser.wait_for("document.querySelector('path.close') !== null", 30)
+        with pytest.raises(AssertionError, match="no forecast yet"):
+            browser.wait_for(f'document.querySelector("{FAN}") !== null', 2)
+
+
 @pytest.mark.integration
 def test_the_page_draws_a_fan_in_a_browser_while_a_file_is_replayed(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
