@@ -20,6 +20,7 @@ from streams.backtest import figures, html, inputs
 from streams.backtest.collect import Collected, collect
 from streams.backtest.scores import score_table
 from streams.broker import EmbeddedBroker
+from streams.forecast.messages import quantile_name
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.process import WorkerProcess
 from streams.settings import EMBEDDED, Settings
@@ -52,7 +53,7 @@ def run_backtest(
         run_settings = replace(run_settings, role="all", model_dir=checkpoint, work_dir=work)
         ensure_topics(run_settings, pipeline_topics(run_settings))
         collected = replay_and_collect(run_settings, replayed, meta.config.lookback)
-    quantiles = [f"q{round(q * 100):02d}" for q in meta.config.quantiles]
+    quantiles = [quantile_name(q) for q in meta.config.quantiles]
     table = score_table(collected.forecasts, collected.clean, meta.config.horizon, quantiles)
     report = {
         "barcast_backtest": REPORT_VERSION,
