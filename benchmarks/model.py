@@ -54,7 +54,7 @@ from streams.forecast.programs import chunk_programs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "model.json"
 BATCHES = (1, 8, 64, 256)
-GOALS = {"speedup_batch_256": 10.0, "speedup_batch_1": 5.0}
+GOALS = {"speedup_batch_256": 10.0, "speedup_batch_1": 5.0, "cached_batch_1_ms": 3.2}
 
 
 def require_ptf() -> None:
@@ -360,6 +360,9 @@ def main() -> None:
         "batches": rows,
         "goals": GOALS,
         "goals_met": {name: goals_met(rows, memory, name) for name in ptf},
+        "cached_goal_met": rows["1"]["barcast_cached_ms"] <= GOALS["cached_batch_1_ms"]
+        if "1" in rows
+        else None,
         "provenance": provenance | {"loadavg_end": loadavg()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
