@@ -35,5 +35,5 @@ def _moved(path: str) -> str:
     return (
         f"Faust's consumer has no {path} (faust-streaming {version('faust-streaming')}, "
         f"aiokafka {version('aiokafka')}): barcast sets the fetch wait there; update "
-        "streams.faust_app.FETCHER_PATH for these versions or pin the ones in pyproject.toml"
+        "streams.internals.FETCHER_PATH for these versions or pin the ones in pyproject.toml"
     )
