@@ -39,7 +39,7 @@ import torch
 
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
-from streams.forecast.engine import ENCODE_ROWS, FORWARD_ROWS, ForecastEngine, WindowRequest
+from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.programs import chunk_programs
 from streams.settings import REPO_ROOT, Settings
 
@@ -113,7 +113,8 @@ def emulated_bf16(
     anything, more rounding than on the GPU."""
     served = reference.served
     model, cpu = served.forecaster.model, torch.device("cpu")
-    programs = chunk_programs(model, cpu, "bf16", FORWARD_ROWS, ENCODE_ROWS)  # eager
+    rows = served.programs.forward_rows, served.programs.encode_rows
+    programs = chunk_programs(model, cpu, "bf16", *rows)  # eager, the engine's chunks
     engine = copy.copy(reference)
     engine.swap(replace(served, programs=programs, cache={}, static={}))
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -31,7 +31,7 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
 Anchor, same run: the engine alone (`ForecastEngine.predict` in this process, same device,
 threads and chunking) on the burst's 1,000 windows, so the ratio burst / inference is what Kafka,
 Faust and the agents add on top of the model; one window at a time both unpadded (as the worker
-with max_batch=1) and padded to a 64-row chunk (the batch-invariant chunks of max_batch > 1).
+with max_batch=1) and padded to a whole chunk (the batch-invariant chunks of max_batch > 1).
 
     NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pipeline.py \
         [--symbols 1000] [--minutes 190] [--checkpoint DIR | --hidden 16 --heads 2] \
@@ -316,7 +316,7 @@ def table(result: dict) -> str:
         ("burst / engine alone", result["burst_over_inference"], "x"),
         ("engine alone, one by one", anchor["inference_1000_nobatch_ms"], "ms (unpadded)"),
         ("engine alone, one by one", anchor["inference_1000_nobatch_padded_ms"],
-         "ms (each padded to 64 rows)"),
+         "ms (each padded to a whole chunk)"),
         ("worker peak RSS", memory["peak_rss_mb"],
          f"MB ({memory['symbols']:,} symbols; ready {memory['ready_rss_mb']} MB)"),
         ("  of it, per-symbol state", sum(memory["per_symbol_mb"].values()),

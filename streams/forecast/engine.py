@@ -25,18 +25,21 @@ from streams.settings import Settings
 
 # Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
 # on fixed-size row chunks, padded, makes every forecast bit-identical whatever else shared its
-# micro-batch: a restarted worker, a replay with other timing or max_batch=1 all agree exactly,
-# and a step encoded incrementally equals the same step encoded within a whole window.
+# micro-batch: a restarted worker or a replay with other timing agree exactly, and a step
+# encoded incrementally equals the same step encoded within a whole window.
 # A row's rounding must not depend on where in its chunk it lands either, so chunks are
 # multiples of 16 rows and each fits one CPU block of VariableSelection (tests hold the engine
-# to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often (a burst
-# of 1,000 windows runs 16 forward chunks, not 63) but make a lone window cost a whole chunk;
-# static contexts, computed once per symbol, keep small chunks.
+# to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often but make
+# a lone window, or a live minute of a few symbols, pay for a whole chunk. On CPU a forward at
+# the serving sizes costs per row, not per op, so its chunks are the smallest, 16 rows: a burst
+# costs the same as in 64-row chunks and a lone window a quarter. On CUDA a chunk costs its
+# kernel launches whatever its rows: bursts there want few, big chunks. An encoding chunk is
+# cheap; static contexts, computed once per symbol, keep small chunks.
 # With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
 # already the same for every window: no padding, and forecasts agree exactly across restarts and
 # replays of that setting (they round differently from padded chunks' by float rounding).
 ENCODE_ROWS = 64
-FORWARD_ROWS = 64
+FORWARD_ROWS = {"cpu": 16, "cuda": 64}
 STATIC_ROWS = 16
 
 
@@ -96,7 +99,7 @@ class ForecastEngine:
         """`padded`: fixed chunks of FORWARD_ROWS windows and ENCODE_ROWS steps, so that any
         batch composition gives the same forecasts; else chunks of one (one window per call)."""
         self.device_setting = device
-        self.rows = (FORWARD_ROWS, ENCODE_ROWS) if padded else (1, 1)
+        self.padded = padded
         self.served = self.prepare(path)
 
     @classmethod
@@ -110,12 +113,8 @@ class ForecastEngine:
             device=self.device_setting,
             expected_fingerprint=feature_engine.FINGERPRINT,
         )
-        programs = chunk_programs(
-            forecaster.model,
-            forecaster.device,
-            forecaster.precision,
-            *self.rows,
-        )
+        rows = (FORWARD_ROWS[forecaster.device.type], ENCODE_ROWS) if self.padded else (1, 1)
+        programs = chunk_programs(forecaster.model, forecaster.device, forecaster.precision, *rows)
         return Served(forecaster, path, programs)
 
     def swap(self, served: Served) -> None:
