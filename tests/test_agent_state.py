@@ -1,20 +1,30 @@
-"""The runtime's stores: restored exactly as of a checkpoint's boundary (a flush that never
+"""The runtime's stages, chained in memory without a broker, equal the pure engines; its stores
+are restored exactly as of a checkpoint's boundary (a flush that never
 completed is not restored, the one before it is), and their changelog flushes through the real
 broker end below the partition's high watermark, where a restore stops."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
+import orjson
+import pandas as pd
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
 
+from streams.corrections import CorrectionConfig, SymbolState, correct_history
 from streams.forecast.windows import SymbolWindow
 from streams.kafka import ensure_topics
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
+from streams.runtime.records import Record
+from streams.runtime.stages.corrections import Corrections
+from streams.runtime.stages.features import Features, SymbolFeatures
 from streams.runtime.stores import Changelog, StateStore, WindowStore
+from streams.schema import DLQ_TOPIC
 from streams.settings import Settings
+from tests.bar_streams import expected_features, faulty_stream
 from tests.kafka_io import read_topic
 
 
@@ -153,3 +163,42 @@ def test_the_high_watermark_covers_every_record_of_a_flush(
     stored = read_topic(broker, topic, expected=len(records))
     assert [(m.key, m.value) for m in stored] == records
     assert read_changelog(broker_settings, topic, 0) == records
+
+
+def stages(io: MemoryChangelogs) -> tuple[Corrections, Features]:
+    corrections = Corrections(
+        StateStore(Changelog("c", io), SymbolState.from_bytes, SymbolState.to_bytes, SymbolState),
+        CorrectionConfig(),
+        ("bars.raw", "bars.clean", "bars.dlq"),
+    )
+    features = Features(
+        StateStore(
+            Changelog("f", io), SymbolFeatures.from_bytes, SymbolFeatures.to_bytes, SymbolFeatures
+        ),
+        "features",
+        "bars.dlq",
+    )
+    return corrections, features
+
+
+def test_the_stages_chained_in_memory_equal_the_pure_engines(sixe_bars: pd.DataFrame) -> None:
+    """No broker, no Faust: raw records through corrections and features, in three batches."""
+    values = faulty_stream(sixe_bars, 600)
+    expected = correct_history(values)
+    raw = [Record("bars.raw", 0, i, 0.0, b"6EH4", v, []) for i, v in enumerate(values)]
+    corrections, features = stages(MemoryChangelogs())
+    clean, letters, rows = [], [], []
+    for start in range(0, len(raw), 250):
+        cleaned = corrections.run(raw[start : start + 250], now_ns=time.time_ns())
+        featured = features.run(cleaned.items)
+        clean += [o for o in cleaned.outputs if o.topic == "bars.clean"]
+        letters += [o for o in cleaned.outputs if o.topic == "bars.dlq"]
+        rows += featured.rows
+    assert [orjson.loads(o.value) for o in clean] == expected.clean
+    assert len(letters) == expected.stats.rejected
+    assert all(dict(o.headers)[DLQ_TOPIC] == b"bars.raw" for o in letters)
+    values_, warm = expected_features(expected.clean)
+    assert [r.values.tobytes() for r in rows] == [v.tobytes() for v in values_]  # type: ignore[union-attr]
+    assert [r.warm for r in rows] == list(warm)  # type: ignore[union-attr]
+    again = features.run(cleaned.items)  # a repeat, as an upstream restart re-publishes it
+    assert again.rows == [] and again.outputs == []
