@@ -1,0 +1,176 @@
+"""The forecast stage's scoring and online calibration (streams.runtime.stages.scores), without a
+broker: its scores equal `score_offline` of what it published, its calibrated forecasts do not
+depend on how far the bars ran ahead of the forecasts, and its stores restore exactly as of a
+checkpoint, the replay from there publishing the same bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
+from streams.forecast.engine import WindowRequest
+from streams.forecast.scoring import SymbolScoring, decode_score, score_offline
+from streams.runtime.records import FeatureRow
+from streams.runtime.stages.scores import Scores, Scoring, scoring_decoder
+from streams.runtime.stores import Changelog, StateStore
+from streams.schema import PRICE_SCALE
+from tests.test_agent_state import MemoryChangelogs
+from tests.test_forecast_scoring import random_history
+
+SYMBOLS = ("6EH4", "ESU4")
+TOPIC = "forecasts.scores"
+
+
+def scoring(io: MemoryChangelogs, enabled: bool = True, window: int = 240) -> Scoring:
+    scores = StateStore(
+        Changelog("t-scoring-state-changelog", io),
+        scoring_decoder(window),
+        SymbolScoring.to_bytes,
+        lambda: SymbolScoring(window),
+    )
+    calibrations = StateStore(
+        Changelog("t-calibration-state-changelog", io),
+        SymbolCalibration.from_bytes,
+        SymbolCalibration.to_bytes,
+        SymbolCalibration,
+    )
+    return Scoring(scores, calibrations, CalibrationConfig(enabled=enabled), TOPIC)
+
+
+Event = tuple[str, int, Any]  # ("bar", offset, row) or ("forecast", offset, (request, value))
+
+
+def events(lag: int, seed: int = 0) -> tuple[list[Event], list[dict[str, Any]]]:
+    """Each symbol's bars as feature rows (one source offset each, symbols interleaved), and
+    each forecast `lag` rows after its own, as a busy forecaster would publish it; and the
+    `bars.clean` values."""
+    rows: list[tuple[FeatureRow, dict[str, Any] | None]] = []
+    clean: list[dict[str, Any]] = []
+    for i, symbol in enumerate(SYMBOLS):
+        bars, forecasts = random_history(symbol, seed + i, minutes=600)
+        # Plain floats, as a worker's values are (random_history's are numpy scalars).
+        by_ts = {f["ts_event"]: orjson.loads(orjson.dumps(f, default=float)) for f in forecasts}
+        clean += bars
+        for bar in bars:
+            row = FeatureRow(
+                symbol.encode(), 0, 0, 0.0, None, symbol, bar["ts_event"],
+                bar["close"] * PRICE_SCALE, bar["status"] == "synthetic", True,
+                np.zeros(0), "f",
+            )  # fmt: skip
+            rows.append((row, by_ts.get(bar["ts_event"])))
+    rows.sort(key=lambda item: (item[0].ts_event, item[0].symbol))
+    out: list[Event] = []
+    due: list[tuple[int, Event]] = []
+    for offset, (row, value) in enumerate(rows):
+        row.offset = offset
+        out.append(("bar", offset, row))
+        if value is not None:
+            due.append((offset + lag, ("forecast", offset, (request(row), value))))
+        out += [event for at, event in due if at <= offset]
+        due = [(at, event) for at, event in due if at > offset]
+    return out + [event for _, event in due], clean
+
+
+def request(row: FeatureRow) -> WindowRequest:
+    return WindowRequest(
+        row.symbol, row.key, row.partition, 0, np.zeros(0), row.ts_event, row.close, 0
+    )
+
+
+def run(stage: Scoring, stream: list[Event]) -> Iterator[tuple[str, bytes]]:
+    """What the stage publishes, in order: ("forecast", value) and ("score", value)."""
+    for kind, _, item in stream:
+        out = Scores()
+        if kind == "bar":
+            stage.bar(item, out)
+        else:
+            (value,) = stage.forecasts([item[0]], [item[1]], out)
+            yield "forecast", orjson.dumps(value)
+        for record in out.outputs:
+            assert (
+                record.topic == TOPIC
+                and record.key == orjson.loads(record.value)["symbol"].encode()
+            )
+            yield "score", record.value
+
+
+def published(stage: Scoring, stream: list[Event]) -> tuple[dict[Any, bytes], dict[Any, bytes]]:
+    forecasts, scores = {}, {}
+    for kind, value in run(stage, stream):
+        decoded = orjson.loads(value)
+        key = (decoded["symbol"], decoded["ts_event"])
+        target = forecasts if kind == "forecast" else scores
+        assert key not in target, f"{kind} {key} published twice"
+        target[key] = value
+    return forecasts, scores
+
+
+@pytest.mark.parametrize("lag", [0, 7, 40])
+def test_scores_equal_score_offline_of_the_published_forecasts(lag: int) -> None:
+    stream, clean = events(lag)
+    forecasts, scores = published(scoring(MemoryChangelogs()), stream)
+    offline = score_offline([orjson.loads(v) for v in forecasts.values()], clean)
+    assert len(scores) > 1000 and scores.keys() == offline.keys()
+    assert all(decode_score(scores[key]) == offline[key] for key in offline)
+    assert {decode_score(v)["unscored"] for v in scores.values()} >= {None, "gap_fill"}
+
+
+def test_calibrated_forecasts_do_not_depend_on_how_far_bars_ran_ahead() -> None:
+    first, _ = published(scoring(MemoryChangelogs()), events(0)[0])
+    later, _ = published(scoring(MemoryChangelogs()), events(40)[0])
+    raw, _ = published(scoring(MemoryChangelogs(), enabled=False), events(0)[0])
+    assert first == later
+    calibrated = [orjson.loads(v) for v in first.values()]
+    assert all(v["schema_version"] == 2 for v in calibrated)
+    assert any(v["q90"] != v["raw_q90"] for v in calibrated)
+    assert all("raw_q90" not in orjson.loads(v) for v in raw.values())
+
+
+def drained_at(stream: list[Event], boundary: int) -> tuple[list[Event], int]:
+    """The stream with a checkpoint before the row at offset `boundary`: every forecast of an
+    earlier row published before it (the checkpoint drains the forecaster); and its index."""
+    early = [e for e in stream if e[0] == "forecast" and e[1] < boundary]
+    rest = [e for e in stream if e not in early]
+    at = next(i for i, (kind, offset, _) in enumerate(rest) if kind == "bar" and offset == boundary)
+    before = [e for e in rest[:at]] + [e for e in early if e not in rest[:at]]
+    before.sort(key=stream.index)
+    return before + rest[at:], len(before)
+
+
+def by_key(outputs: list[tuple[str, bytes]]) -> dict[tuple[str, str, int], bytes]:
+    """De-duplicated by kind, symbol and ts_event; a repeat must repeat every byte."""
+    out: dict[tuple[str, str, int], bytes] = {}
+    for kind, value in outputs:
+        decoded = orjson.loads(value)
+        key = (kind, decoded["symbol"], decoded["ts_event"])
+        assert out.setdefault(key, value) == value, f"{key} changed on a replay"
+    return out
+
+
+def test_a_restore_as_of_a_checkpoint_replays_the_same_bytes() -> None:
+    stream, _ = events(7)
+    uninterrupted = by_key(list(run(scoring(MemoryChangelogs()), stream)))
+    drained, at = drained_at(stream, 700)
+    io = MemoryChangelogs()
+    stage = scoring(io)
+    outputs = list(run(stage, drained[:at]))
+
+    async def crash_and_restore() -> Scoring:
+        await asyncio.gather(*(store.flush() for store in stage.stores))  # the checkpoint
+        outputs.extend(run(stage, drained[at : at + 300]))
+        await asyncio.gather(*(store.flush() for store in stage.stores))  # one never marked
+        restored = scoring(io)
+        for store in restored.stores:
+            await store.restore(0, 700)
+        return restored
+
+    restored = asyncio.run(crash_and_restore())
+    replayed = list(run(restored, drained[at:]))
+    assert sum(kind == "score" for kind, _ in replayed) > 400
+    assert by_key(outputs + replayed) == uninterrupted
