@@ -9,13 +9,15 @@ without changing them too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import Metric
+
+from streams.forecast.scoring import ScoringMetrics
 
 
 class Stage(StrEnum):
@@ -146,6 +148,10 @@ class Metrics:
         self.model_reloads = Counter(
             "barcast_model_reloads_total", "Checkpoints hot-reloaded since start.", registry=reg
         )
+        # The scoring stage's rolling figures, read from its states at each render: the
+        # worker's forecast stage points `scoring_figures` at them (other roles export none).
+        self.scoring = ScoringMetrics(reg)
+        self.scoring_figures: Callable[[], dict[tuple[int, str], float]] = dict
         for stage, outcomes in BAR_OUTCOMES.items():
             for outcome in outcomes:
                 self.bars.labels(stage=stage.value, outcome=outcome.value)
@@ -186,6 +192,7 @@ class Metrics:
         self.model_info.labels(model_id=model_id, fingerprint=fingerprint).set(1)
 
     def render(self) -> bytes:
+        self.scoring.set(self.scoring_figures())
         return generate_latest(_WithoutCreated(self.registry))
 
     def _lag_labels(self) -> set[tuple[str, str]]:

@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.broker import free_port
-from streams.forecast.scoring import ScoringMetrics
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.metrics import Metrics
 from streams.settings import REPO_ROOT, Settings
@@ -57,16 +55,8 @@ def series_names(exposition: str) -> set[str]:
     }
 
 
-def scoring_series() -> set[str]:
-    """The scoring stage's gauges (`ScoringMetrics`, registered in the worker's registry where
-    the stage runs): until a worker runs the stage, they are checked against their definition."""
-    registry = CollectorRegistry()
-    ScoringMetrics(registry)
-    return series_names(generate_latest(registry).decode())
-
-
 def exported_by_workers() -> set[str]:
-    return series_names(Metrics().render().decode()) | scoring_series()
+    return series_names(Metrics().render().decode())
 
 
 def dashboard_exprs() -> list[str]:
@@ -102,7 +92,7 @@ def test_series_names_follow_the_metric_types() -> None:
 
 
 def test_dashboard_and_alerts_query_only_exported_metrics() -> None:
-    assert {"barcast_forecast_coverage", "barcast_forecast_pinball"} <= scoring_series()
+    assert {"barcast_forecast_coverage", "barcast_forecast_pinball"} <= exported_by_workers()
     assert_only_exported(exported_by_workers())
 
 
@@ -185,7 +175,7 @@ def test_a_real_worker_serves_what_dashboard_and_alerts_query(broker_settings: S
     assert {n for n in exported if n.startswith("barcast_")} == series_names(
         Metrics().render().decode()
     )
-    assert_only_exported(exported | scoring_series())
+    assert_only_exported(exported)
     lag = {
         sample.labels["topic"]
         for family in text_string_to_metric_families(body)

@@ -26,6 +26,8 @@ EXPORTED = {
     "barcast_model_reloads": "counter",
     "barcast_checkpoints": "counter",
     "barcast_fetch_max_wait_ms": "gauge",
+    "barcast_forecast_coverage": "gauge",
+    "barcast_forecast_pinball": "gauge",
 }
 
 
@@ -54,6 +56,21 @@ def test_render_is_classic_prometheus_text_without_created_series() -> None:
         assert f"\n{name}" in text
     assert "_created" not in text
     assert Metrics.content_type.startswith("text/plain; version=0.0.4")
+
+
+def test_each_render_reads_the_scoring_figures_anew() -> None:
+    metrics = Metrics()
+    figures = {(1, "coverage"): 0.75, (1, "q90"): 2e-4}
+    metrics.scoring_figures = lambda: figures
+    coverage = ("barcast_forecast_coverage", frozenset({"horizon": "1"}.items()))
+    assert samples(metrics)[coverage] == 0.75
+    figures[(1, "coverage")] = 0.5
+    exported = samples(metrics)
+    assert exported[coverage] == 0.5
+    assert (
+        exported["barcast_forecast_pinball", frozenset({"horizon": "1", "quantile": "q90"}.items())]
+        == 2e-4
+    )
 
 
 def test_each_metrics_has_its_own_registry() -> None:
