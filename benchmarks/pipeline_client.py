@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from benchmarks.pipeline_data import Key, Reference, Series
+from benchmarks.pipeline_data import MINUTE_NS, Key, Reference, Series
 from streams.ingest.producer import BarProducer
 from streams.kafka import confluent_config
 from streams.process import WorkerProcess
@@ -191,6 +191,10 @@ class Bench:
         arrivals = {key: self.collector.arrivals([key])[0] for key in sent.keys() - missing}
         client = [(a.at - sent[key]) * 1000 for key, a in arrivals.items()]
         worker = [a.latency_ms for a in arrivals.values()]
+        slowest: dict[int, float] = {}  # per round (minute): a p99 from one slow round shows
+        for (_, ts), ms in zip(arrivals, client, strict=True):
+            minute = (ts - self.series.t0) // MINUTE_NS - first_minute
+            slowest[minute] = max(slowest.get(minute, 0.0), round(ms, 1))
         return {
             "rounds": rounds,
             "symbols": len(rows),
@@ -202,6 +206,7 @@ class Bench:
             "latency_max_ms": _pct(client, 100),
             "worker_latency_p50_ms": _pct(worker, 50),
             "worker_latency_p99_ms": _pct(worker, 99),
+            "slowest_per_round_ms": [slowest.get(r) for r in range(rounds)],
         }
 
     def burst(self, rows: range, minute: int, label: str) -> dict:
