@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
-from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
+from streams.forecast.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
 from streams.forecast.engine import WindowRequest
 from streams.forecast.scoring import SymbolScoring, decode_score, score_offline
 from streams.runtime.records import FeatureRow
@@ -25,6 +25,7 @@ from tests.test_forecast_scoring import random_history
 
 SYMBOLS = ("6EH4", "ESU4")
 TOPIC = "forecasts.scores"
+CONFIG = CalibrationConfig()
 
 
 def scoring(io: MemoryChangelogs, enabled: bool = True, window: int = 240) -> Scoring:
@@ -122,10 +123,14 @@ def test_scores_equal_score_offline_of_the_published_forecasts(lag: int) -> None
 
 
 def test_calibrated_forecasts_do_not_depend_on_how_far_bars_ran_ahead() -> None:
-    first, _ = published(scoring(MemoryChangelogs()), events(0)[0])
+    stream, clean = events(0)
+    first, _ = published(scoring(MemoryChangelogs()), stream)
     later, _ = published(scoring(MemoryChangelogs()), events(40)[0])
-    raw, _ = published(scoring(MemoryChangelogs(), enabled=False), events(0)[0])
+    raw, _ = published(scoring(MemoryChangelogs(), enabled=False), stream)
     assert first == later
+    models = [orjson.loads(v) for v in raw.values()]
+    offline = calibrate_offline(models, sorted(clean, key=lambda b: b["ts_event"]), CONFIG)
+    assert [orjson.dumps(v) for v in offline] == list(first.values())
     calibrated = [orjson.loads(v) for v in first.values()]
     assert all(v["schema_version"] == 2 for v in calibrated)
     assert any(v["q90"] != v["raw_q90"] for v in calibrated)

@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 
 from model.covariates import NS_PER_MIN
-from streams.forecast.scoring import LOWER, QUANTILES, UPPER, ScoreValue
+from streams.forecast.scoring import LOWER, QUANTILES, UPPER, Scorer, ScoreValue
 
 SCHEMA_VERSION = 2  # 1: the `forecasts` value without calibration fields
 MISS = 0.1  # nominal miss rate of each tail of the 80 % interval
@@ -136,3 +136,23 @@ class Calibrator:
     def update(self, records: list[ScoreValue]) -> None:
         for record in records:
             self.state(record["symbol"]).update(record)
+
+
+def calibrate_offline(
+    forecasts: list[dict[str, Any]], clean_bars: list[dict[str, Any]], config: CalibrationConfig
+) -> list[dict[str, Any]]:
+    """The `forecasts` values the worker publishes for the model's values `forecasts` and the
+    `bars.clean` values (each symbol's in ts order), from the whole histories at once: bar t
+    reaches the scorer before the forecast of t is calibrated, then scored. The order is the
+    bars'; any other the worker runs in gives the same values (`SymbolCalibration`)."""
+    scorer, calibrator = Scorer(), Calibrator(config)
+    by_key = {(value["symbol"], value["ts_event"]): value for value in forecasts}
+    out = []
+    for bar in clean_bars:
+        calibrator.update(scorer.on_bar(bar))
+        value = by_key.get((bar["symbol"], bar["ts_event"]))
+        if value is not None:
+            value = calibrator.apply(value)
+            calibrator.update(scorer.on_forecast(value))
+            out.append(value)
+    return out
