@@ -51,7 +51,8 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ import orjson
 import torch
 
 from benchmarks.pipeline_client import FETCH_WAIT_MS, Bench, ForecastCollector, topic_records
-from benchmarks.pipeline_data import build_series, reference
+from benchmarks.pipeline_data import Reference, build_series, reference
 from benchmarks.pipeline_hops import probe
 from benchmarks.pipeline_memory import breakdown, status_mb
 from benchmarks.pipeline_models import random_checkpoint, serve
@@ -115,29 +116,115 @@ def inference_anchor(
     return result | {"inference_1000_nobatch_ms": timed(lone, single, 1)}
 
 
-def run(args: argparse.Namespace) -> dict:
-    base = Settings.from_env()
-    n_burst, n_live = args.symbols, args.live_symbols
-    burst_rows, live_rows = range(n_burst), range(n_burst, n_burst + n_live)
-    bursts_from = args.minutes  # the burst symbols' next minute after the throughput phase
-    n_bursts = args.repeats + 3 * (1 + args.variant_repeats)
-    burst_minutes = iter(range(bursts_from, bursts_from + n_bursts))
-    total_minutes = max(args.minutes + args.rounds, bursts_from + n_bursts, args.minutes + 4) + 1
-    anchor_minutes = [args.minutes + k for k in range(-1, 4)]
+@dataclass
+class Plan:
+    """Which symbols and minutes each phase uses."""
 
+    burst_rows: range
+    live_rows: range
+    burst_minutes: Iterator[int]
+    total_minutes: int
+    anchor_minutes: list[int]
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Plan:
+        n_burst, n_live = args.symbols, args.live_symbols
+        bursts_from = args.minutes  # the burst symbols' next minute after the throughput phase
+        n_bursts = args.repeats + 3 * (1 + args.variant_repeats)
+        return cls(
+            burst_rows=range(n_burst),
+            live_rows=range(n_burst, n_burst + n_live),
+            burst_minutes=iter(range(bursts_from, bursts_from + n_bursts)),
+            total_minutes=max(args.minutes + args.rounds, bursts_from + n_bursts, args.minutes + 4)
+            + 1,
+            anchor_minutes=[args.minutes + k for k in range(-1, 4)],
+        )
+
+
+@dataclass
+class Measured:
+    e2e: dict[str, Any] = field(default_factory=dict)
+    live: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    bursts: dict[str, list[dict]] = field(default_factory=dict)
+    restarts: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def first_worker(
+    bench: Bench, args: argparse.Namespace, plan: Plan, broker_pid: int | None, config: TFTConfig
+) -> Measured:
+    """(a), (b), (c), the worker's memory and (f), all in the first worker."""
+    out = Measured()
+    settings, n_symbols = bench.settings, len(bench.series.symbols)
+    worker, out.restarts["first_start_s"] = bench.start_worker("worker-batched")
+    ready_rss = status_mb(worker.pid, "VmRSS")
+    try:
+        out.e2e = bench.throughput(range(n_symbols), range(args.minutes), worker.pid, broker_pid)
+        out.e2e["broker_rss_mb"] = status_mb(broker_pid, "VmRSS")
+        out.e2e["changelog_records"] = topic_records(settings, f"{settings.app_id}-")
+        bench.say(f"(a) {out.e2e}")
+        out.live = bench.latency(plan.live_rows, args.minutes, args.rounds, args.round_interval)
+        out.live["kafka_hops"] = probe(settings, FETCH_WAIT_MS)
+        bench.say(f"(b) {out.live}")
+        out.bursts["batched"] = bench.bursts(
+            plan.burst_rows, plan.burst_minutes, "(c)", args.repeats
+        )
+        out.memory = breakdown(config, n_symbols, ready_rss, status_mb(worker.pid, "VmHWM"))
+        bench.say(f"worker memory: {out.memory}")
+        if "random" in args.variants:
+            started = time.perf_counter()
+            random_checkpoint(settings.model_dir / "random", args.random_hidden, args.random_heads)
+            worker.wait_for_log("hot-reloaded checkpoint", args.timeout_s)
+            out.restarts["random_hot_reload_s"] = time.perf_counter() - started
+            label = f"(f) random {args.random_hidden}/{args.random_heads}"
+            out.bursts["random"] = bench.bursts(
+                plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, warm_up=True
+            )
+    finally:
+        worker.stop()
+    return out
+
+
+def restarted_workers(
+    bench: Bench, args: argparse.Namespace, plan: Plan, serving: Path, out: Measured
+) -> None:
+    """(d) and (e), each in a worker restarted with its setting."""
+    variants = [
+        ("nobatch", "(d) max_batch=1 (unpadded)", {"max_batch": 1}),
+        ("full", "(e) full encoding", {"incremental_encoding": False}),
+    ]
+    for name, label, changes in [v for v in variants if v[0] in args.variants]:
+        try:
+            worker, out.restarts[f"{name}_restart_s"] = bench.start_worker(
+                f"worker-{name}", model_dir=serving, **changes
+            )
+        except AssertionError as exc:  # report the others rather than nothing
+            out.errors[name] = str(exc).splitlines()[0]
+            bench.say(f"{label}: {out.errors[name]}")
+            continue
+        try:
+            out.bursts[name] = bench.bursts(
+                plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, warm_up=True
+            )
+        finally:
+            worker.stop()
+
+
+def run(args: argparse.Namespace) -> dict:
+    base, plan = Settings.from_env(), Plan.of(args)
     provenance = run_metadata()  # now: others may commit while this runs
     t = time.perf_counter()
-    series = build_series(base, n_burst + n_live, total_minutes)
-    ref = reference(series, burst_rows, anchor_minutes)
-    print(f"generated {len(series.symbols)} symbols x {total_minutes} minutes and the "
+    series = build_series(base, args.symbols + args.live_symbols, plan.total_minutes)
+    ref = reference(series, plan.burst_rows, plan.anchor_minutes)
+    print(f"generated {len(series.symbols)} symbols x {plan.total_minutes} minutes and the "
           f"reference ({len(ref.keys):,} forecasts, {ref.statuses}) in "
           f"{time.perf_counter() - t:.1f}s", flush=True)  # fmt: skip
 
     base.work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base.work_dir, prefix="bench-pipeline-") as tmp:
         folder = Path(tmp)
-        models = folder / "models"
-        serving = models / "serving"
+        serving = folder / "models" / "serving"
         product = serve(base, args.checkpoint, args.hidden, args.heads, serving)
         print(f"serving: {product.source}", flush=True)
         config = TFTConfig.from_dict(orjson.loads((serving / "config.json").read_bytes())["model"])
@@ -151,7 +238,7 @@ def run(args: argparse.Namespace) -> dict:
                 broker=broker.bootstrap,
                 app_id=f"barcast-bench-{int(time.time())}",
                 role="all",
-                model_dir=models,  # watched: (f) drops the random-weight checkpoint in
+                model_dir=serving.parent,  # watched: (f) drops the random-weight checkpoint in
                 work_dir=folder,
                 connect_timeout_s=30.0,
             )
@@ -159,108 +246,12 @@ def run(args: argparse.Namespace) -> dict:
             collector = ForecastCollector(settings)
             collector.start()
             bench = Bench(series, ref, collector, settings, args.timeout_s)
-            restarts: dict[str, float] = {}
-            bursts: dict[str, list[dict]] = {}
-            errors: dict[str, str] = {}
-            worker, restarts["first_start_s"] = bench.start_worker("worker-batched")
-            ready_rss = status_mb(worker.pid, "VmRSS")
-            try:
-                e2e = bench.throughput(
-                    range(n_burst + n_live), range(args.minutes), worker.pid, broker.pid
-                )
-                e2e["broker_rss_mb"] = status_mb(broker.pid, "VmRSS")
-                e2e["changelog_records"] = topic_records(settings, f"{settings.app_id}-")
-                bench.say(f"(a) {e2e}")
-                live = bench.latency(live_rows, args.minutes, args.rounds, args.round_interval)
-                live["kafka_hops"] = probe(settings, FETCH_WAIT_MS)
-                bench.say(f"(b) {live}")
-                bursts["batched"] = bench.bursts(burst_rows, burst_minutes, "(c)", args.repeats)
-                peak_rss = status_mb(worker.pid, "VmHWM")
-                memory = breakdown(config, len(series.symbols), ready_rss, peak_rss)
-                bench.say(f"worker memory: {memory}")
-                if "random" in args.variants:
-                    started = time.perf_counter()
-                    random_checkpoint(models / "random", args.random_hidden, args.random_heads)
-                    worker.wait_for_log("hot-reloaded checkpoint", args.timeout_s)
-                    restarts["random_hot_reload_s"] = time.perf_counter() - started
-                    label = f"(f) random {args.random_hidden}/{args.random_heads}"
-                    bursts["random"] = bench.bursts(
-                        burst_rows, burst_minutes, label, args.variant_repeats, warm_up=True
-                    )
-            finally:
-                worker.stop()
-            variants = [
-                ("nobatch", "(d) max_batch=1 (unpadded)", {"max_batch": 1}),
-                ("full", "(e) full encoding", {"incremental_encoding": False}),
-            ]
-            for name, label, changes in [v for v in variants if v[0] in args.variants]:
-                try:
-                    worker, restarts[f"{name}_restart_s"] = bench.start_worker(
-                        f"worker-{name}", model_dir=serving, **changes
-                    )
-                except AssertionError as exc:  # report the others rather than nothing
-                    errors[name] = str(exc).splitlines()[0]
-                    bench.say(f"{label}: {errors[name]}")
-                    continue
-                try:
-                    bursts[name] = bench.bursts(
-                        burst_rows, burst_minutes, label, args.variant_repeats, warm_up=True
-                    )
-                finally:
-                    worker.stop()
+            measured = first_worker(bench, args, plan, broker.pid, config)
+            restarted_workers(bench, args, plan, serving, measured)
             collector.stopping.set()
             collector.join(timeout=5)
-            duplicates = collector.duplicates
-
-    def median(name: str) -> float | None:
-        runs = [b["ms"] for b in bursts.get(name, []) if not b.get("warm_up")]
-        return round(statistics.median(runs), 1) if runs else None
-
-    batched, nobatch, full = median("batched"), median("nobatch"), median("full")
-    headline = {
-        "e2e_bars_per_s": e2e["e2e_bars_per_s"],
-        "latency_p50_ms": live["latency_p50_ms"],
-        "latency_p99_ms": live["latency_p99_ms"],
-        "burst_1000_ms": batched,
-        "burst_symbols": n_burst,
-        "burst_1000_nobatch_ms": nobatch,
-        "batching_speedup": ratio(nobatch, batched),
-        "burst_1000_full_ms": full,
-        "incremental_speedup": ratio(full, batched),
-        "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
-    }
-    return headline | {
-        "goals": GOALS,
-        "goals_met": goals_met(headline),
-        "secondary": {
-            "burst_1000_random_ms": median("random"),
-            "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
-            "engine_batching_speedup": ratio(
-                anchor["inference_1000_nobatch_ms"], anchor["inference_1000_ms"]
-            ),
-            "engine_batching_speedup_padded": ratio(
-                anchor["inference_1000_nobatch_padded_ms"], anchor["inference_1000_ms"]
-            ),
-        },
-        "worker_memory": memory,
-        "throughput": e2e,
-        "latency": live,
-        "bursts": bursts,
-        "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
-        "restarts": {k: round(v, 1) for k, v in restarts.items()},
-        "errors": errors,
-        "duplicate_forecasts": len(duplicates),
-        "duplicate_examples": duplicates[:10],
-        "reference_statuses": ref.statuses,
-        "model": {
-            "hidden": config.hidden,
-            "heads": config.heads,
-            "lstm_layers": config.lstm_layers,
-            "var_dim": config.var_dim,
-            "lookback": config.lookback,
-            "weights": "trained" if product.trained else "random",
-            "checkpoint": product.source,
-        },
+    model = {"weights": "trained" if product.trained else "random", "checkpoint": product.source}
+    return results(args, measured, anchor, config, model, collector.duplicates, ref) | {
         "settings": {
             "device": base.device,
             "max_batch": base.max_batch,
@@ -271,6 +262,65 @@ def run(args: argparse.Namespace) -> dict:
         },
         "provenance": provenance | {"loadavg_end": loadavg()},
         "command": " ".join(["benchmarks/pipeline.py", *sys.argv[1:]]),
+    }
+
+
+def results(
+    args: argparse.Namespace,
+    measured: Measured,
+    anchor: dict[str, float],
+    config: TFTConfig,
+    weights: dict[str, Any],
+    duplicates: list[list],
+    ref: Reference,
+) -> dict[str, Any]:
+    bursts = measured.bursts
+
+    def median(name: str) -> float | None:
+        runs = [b["ms"] for b in bursts.get(name, []) if not b.get("warm_up")]
+        return round(statistics.median(runs), 1) if runs else None
+
+    batched, nobatch, full = median("batched"), median("nobatch"), median("full")
+    headline = {
+        "e2e_bars_per_s": measured.e2e["e2e_bars_per_s"],
+        "latency_p50_ms": measured.live["latency_p50_ms"],
+        "latency_p99_ms": measured.live["latency_p99_ms"],
+        "burst_1000_ms": batched,
+        "burst_symbols": args.symbols,
+        "burst_1000_nobatch_ms": nobatch,
+        "batching_speedup": ratio(nobatch, batched),
+        "burst_1000_full_ms": full,
+        "incremental_speedup": ratio(full, batched),
+        "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
+    }
+    nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
+    return headline | {
+        "goals": GOALS,
+        "goals_met": goals_met(headline),
+        "secondary": {
+            "burst_1000_random_ms": median("random"),
+            "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
+            "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
+            "engine_batching_speedup_padded": ratio(nobatch_engine[1], anchor["inference_1000_ms"]),
+        },
+        "worker_memory": measured.memory,
+        "throughput": measured.e2e,
+        "latency": measured.live,
+        "bursts": bursts,
+        "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
+        "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
+        "errors": measured.errors,
+        "duplicate_forecasts": len(duplicates),
+        "duplicate_examples": duplicates[:10],
+        "reference_statuses": ref.statuses,
+        "model": {
+            "hidden": config.hidden,
+            "heads": config.heads,
+            "lstm_layers": config.lstm_layers,
+            "var_dim": config.var_dim,
+            "lookback": config.lookback,
+        }
+        | weights,
     }
 
 
