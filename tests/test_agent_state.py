@@ -6,6 +6,8 @@ broker end below the partition's high watermark, where a restore stops."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -202,3 +204,12 @@ def test_the_stages_chained_in_memory_equal_the_pure_engines(sixe_bars: pd.DataF
     assert [r.warm for r in rows] == list(warm)  # type: ignore[union-attr]
     again = features.run(cleaned.items)  # a repeat, as an upstream restart re-publishes it
     assert again.rows == [] and again.outputs == []
+
+
+def test_the_stages_import_no_faust_and_no_kafka_client() -> None:
+    stages = ("corrections", "features", "windows")
+    code = "import sys\n" + "".join(f"import streams.runtime.stages.{s}\n" for s in stages)
+    code += "print(sorted({m.split('.')[0] for m in sys.modules} & {'faust', 'mode', "
+    code += "'aiokafka', 'confluent_kafka'}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """The stream runtime: barcast's whole at-least-once contract, with idempotent outputs.
 
 An agent (streams.agents, the only Faust code) hands each take() batch of its source topic to
-a `Checkpointer` (checkpoint.py), which admits its records in offset order (offsets.py),
+a `Checkpointer` (checkpoint.py), which admits its records in offset order (its guard),
 restores the stores of a partition it sees first, and runs the agent's stages on them
 (stages/: plain typed code, no Faust, no Kafka). The stages' outputs go to the producer
 (kafka_io.py) without waiting; too large ones become bounded dead letters (policy.py). The

@@ -35,7 +35,7 @@ from streams.schema import BAR_HEADERS, encode_forecast
 
 if TYPE_CHECKING:
     from streams.forecast.checkpoints import CheckpointWatcher
-    from streams.runtime.context import Runtime
+    from streams.runtime.checkpoint import Runtime
     from streams.settings import Settings
 
 log = logging.getLogger("barcast.forecast")

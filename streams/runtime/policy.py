@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, NoReturn
 
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
 from streams.runtime.records import Out, Record
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DeadLetterHeaders, encode_dlq_headers
 
@@ -76,7 +74,10 @@ def record_dead_letter(dlq_topic: str, record: Record, reason: str, message: str
 
 
 def record_bytes(record: Out) -> int:
-    """The most bytes `record` takes in a record batch (aiokafka's own estimate)."""
+    """The most bytes `record` takes in a record batch (aiokafka's own estimate; imported here
+    so that the stages, which build dead letters, import no Kafka client)."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
     return int(
         DefaultRecordBatchBuilder.estimate_size_in_bytes(record.key, record.value, record.headers)
     )

@@ -17,8 +17,6 @@ import orjson
 from streams.corrections import (
     CorrectionConfig,
     CorrectionStats,
-    Reason,
-    Rule,
     Status,
     Step,
     SymbolState,
@@ -140,52 +138,42 @@ class MetricsFeed:
 
     def __init__(self, stats: CorrectionStats, metrics: Metrics) -> None:
         self.stats, self.metrics = stats, metrics
-        bars = metrics.bars
+        outcomes = BAR_OUTCOMES[Stage.CORRECTIONS]
         self.series = {
-            outcome: bars.labels(stage=Stage.CORRECTIONS.value, outcome=outcome.value)
-            for outcome in BAR_OUTCOMES[Stage.CORRECTIONS]
+            o: metrics.bars.labels(stage=Stage.CORRECTIONS.value, outcome=o.value) for o in outcomes
         }
-        self.pushed = self._counts()
-        self.corrections: Counter[Rule] = Counter()
-        self.rejections: Counter[Reason] = Counter()
+        self.pushed: Counter[Any] = Counter()
 
-    def _counts(self) -> tuple[int, ...]:
+    def _counts(self) -> Counter[Any]:
         s = self.stats
-        return (s.clean, s.corrected, s.duplicate, s.rejected, s.synthetic, s.gaps, s.gap_bars)
+        counts = Counter({f"rule:{rule.value}": n for rule, n in s.corrections.items()})
+        counts.update({f"reason:{reason.value}": n for reason, n in s.rejections.items()})
+        counts.update(
+            {
+                BarOutcome.IN: s.clean + s.corrected + s.duplicate + s.rejected,
+                BarOutcome.CLEAN: s.clean,
+                BarOutcome.CORRECTED: s.corrected,
+                BarOutcome.DUPLICATE: s.duplicate,
+                BarOutcome.REJECTED: s.rejected,
+                BarOutcome.SYNTHETIC: s.synthetic,
+                "gaps": s.gaps,
+                "gap_minutes": s.gap_bars,
+            }
+        )
+        return counts
 
     def push(self) -> None:
         counts = self._counts()
-        if counts == self.pushed:
-            return
-        clean, corrected, duplicate, rejected, synthetic, gaps, gap_bars = (
-            now - before for now, before in zip(counts, self.pushed, strict=True)
-        )
-        self.pushed = counts
-        for outcome, n in (
-            (BarOutcome.IN, clean + corrected + duplicate + rejected),
-            (BarOutcome.CLEAN, clean),
-            (BarOutcome.CORRECTED, corrected),
-            (BarOutcome.DUPLICATE, duplicate),
-            (BarOutcome.REJECTED, rejected),
-            (BarOutcome.SYNTHETIC, synthetic),
-        ):
-            if n:
-                self.series[outcome].inc(n)
+        moved, self.pushed = counts - self.pushed, counts
         metrics = self.metrics
-        if corrected:
-            for rule, n in _moved(self.stats.corrections, self.corrections).items():
-                metrics.corrections.labels(rule=rule.value).inc(n)
-        if rejected:
-            for reason, n in _moved(self.stats.rejections, self.rejections).items():
-                metrics.rejections.labels(reason=reason.value).inc(n)
-            metrics.dlq.inc(rejected)
-        if gaps:
-            metrics.gaps.inc(gaps)
-            metrics.gap_minutes.inc(gap_bars)
-
-
-def _moved(counts: Counter[Any], pushed: Counter[Any]) -> Counter[Any]:
-    """What `counts` gained over `pushed`; `pushed` catches up."""
-    moved = counts - pushed
-    pushed.update(moved)
-    return moved
+        for name, n in moved.items():
+            if name in self.series:
+                self.series[name].inc(n)
+            elif name in ("gaps", "gap_minutes"):
+                getattr(metrics, name).inc(n)
+            else:
+                kind, label = name.split(":", 1)
+                family = metrics.corrections if kind == "rule" else metrics.rejections
+                family.labels(**{kind: label}).inc(n)
+        if moved[BarOutcome.REJECTED]:
+            metrics.dlq.inc(moved[BarOutcome.REJECTED])
