@@ -156,4 +156,5 @@ def pipeline_topics(settings: Settings) -> list[str]:
         settings.topic_dlq,
         settings.topic_features,
         settings.topic_forecasts,
+        settings.topic_scores,
     ]

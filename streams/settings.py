@@ -57,6 +57,10 @@ class Settings:
     topic_dlq: str = field(default="bars.dlq", metadata={"doc": "Rejected bars (dead letters)."})
     topic_features: str = field(default="features", metadata={"doc": "Feature rows."})
     topic_forecasts: str = field(default="forecasts", metadata={"doc": "Quantile forecasts."})
+    topic_scores: str = field(
+        default="forecasts.scores",
+        metadata={"doc": "One score per forecast once its horizons have passed (or why not)."},
+    )
     partitions: int = field(default=4, metadata={"doc": "Partitions of every barcast topic."})
     replication: int = field(default=1, metadata={"doc": "Replication factor of new topics."})
     data_dir: Path = field(
@@ -80,6 +84,20 @@ class Settings:
     )
     fill_gaps: bool = field(
         default=True, metadata={"doc": "Fill missing minutes with flagged synthetic bars."}
+    )
+    online_calibration: bool = field(
+        default=True,
+        metadata={
+            "doc": "Adjust each symbol's q10/q90 per horizon from its scored forecasts "
+            "(online conformal quantile tracking); `false` publishes the checkpoint's quantiles."
+        },
+    )
+    score_window: int = field(
+        default=240,
+        metadata={
+            "doc": "Scored forecasts behind the rolling coverage and pinball metrics (the mean "
+            "age of an exponentially weighted mean)."
+        },
     )
     checkpoint_max_s: float = field(
         default=2.0,
@@ -175,6 +193,11 @@ class Settings:
         if not 0.1 <= self.checkpoint_max_s <= 60:
             raise SettingError(
                 f"{PREFIX}CHECKPOINT_MAX_S={self.checkpoint_max_s} is out of range; use 0.1-60 (s)"
+            )
+        if self.score_window < 1:
+            raise SettingError(
+                f"{PREFIX}SCORE_WINDOW={self.score_window} is out of range; use 1 or more "
+                "(scored forecasts)"
             )
         if not MIN_RECORD_BYTES <= self.max_record_bytes <= MAX_RECORD_BYTES:
             raise SettingError(

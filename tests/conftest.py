@@ -77,6 +77,7 @@ def broker_settings(broker: str, tmp_path: Path) -> Settings:
         topic_dlq=f"bars.dlq.{suffix}",
         topic_features=f"features.{suffix}",
         topic_forecasts=f"forecasts.{suffix}",
+        topic_scores=f"forecasts.scores.{suffix}",
         work_dir=tmp_path,
         model_dir=tmp_path / "models",
         session_timeout_s=6.0,

@@ -19,6 +19,8 @@ def test_defaults_match_the_documented_topics() -> None:
         "bars.dlq",
     )
     assert (settings.topic_features, settings.topic_forecasts) == ("features", "forecasts")
+    assert settings.topic_scores == "forecasts.scores"
+    assert settings.online_calibration and settings.score_window == 240
 
 
 def test_environment_overrides_are_typed() -> None:
@@ -45,6 +47,8 @@ def test_environment_overrides_are_typed() -> None:
         ({"BARCAST_SECURITY_PROTOCOL": "SASL_SSL"}, "needs BARCAST_SASL_MECHANISM"),
         ({"BARCAST_FETCH_MAX_WAIT_MS": "0"}, "BARCAST_FETCH_MAX_WAIT_MS=0 is out of range"),
         ({"BARCAST_CHECKPOINT_MAX_S": "0"}, "BARCAST_CHECKPOINT_MAX_S=0.0 is out of range"),
+        ({"BARCAST_SCORE_WINDOW": "0"}, "BARCAST_SCORE_WINDOW=0 is out of range"),
+        ({"BARCAST_ONLINE_CALIBRATION": "sometimes"}, "is not a boolean"),
         (
             {"BARCAST_CPU_PRECISION": "int8"},
             "BARCAST_CPU_PRECISION='int8' is no longer a setting: CPU inference is always fp32",

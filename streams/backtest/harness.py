@@ -94,6 +94,7 @@ def broker(settings: Settings, work: Path) -> Iterator[Settings]:
             topic_dlq=f"{settings.topic_dlq}.{run}",
             topic_features=f"{settings.topic_features}.{run}",
             topic_forecasts=f"{settings.topic_forecasts}.{run}",
+            topic_scores=f"{settings.topic_scores}.{run}",
         )
         return
     with EmbeddedBroker(work / "broker") as embedded:
