@@ -15,9 +15,11 @@ import numpy as np
 from features import engine as feature_engine
 from streams.corrections import correct_history
 from streams.forecast.engine import ForecastEngine, WindowRequest
+from streams.forecast.messages import forecast_value
 from streams.schema import PRICE_SCALE, engine_columns
 
 Key = tuple[str, int]  # (symbol, ts_event)
+DELIVERY = ("batch_size", "latency_ms")  # a `forecasts` value's fields of one delivery
 
 
 def clean_history(values: Iterable[bytes | dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -64,4 +66,19 @@ def forecast_history(
             chunk = requests[start : start + batch]
             for request, quantiles in zip(chunk, engine.predict(chunk), strict=True):
                 out[(symbol, request.ts_event)] = quantiles
+    return out
+
+
+def forecast_values(
+    forecasts: dict[Key, np.ndarray], clean: dict[str, list[dict[str, Any]]], engine: ForecastEngine
+) -> list[dict[str, Any]]:
+    """The `forecasts` values of `forecast_history`'s quantiles, in key order, the closes from
+    `clean_history`'s bars, without the fields that describe one delivery (`DELIVERY`)."""
+    closes = {(s, bar["ts_event"]): bar["close"] * PRICE_SCALE for s in clean for bar in clean[s]}
+    out = []
+    for (symbol, ts), quantiles in sorted(forecasts.items()):
+        close = closes[symbol, ts]
+        request = WindowRequest(symbol, symbol.encode(), 0, 0, np.empty(0), ts, close, 0)
+        value = forecast_value(engine, request, quantiles, 0, 0)
+        out.append({name: v for name, v in value.items() if name not in DELIVERY})
     return out
