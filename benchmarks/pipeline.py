@@ -21,8 +21,9 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
   median reported.
 - (d) the burst with BARCAST_MAX_BATCH=1: the best unbatched path (each window alone in an
   unpadded chunk of one, incremental encoding on), the batching anchor; (e) with
-  BARCAST_INCREMENTAL_ENCODING=false, each after a restart; (f) secondary: the random-weight
-  model, hot-reloaded into the running worker. (d)-(f) measure after one unmeasured burst: the
+  BARCAST_INCREMENTAL_ENCODING=false, (g) with BARCAST_ONLINE_CALIBRATION=false (scoring still
+  runs: its cost is in every row), each after a restart; (f) secondary: the random-weight
+  model, hot-reloaded into the running worker. (d)-(g) measure after one unmeasured burst: the
   step-encoding cache and the static contexts live in memory only, and a restarted worker reads
   its windows back lazily.
 - the worker's peak RSS with every symbol's state held, and what it is made of
@@ -189,10 +190,11 @@ def first_worker(
 def restarted_workers(
     bench: Bench, args: argparse.Namespace, plan: Plan, serving: Path, out: Measured
 ) -> None:
-    """(d) and (e), each in a worker restarted with its setting."""
+    """(d), (e) and (g), each in a worker restarted with its setting."""
     variants = [
         ("nobatch", "(d) max_batch=1 (unpadded)", {"max_batch": 1}),
         ("full", "(e) full encoding", {"incremental_encoding": False}),
+        ("nocalibration", "(g) online calibration off", {"online_calibration": False}),
     ]
     for name, label, changes in [v for v in variants if v[0] in args.variants]:
         try:
@@ -281,6 +283,7 @@ def results(
         return round(statistics.median(runs), 1) if runs else None
 
     batched, nobatch, full = median("batched"), median("nobatch"), median("full")
+    uncalibrated = median("nocalibration")
     headline = {
         "e2e_bars_per_s": measured.e2e["e2e_bars_per_s"],
         "latency_p50_ms": measured.live["latency_p50_ms"],
@@ -291,6 +294,8 @@ def results(
         "batching_speedup": ratio(nobatch, batched),
         "burst_1000_full_ms": full,
         "incremental_speedup": ratio(full, batched),
+        "burst_1000_nocalibration_ms": uncalibrated,
+        "calibration_cost": ratio(batched, uncalibrated),
         "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
     }
     nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
@@ -362,6 +367,9 @@ def table(result: dict) -> str:
          f"x (goal >= {GOALS['batching_speedup']:.0f})"),
         ("burst_1000_full_ms", result["burst_1000_full_ms"], "ms (incremental encoding off)"),
         ("incremental_speedup", result["incremental_speedup"], "x"),
+        ("burst_1000_nocalibration_ms", result["burst_1000_nocalibration_ms"],
+         "ms (online calibration off)"),
+        ("calibration_cost", result["calibration_cost"], "x (burst with / without)"),
         ("engine alone, 1000 windows", anchor["inference_1000_ms"], "ms (anchor, this process)"),
         ("burst / engine alone", result["burst_over_inference"], "x"),
         ("engine alone, one by one", anchor["inference_1000_nobatch_ms"], "ms (unpadded)"),
@@ -402,8 +410,8 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         type=lambda text: set(text.split(",")) if text else set(),
-        default={"nobatch", "full", "random"},
-        help="comma-separated subset of nobatch,full,random (default: all)",
+        default={"nobatch", "full", "nocalibration", "random"},
+        help="comma-separated subset of nobatch,full,nocalibration,random (default: all)",
     )
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase and restart")
     parser.add_argument("--out", type=Path, default=RESULTS)
