@@ -121,7 +121,7 @@ class SymbolCalibration:
 
 class Calibrator:
     """Every symbol's calibration in one process (offline runs, tests; the worker keeps each
-    `SymbolCalibration` in a table keyed by symbol instead)."""
+    `SymbolCalibration` in a store keyed by symbol instead: streams.runtime.stages.scores)."""
 
     def __init__(self, config: CalibrationConfig | None = None) -> None:
         self.config = config or CalibrationConfig()

@@ -265,7 +265,7 @@ class SymbolScoring:
 
 class Scorer:
     """Every symbol's scoring state in one process (offline runs, tests; the worker keeps each
-    `SymbolScoring` in a table keyed by symbol instead)."""
+    `SymbolScoring` in a store keyed by symbol instead: streams.runtime.stages.scores)."""
 
     def __init__(self, window: int = DEFAULT_WINDOW, retention: int = DEFAULT_RETENTION) -> None:
         self.window, self.retention = window, retention
