@@ -84,12 +84,17 @@ FORECAST_FIELDS: dict[str, dict[str, Any]] = {
     "horizons": _field({"type": "array", "items": INT}, "1..10 minutes ahead"),
     "q10, q50, q90": _field(SERIES, "cumulative log return of the close at each horizon"),
     "price_q10, price_q50, price_q90": _field(SERIES, "`close * exp(q)`"),
+    "raw_q10, raw_q50, raw_q90": _field(
+        SERIES, "with online calibration on: the model's own quantiles (`q10`... calibrated)"
+    ),
     "model_id": _field({"type": "string"}, "hash of the checkpoint's weights"),
     "fingerprint": _field({"type": "string"}, "the feature set's fingerprint"),
     "batch_size": _field(INT, "how many windows the model ran at once (this delivery's)"),
     "latency_ms": _field({"type": "number"}, "bar entering barcast to forecast published"),
+    "schema_version": _field(INT, "2 with online calibration on; absent without"),
 }
-QUANTILES = r"^(price_)?q[0-9]{2}$"
+OPTIONAL_FORECAST_FIELDS = ("schema_version",)
+QUANTILES = r"^(price_|raw_)?q[0-9]{2}$"
 CONTROL_SCHEMA = {
     "type": "object",
     "description": f"a control record, key `{CONTROL_KEY.decode()}`",
@@ -114,7 +119,11 @@ def _with_control(bar: dict[str, Any]) -> dict[str, Any]:
 
 BAR_REQUIRED = ["symbol", "ts_event", "open", "high", "low", "close", "volume"]
 FORECAST_VALUE = {
-    **_object(FORECAST_FIELDS, [n for n in FORECAST_FIELDS if "," not in n], False),
+    **_object(
+        FORECAST_FIELDS,
+        [n for n in FORECAST_FIELDS if "," not in n and n not in OPTIONAL_FORECAST_FIELDS],
+        False,
+    ),
     "patternProperties": {QUANTILES: SERIES},
 }
 

@@ -137,6 +137,7 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("bars.clean", bar),
         ("features", FEATURES),
         ("forecasts", FORECAST),
+        ("forecasts", {**FORECAST, "raw_q10": [0.0, 0.0], "schema_version": 2}),  # calibrated
         *((topic, control) for topic in ("bars.raw", "bars.clean", "features")),
     ]:
         assert valid(topic, value), (topic, value)
