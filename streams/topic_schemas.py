@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from streams.forecast.scoring import Unscored
 from streams.schema import (
     CONTROL_KEY,
     DLQ_MESSAGE,
@@ -95,6 +96,31 @@ FORECAST_FIELDS: dict[str, dict[str, Any]] = {
 }
 OPTIONAL_FORECAST_FIELDS = ("schema_version",)
 QUANTILES = r"^(price_|raw_)?q[0-9]{2}$"
+FLOATS = {"type": "array", "items": {"type": "number"}}
+BOOLS = {"type": ["array", "null"], "items": {"type": "boolean"}}
+SCORE_FIELDS: dict[str, dict[str, Any]] = {
+    "symbol": RAW_FIELDS["symbol"],
+    "ts_event": _field(INT, "the scored forecast's `ts_event`, UNIX ns"),
+    "model_id": FORECAST_FIELDS["model_id"],
+    "horizons": FORECAST_FIELDS["horizons"],
+    "unscored": _field(
+        {"enum": [None, *(u.value for u in Unscored)]},
+        "null if scored, else why not (training's label rules): `session_break` (a minute of "
+        "the label has no bar), `gap_fill` (a bar of it is a gap fill), `late` (its bars had "
+        "left the retention); the fields below are then null",
+    ),
+    "realized": _field(
+        {**FLOATS, "type": ["array", "null"]}, "log(close[t+k] / close[t]) per horizon"
+    ),
+    "pinball": _field(
+        {"type": ["object", "null"], "additionalProperties": FLOATS},
+        "pinball loss per quantile field (`q10`, `q50`, `q90`, as published) and horizon, in "
+        "log-return units",
+    ),
+    "inside": _field(BOOLS, "q10 <= realized <= q90, per horizon"),
+    "below_q10": _field(BOOLS, "realized < q10, per horizon"),
+    "above_q90": _field(BOOLS, "realized > q90, per horizon"),
+}
 CONTROL_SCHEMA = {
     "type": "object",
     "description": f"a control record, key `{CONTROL_KEY.decode()}`",
@@ -144,6 +170,10 @@ TOPICS: dict[str, tuple[str, dict[str, Any]]] = {
         _with_control(_object(FEATURES_FIELDS, list(FEATURES_FIELDS), False)),
     ),
     "forecasts": ("the quantile forecast of one window", FORECAST_VALUE),
+    "forecasts.scores": (
+        "the score of one forecast once the bars of its horizons are in (key = symbol)",
+        _object(SCORE_FIELDS, list(SCORE_FIELDS), False),
+    ),
 }
 
 HEADERS = {
@@ -195,6 +225,7 @@ def markdown_tables() -> str:
         ("bars.clean", "", added),
         ("features", "", FEATURES_FIELDS),
         ("forecasts", "", FORECAST_FIELDS),
+        ("forecasts.scores", "", SCORE_FIELDS),
     ]
     parts = [
         f"**`{topic}` values**: {lead}{TOPICS[topic][0]}\n\n{field_table(fields)}"

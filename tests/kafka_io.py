@@ -19,7 +19,7 @@ from streams.kafka import wait_for_metadata
 from streams.schema import decode_dlq_headers
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "deploy" / "schemas" / "topics"
-TOPICS = ("bars.raw", "bars.clean", "bars.dlq", "features", "forecasts")
+TOPICS = ("bars.raw", "bars.clean", "bars.dlq", "features", "forecasts.scores", "forecasts")
 UNCHECKED = ("forecasts.scores",)  # no schema file of its own yet
 
 

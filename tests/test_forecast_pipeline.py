@@ -1,5 +1,6 @@
 """The whole pipeline through the real broker and real worker processes, held to the offline
-reference: the same corrections, features and batch-invariant inference in one process."""
+reference: the same corrections, features and batch-invariant inference in one process, and
+the same scoring and online calibration (streams.forecast.conformal.calibrate_offline)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pandas as pd
 import pytest
 
 from streams.corrections import bars_from_frame
+from streams.forecast.conformal import CalibrationConfig, calibrate_offline
 from streams.forecast.engine import ForecastEngine
-from streams.forecast.offline import Key, forecast_history
+from streams.forecast.offline import Key, clean_history, forecast_history, forecast_values
+from streams.forecast.scoring import score_offline
 from streams.ingest.convert import sixe_dbn
 from streams.ingest.producer import BarProducer
 from streams.ingest.replay import Replay, ReplayOptions
@@ -23,7 +26,7 @@ from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import Message, produce, read_topic
-from tests.topic_logs import ForecastLog, wait_for_metric
+from tests.topic_logs import ForecastLog, ScoreLog, wait_for_metric
 from tests.worker import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("worker_threads")]
@@ -54,14 +57,20 @@ def forecasts_by_key(messages: list[Message]) -> dict[Key, dict]:
     return out
 
 
+def model_quantiles(value: dict) -> np.ndarray:
+    """A forecast's quantiles as the model made them `(horizon, quantile)`: online calibration
+    keeps them in `raw_q*`."""
+    prefix = "raw_" if "schema_version" in value else ""
+    return np.array([value[prefix + q] for q in QUANTILES]).T
+
+
 def assert_matches(reference: dict[Key, np.ndarray], forecasts: dict[Key, dict]) -> None:
     assert forecasts.keys() == reference.keys(), (
         f"missing {sorted(reference.keys() - forecasts.keys())[:5]}, "
         f"unexpected {sorted(forecasts.keys() - reference.keys())[:5]}"
     )
     for key, quantiles in reference.items():
-        got = np.array([forecasts[key][q] for q in QUANTILES]).T
-        assert np.array_equal(got, quantiles), key
+        assert np.array_equal(model_quantiles(forecasts[key]), quantiles), key
 
 
 def raw_values(settings: Settings, files: tuple[Path, ...]) -> list[dict]:
@@ -103,16 +112,24 @@ def test_every_bar_past_warm_up_gets_exactly_one_forecast(
     assert np.allclose(sample["price_q50"], sample["close"] * np.exp(sample["q50"]))
 
 
-def test_a_killed_worker_resumes_with_the_same_forecasts(
+def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
 ) -> None:
     # Checkpoints every 0.5 s of the busy worker: the kill lands after some, so the second
-    # worker resumes from stored states and windows, not from scratch.
+    # worker resumes from stored states, windows, scores and calibrations, not from scratch.
     settings = replace(pipeline_settings(broker_settings, tmp_path), checkpoint_max_s=0.5)
     values = bars_from_frame(sixe_bars.iloc[:5000], symbol="6EH4", instrument_id=1)
-    reference = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
+    engine = ForecastEngine(tmp_path / "models" / "first")
+    reference = forecast_history(values, engine)
+    # An uninterrupted run's calibrated forecasts and scores (test_forecast_scores holds one
+    # worker to these references).
+    clean = clean_history(values)["6EH4"]
+    model = forecast_values(reference, {"6EH4": clean}, engine)
+    calibrated = calibrate_offline(model, clean, CalibrationConfig())
+    expected_scores = score_offline(calibrated, clean)
     produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
     forecasts = ForecastLog(settings.broker, settings.topic_forecasts, settings.partitions)
+    scores = ScoreLog(settings.broker, settings.topic_scores, settings.partitions)
     try:
         # The kill lands after the first checkpoint and 500 forecasts, whatever the speed.
         worker = Worker(settings, name="first").start()
@@ -126,9 +143,14 @@ def test_a_killed_worker_resumes_with_the_same_forecasts(
             # One symbol, one partition: by its last new forecast every repeat has been read,
             # and ForecastLog fails on a repeat whose bytes differ from the first.
             assert forecasts.read_until(len(reference), timeout_s=300) == len(reference)
+            assert scores.read_until(len(expected_scores), timeout_s=60) == len(expected_scores)
     finally:
         forecasts.close()
+        scores.close()
     assert "Restoring state from changelog topics" in second.log()
+    published = {k[:2]: orjson.loads(forecasts.identity(v)) for k, v in forecasts.values.items()}
+    assert published == {(v["symbol"], v["ts_event"]): v for v in calibrated}
+    assert {key: orjson.loads(v) for key, v in scores.values.items()} == expected_scores
     model_id = orjson.loads(next(iter(forecasts.values.values())))["model_id"]
     assert_matches(
         reference,
@@ -211,8 +233,7 @@ def test_hot_reload_swaps_the_model_between_batches(
     assert models[0] != models[-1] and set(models[switch:]) == {models[-1]}
     for i, key in enumerate(sorted(forecasts)):
         expected = first[key] if i < switch else second[key]
-        got = np.array([forecasts[key][q] for q in QUANTILES]).T
-        assert np.array_equal(got, expected), key
+        assert np.array_equal(model_quantiles(forecasts[key]), expected), key
 
 
 def test_a_checkpoint_for_other_features_refuses_to_start(

@@ -24,7 +24,7 @@ from streams.settings import Settings
 from streams.stats_cli import scrape
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import produce, read_topic
-from tests.test_forecast_pipeline import QUANTILES, end_of_data, forecasts_by_key
+from tests.test_forecast_pipeline import end_of_data, forecasts_by_key, model_quantiles
 from tests.worker import Worker
 
 pytestmark = pytest.mark.integration
@@ -97,6 +97,5 @@ def test_without_a_checkpoint_features_flow_and_forecasts_begin_when_one_lands(
     # would be far off); that they are bit-identical is test_forecast_pipeline's claim.
     assert sorted(forecasts) == sorted(expected)
     for key, quantiles in expected.items():
-        got = np.array([forecasts[key][q] for q in QUANTILES]).T
-        assert np.allclose(got, quantiles, rtol=1e-5, atol=0), key
+        assert np.allclose(model_quantiles(forecasts[key]), quantiles, rtol=1e-5, atol=0), key
     assert log.count(WAITING) == 1 and "Traceback" not in log

@@ -56,6 +56,23 @@ FORECAST: dict[str, Any] = {
     "batch_size": 3,
     "latency_ms": 1.5,
 }
+SCORE: dict[str, Any] = {
+    "symbol": "6EH4",
+    "ts_event": RAW["ts_event"],
+    "model_id": "m",
+    "horizons": [1, 2],
+    "unscored": None,
+    "realized": [0.0005, -0.003],
+    "pinball": {"q10": [1e-4, 1e-4], "q50": [2e-4, 1e-3], "q90": [5e-5, 4e-3]},
+    "inside": [True, False],
+    "below_q10": [False, True],
+    "above_q90": [False, False],
+}
+UNSCORED = {
+    **SCORE,
+    **dict.fromkeys(("realized", "pinball", "inside", "below_q10", "above_q90")),
+    "unscored": "gap_fill",
+}
 
 
 def clean_bar() -> s.CleanBarValue:
@@ -137,6 +154,8 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("bars.clean", bar),
         ("features", FEATURES),
         ("forecasts", FORECAST),
+        ("forecasts.scores", SCORE),
+        ("forecasts.scores", UNSCORED),
         ("forecasts", {**FORECAST, "raw_q10": [0.0, 0.0], "schema_version": 2}),  # calibrated
         *((topic, control) for topic in ("bars.raw", "bars.clean", "features")),
     ]:
@@ -148,6 +167,8 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("features", {**FEATURES, "values": 1}),
         ("forecasts", {**FORECAST, "q10": "x"}),
         ("forecasts", {key: v for key, v in FORECAST.items() if key != "model_id"}),
+        ("forecasts.scores", {**SCORE, "unscored": "unknown"}),
+        ("forecasts.scores", {key: v for key, v in SCORE.items() if key != "inside"}),
         ("features", {**control, "control": "other"}),
     ]:
         assert not valid(topic, value), (topic, value)

@@ -104,6 +104,14 @@ class ForecastLog(TopicLog):
         return orjson.dumps(forecast)
 
 
+class ScoreLog(TopicLog):
+    """Scores by (symbol, ts_event): a repeat must carry every byte of the value."""
+
+    def key(self, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> tuple[object, ...]:
+        score = orjson.loads(value)
+        return score["symbol"], score["ts_event"]
+
+
 def metric(worker: WorkerProcess, name: str) -> float | None:
     """The value of an unlabelled sample on the worker's `/metrics`, None if not served (yet)."""
     try:

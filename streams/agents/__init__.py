@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from features.engine import N_FEATURES
 from model.config import TFTConfig
 from streams.corrections import CorrectionConfig, SymbolState
+from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
+from streams.forecast.scoring import ScoreValue, SymbolScoring
 from streams.metrics import Outcome, Stage
 from streams.runtime.checkpoint import TICK_S, Checkpointer
 from streams.runtime.forecaster import Forecaster, inference_threads
@@ -26,6 +28,7 @@ from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections, MetricsFeed
 from streams.runtime.stages.features import Features, SymbolFeatures, clean_items
+from streams.runtime.stages.scores import Scores, Scoring, scoring_decoder
 from streams.runtime.stages.windows import Windows, feature_items
 from streams.runtime.stores import StateStore, Store, WindowStore
 
@@ -121,6 +124,28 @@ def features(app: BarcastApp) -> Features:
     return Features(store, settings.topic_features, settings.topic_dlq)
 
 
+def scoring(app: BarcastApp) -> Scoring:
+    settings, runtime = app.barcast, app.runtime
+    raw_topic(app, settings.topic_scores)
+    window = settings.score_window
+    scores = StateStore(
+        runtime.changelog("scoring-state"),
+        scoring_decoder(window),
+        SymbolScoring.to_bytes,
+        lambda: SymbolScoring(window),
+    )
+    calibrations = StateStore(
+        runtime.changelog("calibration-state"),
+        SymbolCalibration.from_bytes,
+        SymbolCalibration.to_bytes,
+        SymbolCalibration,
+    )
+    calibration = CalibrationConfig(enabled=settings.online_calibration)
+    stage = Scoring(scores, calibrations, calibration, settings.topic_scores)
+    app.metrics.scoring_figures = stage.figures
+    return stage
+
+
 class ForecastStage:
     """Windows (pure) in front of the forecaster (asynchronous), with the model served."""
 
@@ -140,7 +165,9 @@ class ForecastStage:
         changelog = app.runtime.changelog("forecast-window-slots")
         self.store = WindowStore(changelog, lookback, N_FEATURES)
         self.windows = Windows(self.store)
-        self.forecaster = Forecaster(app.runtime, engine, lookback)
+        self.scoring = scoring(app)
+        self.forecaster = Forecaster(app.runtime, engine, lookback, self.scoring)
+        self.stores: list[Store] = [self.store, *self.scoring.stores]
         self.metrics = app.metrics
 
         @app.task
@@ -151,14 +178,16 @@ class ForecastStage:
         async def hot_reload() -> None:
             await self.forecaster.reload(watcher, load)
 
-    async def add(self, items: Sequence[FeatureRow | Control | Out]) -> list[Out]:
-        """Rows into the windows, their requests into the batcher; the dead letters among
-        `items` returned, to publish."""
+    async def add(self, items: Sequence[FeatureRow | Control | Out]) -> Scores:
+        """Rows into the windows and the scoring states, their requests into the batcher; the
+        scores their bars decide and the dead letters among `items` returned, to publish."""
         forecaster = self.forecaster
         serving = forecaster.engine is not None
+        out = Scores()
         dead: list[Out] = []
         for item in items:
             if isinstance(item, FeatureRow):
+                self.scoring.bar(item, out)
                 request = self.windows.apply(item, serving)
                 if request is not None:
                     forecaster.batcher.add(request)
@@ -170,12 +199,18 @@ class ForecastStage:
         if dead:
             self.metrics.dlq.inc(len(dead))
         await forecaster.after_batch()
-        return dead
+        out.outputs += dead
+        return out
 
 
 def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
     if app.observers:
         notify(app.observers, "observe_bar", cleaned.clean_values())
+
+
+def observe_scores(app: BarcastApp, scores: list[ScoreValue]) -> None:
+    if app.observers and scores:
+        notify(app.observers, "observe_score", scores)
 
 
 def register_corrections(app: BarcastApp) -> None:
@@ -207,10 +242,12 @@ def register_forecast(app: BarcastApp) -> None:
     stage = ForecastStage(app)
     topic = app.barcast.topic_features
     raw_topic(app, topic)
-    checkpointer = Checkpointer(app.runtime, topic, [stage.store], stage.forecaster)
+    checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.forecaster)
 
     async def handle(batch: list[Record]) -> None:
-        await checkpointer.publish(await stage.add(feature_items(batch, app.barcast.topic_dlq)))
+        scored = await stage.add(feature_items(batch, app.barcast.topic_dlq))
+        await checkpointer.publish(scored.outputs)
+        observe_scores(app, scored.values)
 
     serve(app, "forecast", checkpointer, handle)
 
@@ -223,7 +260,7 @@ def register_pipeline(app: BarcastApp) -> None:
     cleaning, feed = corrections(app)
     featuring = features(app)
     forecasting = ForecastStage(app)
-    stores: list[Store] = [cleaning.store, featuring.store, forecasting.store]
+    stores: list[Store] = [cleaning.store, featuring.store, *forecasting.stores]
     checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, stores, forecasting.forecaster)
 
     async def handle(batch: list[Record]) -> None:
@@ -231,7 +268,9 @@ def register_pipeline(app: BarcastApp) -> None:
         featured = featuring.run(cleaned.items)
         await checkpointer.publish([*cleaned.outputs, *featured.outputs])
         observe_bars(app, cleaned)
-        await forecasting.add(featured.rows)
+        scored = await forecasting.add(featured.rows)
+        await checkpointer.publish(scored.outputs)
+        observe_scores(app, scored.values)
         feed.push()
         featured.count(app.metrics)
 

@@ -7,7 +7,9 @@ END_OF_INTERVAL, or at a checkpoint) runs the model on them in micro-batches of 
 acks are awaited behind the previous flush's. The agent keeps consuming while a flush runs, so
 decoding overlaps inference; once `BACKLOG_BATCHES` x `max_batch` requests wait, the agent
 flushes itself, which is the back-pressure. A checkpoint drains it (every forecast of its
-records acked) before it flushes the windows (streams.runtime.checkpoint).
+records acked) before it flushes the windows (streams.runtime.checkpoint). Each forecast is
+calibrated and handed to its symbol's scoring state (streams.runtime.stages.scores) as it is
+published; the scores it completes go out with it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Out
+from streams.runtime.stages.scores import Scores, Scoring
 from streams.schema import BAR_HEADERS, encode_forecast
 
 if TYPE_CHECKING:
@@ -44,9 +47,12 @@ Loader = Callable[[Path, ForecastEngine | None, "Settings", int], tuple[Forecast
 
 
 class Forecaster:
-    def __init__(self, runtime: Runtime, engine: ForecastEngine | None, lookback: int) -> None:
+    def __init__(
+        self, runtime: Runtime, engine: ForecastEngine | None, lookback: int, scoring: Scoring
+    ) -> None:
         settings = runtime.settings
         self.runtime = runtime
+        self.scoring = scoring  # calibrates each forecast, then scores it once its bars are in
         self.engine = engine  # None until the first checkpoint lands
         self.lookback = lookback
         self.topic = settings.topic_forecasts
@@ -79,10 +85,12 @@ class Forecaster:
                 runtime.activity.mark()
                 runtime.metrics.inference_seconds.observe(time.perf_counter() - started)
                 runtime.metrics.batch_size.observe(len(batch))
-                values = self._values(batch, quantiles)
-                sends += await runtime.send(self._messages(batch, values))
+                scored = Scores()
+                values = self.scoring.forecasts(batch, self._values(batch, quantiles), scored)
+                sends += await runtime.send([*self._messages(batch, values), *scored.outputs])
                 if runtime.observers:
                     notify(runtime.observers, "observe_forecast", values)
+                    notify(runtime.observers, "observe_score", scored.values)
                 received += [request.received_ns for request in batch]
             if sends:
                 self.finishing = asyncio.ensure_future(
