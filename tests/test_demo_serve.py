@@ -13,9 +13,12 @@ from streams.process import WorkerProcess
 from streams.settings import Settings
 
 # A child Python serving a stand-in worker process (a `sleep`): Ctrl-C must reach the demo,
-# end serving, and leave the worker for the demo's own orderly stop.
+# end serving, and leave the worker for the demo's own orderly stop. The child takes SIGINT as
+# a terminal's Ctrl-C reaches a foreground process, even when this run was started with it
+# ignored (a shell's background job, as CI runs it), which its children would inherit.
 CHILD = """
-import subprocess, sys
+import signal, subprocess, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from streams import demo
 from streams.process import WorkerProcess
