@@ -19,8 +19,7 @@ from streams.kafka import wait_for_metadata
 from streams.schema import decode_dlq_headers
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "deploy" / "schemas" / "topics"
-TOPICS = ("bars.raw", "bars.clean", "bars.dlq", "features", "forecasts.scores", "forecasts")
-UNCHECKED = ("forecasts.scores",)  # no schema file of its own yet
+TOPICS = ("bars.raw", "bars.clean", "bars.dlq", "features", "forecasts", "forecasts.scores")
 
 
 @dataclass(frozen=True)
@@ -107,11 +106,11 @@ def _validator(kind: str) -> Draft202012Validator:
 
 
 def topic_kind(topic: str) -> str | None:
-    """Which barcast topic with a schema file `topic` is (tests suffix the default names), None
-    for another (a changelog, `forecasts.scores`, a test's own topic)."""
-    for kind in sorted({*TOPICS, *UNCHECKED}, key=len, reverse=True):  # longest name first
+    """Which barcast topic `topic` is (tests suffix the default names), None for another (a
+    changelog, a test's own topic)."""
+    for kind in sorted(TOPICS, key=len, reverse=True):  # longest name first: forecasts.scores
         if topic == kind or (topic.startswith(f"{kind}.") and "." not in topic[len(kind) + 1 :]):
-            return kind if kind in TOPICS else None
+            return kind
     return None
 
 
