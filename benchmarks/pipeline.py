@@ -259,7 +259,6 @@ def run(args: argparse.Namespace) -> dict:
             "max_batch": base.max_batch,
             "max_delay_ms": base.max_delay_ms,
             "partitions": base.partitions,
-            "store": base.store,
             "worker_torch_threads": max(1, (os.cpu_count() or 2) - 1),
         },
         "provenance": provenance | {"loadavg_end": loadavg()},

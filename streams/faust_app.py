@@ -179,7 +179,7 @@ def create_app(settings: Settings) -> BarcastApp:
         settings,
         broker=[f"kafka://{server.strip()}" for server in servers],
         broker_credentials=_credentials(settings),
-        store=settings.store,
+        store="memory://",  # no tables: the worker's state is in streams.runtime.stores
         processing_guarantee="at_least_once",
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication,

@@ -15,13 +15,16 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "BARCAST_"
 EMBEDDED = "embedded"
-# A bounded dead letter (streams.agents.dlq, 16 KiB of key and of value) must fit.
+# A bounded dead letter (streams.runtime.policy, 16 KiB of key and of value) must fit.
 MIN_RECORD_BYTES, MAX_RECORD_BYTES = 65_536, 100_000_000
 # Settings that no longer exist, and what to do instead: refused rather than ignored, so that an
 # old environment does not silently run something other than it asks for.
 REMOVED = {
     "BARCAST_CPU_PRECISION": "CPU inference is always fp32 (INT8 dynamic quantization was no "
     "faster, so it was removed); unset BARCAST_CPU_PRECISION",
+    "BARCAST_STORE": "the worker keeps no Faust tables: its state lives in stores over changelog "
+    "topics barcast owns (streams.runtime.stores), in memory and restored from them; unset "
+    "BARCAST_STORE",
 }
 
 
@@ -107,13 +110,6 @@ class Settings:
             "worker is quiet, between bursts."
         },
     )
-    store: str = field(
-        default="memory://",
-        metadata={
-            "doc": "Faust table store: `memory://` only (tables are restored from their "
-            "changelog topics; no RocksDB binding is installed)."
-        },
-    )
     web_port: int = field(default=6066, metadata={"doc": "Faust web port (`/metrics`)."})
     session_timeout_s: float = field(default=10.0, metadata={"doc": "Consumer session timeout."})
     rebalance_timeout_s: float = field(
@@ -172,7 +168,6 @@ class Settings:
     def validate(self) -> None:
         choices = {
             "role": ("all", "stream", "forecast", "corrections", "passthrough"),
-            "store": ("memory://",),
             "device": ("auto", "cpu", "cuda"),
             "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
             "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),

@@ -130,6 +130,6 @@ def test_max_record_bytes_must_leave_room_for_a_bounded_dead_letter() -> None:
         Settings.from_env({"BARCAST_MAX_RECORD_BYTES": "1000"})
 
 
-def test_rocksdb_store_is_refused_naming_the_accepted_value() -> None:
-    with pytest.raises(SettingError, match=r"BARCAST_STORE='rocksdb://' is not valid.*memory://"):
+def test_a_table_store_is_refused_naming_where_state_lives_now() -> None:
+    with pytest.raises(SettingError, match=r"BARCAST_STORE='rocksdb://' is no longer a setting"):
         Settings.from_env({"BARCAST_STORE": "rocksdb://"})
