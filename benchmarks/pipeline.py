@@ -77,6 +77,7 @@ from streams.settings import REPO_ROOT, Settings
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "pipeline.json"
 # At the product model (trained); the latency goals at the live pace of (b), 64 symbols.
+VARIANTS = ("nobatch", "full", "nocalibration", "random")  # the bursts besides (c)
 GOALS = {
     "burst_1000_ms": 700.0,
     "batching_speedup": 10.0,
@@ -131,7 +132,7 @@ class Plan:
     def of(cls, args: argparse.Namespace) -> Plan:
         n_burst, n_live = args.symbols, args.live_symbols
         bursts_from = args.minutes  # the burst symbols' next minute after the throughput phase
-        n_bursts = args.repeats + 3 * (1 + args.variant_repeats)
+        n_bursts = args.repeats + len(VARIANTS) * (1 + args.variant_repeats)  # + warm-ups
         return cls(
             burst_rows=range(n_burst),
             live_rows=range(n_burst, n_burst + n_live),
@@ -409,7 +410,7 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         type=lambda text: set(text.split(",")) if text else set(),
-        default={"nobatch", "full", "nocalibration", "random"},
+        default=set(VARIANTS),
         help="comma-separated subset of nobatch,full,nocalibration,random (default: all)",
     )
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase and restart")
