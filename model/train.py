@@ -40,13 +40,10 @@ from model.dataset import (
     window_rows,
 )
 from model.forecaster import autocast_for, resolve_device
+from model.guards import TrainingError, check_epoch, check_weights_moved
 from model.memory import peak_memory_mb
 from model.tft import TemporalFusionTransformer, TFTOutput
 from model.volatility import SCALE_INPUTS, VolatilityScale
-
-
-class TrainingError(RuntimeError):
-    """A training run that produced no trustworthy model; the message says what went wrong."""
 
 
 @dataclass(frozen=True)
@@ -133,19 +130,7 @@ def train_on_panel(
     q, y = predict_windows(model, data, ends[Part.CALIB], cfg.batch_size * 4, device)
     interval_scale = fit_interval_scale(q.numpy(), y.numpy(), c.quantiles)
 
-    best = min(history, key=lambda h: h["val_loss"])
-    metrics = {
-        "best_epoch": best["epoch"],
-        "val_pinball": best["val_loss"],
-        "val_pinball_bp": best["val_loss"] * target_scale * 1e4,
-        "train_pinball": best["train_loss"],
-        "epochs_run": len(history),
-        "n_params": model.n_params(),
-        "peak_memory_mb": max(h["peak_memory_mb"] for h in history),
-        "interval_scale": interval_scale.tolist(),
-        "device": str(device),
-        "train_config": asdict(cfg),
-    }
+    metrics = run_metrics(history, model.n_params(), target_scale, interval_scale, device, cfg)
     meta = checkpoint.CheckpointMeta(
         config=config,
         feature_fingerprint=feature_fingerprint,
@@ -162,10 +147,34 @@ def train_on_panel(
     write_history(out_dir, history)
     _log(
         cfg,
-        f"checkpoint {out_dir} (model id {model_id}): best epoch {best['epoch']}, "
+        f"checkpoint {out_dir} (model id {model_id}): best epoch {metrics['best_epoch']}, "
         f"val pinball {metrics['val_pinball_bp']:.3f} bp",
     )
     return metrics | {"model_id": model_id}
+
+
+def run_metrics(
+    history: list[dict[str, Any]],
+    n_params: int,
+    target_scale: float,
+    interval_scale: np.ndarray,
+    device: torch.device,
+    cfg: TrainConfig,
+) -> dict[str, Any]:
+    """The run's figures, as of its best epoch (the weights kept)."""
+    best = min(history, key=lambda h: h["val_loss"])
+    return {
+        "best_epoch": best["epoch"],
+        "val_pinball": best["val_loss"],
+        "val_pinball_bp": best["val_loss"] * target_scale * 1e4,
+        "train_pinball": best["train_loss"],
+        "epochs_run": len(history),
+        "n_params": n_params,
+        "peak_memory_mb": max(h["peak_memory_mb"] for h in history),
+        "interval_scale": interval_scale.tolist(),
+        "device": str(device),
+        "train_config": asdict(cfg),
+    }
 
 
 def split_windows(
@@ -225,11 +234,7 @@ def fit(
             "seconds": time.perf_counter() - started,
             "peak_memory_mb": peak_memory_mb(device),
         }
-        if all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)):
-            raise TrainingError(
-                f"epoch {epoch}: no weight changed — the optimizer is not "
-                "updating the model (learning rate 0? frozen parameters?)"
-            )
+        check_weights_moved(epoch, before, list(model.parameters()))
         check_epoch(record, history)
         history.append(record)
         _log(
@@ -340,22 +345,6 @@ def forward_batch(
         batch.row_window.to(device),
         batch.x_future.to(device),
     )
-
-
-def check_epoch(record: dict[str, Any], history: list[dict[str, Any]]) -> None:
-    """The failures of the old TFT report, caught as they happen."""
-    if not math.isfinite(record["val_loss"]):
-        raise TrainingError(f"epoch {record['epoch']}: validation loss is {record['val_loss']}")
-    if record["val_loss"] == 0.0:
-        raise TrainingError(
-            f"epoch {record['epoch']}: validation loss is exactly 0 — the labels leak into the "
-            "inputs or the metric is broken; no real forecast is perfect"
-        )
-    if history and math.isclose(record["train_loss"], history[-1]["train_loss"], rel_tol=1e-9):
-        raise TrainingError(
-            f"epoch {record['epoch']}: training loss {record['train_loss']} is the previous "
-            "epoch's — the model is not learning (inputs ignored? loss detached?)"
-        )
 
 
 @torch.inference_mode()
