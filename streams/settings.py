@@ -199,6 +199,11 @@ class Settings:
                 f"{PREFIX}MAX_RECORD_BYTES={self.max_record_bytes} is out of range; use "
                 f"{MIN_RECORD_BYTES}-{MAX_RECORD_BYTES} (at most the brokers' message.max.bytes)"
             )
+        if self.ssl_cafile and not Path(self.ssl_cafile).is_file():
+            raise SettingError(
+                f"{PREFIX}SSL_CAFILE={self.ssl_cafile!r} is not a file; set it to the PEM bundle "
+                "of the CA that signed the brokers' certificates"
+            )
         if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
             raise SettingError(
                 f"{PREFIX}SECURITY_PROTOCOL={self.security_protocol} needs "

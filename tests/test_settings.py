@@ -50,6 +50,10 @@ def test_environment_overrides_are_typed() -> None:
         ({"BARCAST_SCORE_WINDOW": "0"}, "BARCAST_SCORE_WINDOW=0 is out of range"),
         ({"BARCAST_ONLINE_CALIBRATION": "sometimes"}, "is not a boolean"),
         (
+            {"BARCAST_SSL_CAFILE": "/no/such/ca.pem"},
+            "BARCAST_SSL_CAFILE='/no/such/ca.pem' is not a file",
+        ),
+        (
             {"BARCAST_CPU_PRECISION": "int8"},
             "BARCAST_CPU_PRECISION='int8' is no longer a setting: CPU inference is always fp32",
         ),

@@ -127,8 +127,9 @@ def test_worker_without_the_ca_logs_the_setting_and_retries(without_ca: Settings
         text=True,
         start_new_session=True,
     )
-    # A worker that never logs its refusal is stopped after a bound, which ends its output.
-    watchdog = threading.Timer(60.0, stop_session, (worker, 10.0))
+    # A worker that never logs its refusal is stopped after a bound (generous: a loaded machine
+    # may take a minute to start one), which ends its output.
+    watchdog = threading.Timer(300.0, stop_session, (worker, 10.0))
     watchdog.start()
     try:
         assert worker.stdout is not None
