@@ -16,8 +16,7 @@ from streams.corrections import (
     correct,
     flush,
 )
-from streams.metrics import Metrics
-from streams.runtime.stages.corrections import MetricsFeed
+from streams.metrics import Metrics, MetricsFeed
 from tests.bar_streams import faulty_stream
 
 

@@ -32,7 +32,7 @@ from streams.runtime.policy import (
 from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages import features
 from streams.runtime.stages.windows import feature_row
-from streams.schema import DLQ_REASON, encode_feature_values, encode_features
+from streams.schema import DLQ_REASON, encode_feature_values, encode_features, features_value
 
 BAR = {
     "instrument_id": 1,
@@ -160,7 +160,7 @@ def test_a_moved_fetcher_fails_loudly_naming_the_versions(consumer: object, miss
 def feature_message(bar: dict[str, object], values: np.ndarray, warm: bool) -> bytes:
     """The `features` value the features stage writes for `bar` (a `bars.clean` value)."""
     clean = CleanBar("bars.clean", b"6EH4", 0, 0, 0.0, bar, None)  # type: ignore[arg-type]
-    return encode_features(features.features_value(features.feature_row(clean, values, warm)))
+    return encode_features(features_value(features.feature_row(clean, values, warm)))
 
 
 def features_event(value: bytes, key: bytes | None = b"6EH4") -> Record:

@@ -20,16 +20,16 @@ from model.config import TFTConfig
 from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.scoring import ScoreValue, SymbolScoring
-from streams.metrics import Outcome, Stage
+from streams.metrics import MetricsFeed, Outcome, Stage
 from streams.runtime.checkpoint import TICK_S, Checkpointer
 from streams.runtime.forecaster import Forecaster, inference_threads
 from streams.runtime.observers import notify
-from streams.runtime.policy import exit_uncommitted
+from streams.runtime.policy import exit_uncommitted, readable
 from streams.runtime.records import Control, FeatureRow, Out, Record
-from streams.runtime.stages.corrections import Cleaned, Corrections, MetricsFeed
-from streams.runtime.stages.features import Features, SymbolFeatures, clean_items
+from streams.runtime.stages.corrections import Cleaned, Corrections
+from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
 from streams.runtime.stages.scores import Scores, Scoring, scoring_decoder
-from streams.runtime.stages.windows import Windows, feature_items
+from streams.runtime.stages.windows import Windows, feature_row
 from streams.runtime.stores import StateStore, Store, WindowStore
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def register_features(app: BarcastApp) -> None:
     checkpointer = Checkpointer(app.runtime, app.barcast.topic_clean, [stage.store])
 
     async def handle(batch: list[Record]) -> None:
-        featured = stage.run(clean_items(batch, app.barcast.topic_dlq))
+        featured = stage.run(readable(batch, app.barcast.topic_dlq, clean_bar))
         await checkpointer.publish(featured.outputs)
         featured.count(app.metrics)
 
@@ -245,7 +245,8 @@ def register_forecast(app: BarcastApp) -> None:
     checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.forecaster)
 
     async def handle(batch: list[Record]) -> None:
-        scored = await stage.add(feature_items(batch, app.barcast.topic_dlq))
+        items = readable(batch, app.barcast.topic_dlq, feature_row, "not a features record: ")
+        scored = await stage.add(items)
         await checkpointer.publish(scored.outputs)
         observe_scores(app, scored.values)
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from streams.runtime.records import Out, Record
+from streams.runtime.records import Control, Out, Record, control_of
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DeadLetterHeaders, encode_dlq_headers
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ HEADROOM = 4_096  # below the limit, records are not measured exactly: far below
 # Exit codes of a worker that stops uncommitted; the orchestrator restarts it either way.
 EXIT_BROKER_FAILED = 69  # EX_UNAVAILABLE: the Kafka cluster failed a request (send, acks)
 EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: a bug in barcast
+T = TypeVar("T")
 
 
 class Reason(StrEnum):
@@ -71,6 +72,24 @@ def record_dead_letter(dlq_topic: str, record: Record, reason: str, message: str
     return dead_letter(
         dlq_topic, record.key, record.value, source, reason, message, record.partition
     )
+
+
+def readable(
+    records: Sequence[Record], dlq_topic: str, read: Callable[[Record], T], what: str = ""
+) -> list[T | Control | Out]:
+    """A stage's input: each record as a control record or as `read` makes it, or, where
+    `read` raises ValueError, its dead letter (the message `what` + the error)."""
+    items: list[T | Control | Out] = []
+    for record in records:
+        control = control_of(record)
+        if control is not None:
+            items.append(control)
+            continue
+        try:
+            items.append(read(record))
+        except ValueError as exc:  # orjson's and base64's errors are ValueErrors too
+            items.append(record_dead_letter(dlq_topic, record, Reason.MALFORMED, f"{what}{exc}"))
+    return items
 
 
 def record_bytes(record: Out) -> int:

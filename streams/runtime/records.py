@@ -1,9 +1,7 @@
 """The typed records of the runtime: a consumed record, a record to publish, and what one stage
-hands the next (in memory in the one-agent pipeline, through a topic in the split roles).
-
-Each carries the partition and offset of the source record it came from (the record consumed
-by the agent running the stage): stores tag their writes with it (streams.runtime.stores).
-"""
+hands the next (in memory in the one-agent pipeline, through a topic in the split roles). Each
+carries the partition and offset of the source record it came from: stores tag their writes
+with it."""
 
 from __future__ import annotations
 
@@ -12,7 +10,13 @@ from typing import Protocol
 
 import numpy as np
 
-from streams.schema import CONTROL_HEADERS, CleanBarValue, Headers
+from streams.schema import (
+    CONTROL_HEADERS,
+    CleanBarValue,
+    Headers,
+    decode_control,
+    is_control_headers,
+)
 
 
 @dataclass(slots=True)
@@ -30,7 +34,7 @@ class Record:
 
 @dataclass(slots=True)
 class Out:
-    """A record to publish; every one names its partition (see streams.runtime.producer)."""
+    """A record to publish; every one names its partition (see streams.runtime.kafka_io)."""
 
     topic: str
     key: bytes | None
@@ -60,6 +64,18 @@ class Control:
 
     def forward(self, topic: str) -> Out:
         return Out(topic, self.key, self.value, self.timestamp_ms, CONTROL_HEADERS, self.partition)
+
+
+def control_of(record: Record) -> Control | None:
+    """The record as an END_OF_INTERVAL, or None if it is not a valid one."""
+    if not is_control_headers(record.headers):
+        return None
+    try:
+        ts_event = decode_control(record.value)["ts_event"]
+    except ValueError:
+        return None
+    p, o, ms = record.partition, record.offset, record.timestamp_ms
+    return Control(p, o, record.key, record.value, ms, ts_event)
 
 
 @dataclass(slots=True)

@@ -18,20 +18,18 @@ import zstandard
 from features import engine
 from streams.corrections import SYNTHETIC
 from streams.metrics import Metrics, Outcome, Stage
-from streams.runtime.policy import Reason, dead_letter, record_dead_letter
+from streams.runtime.policy import Reason, dead_letter
 from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
-from streams.runtime.stages.corrections import control_of
 from streams.runtime.stores import StateStore
 from streams.schema import (
     PRICE_SCALE,
-    FeaturesValue,
     bar_headers,
     decode_clean,
     decode_received_ns,
     encode_clean,
-    encode_feature_values,
     encode_features,
     engine_columns,
+    features_value,
 )
 
 _LAST_TS = struct.Struct("<q")  # ts_event of the symbol's last bar, before the engine state
@@ -58,39 +56,13 @@ class SymbolFeatures:
         return cls(_LAST_TS.unpack_from(data)[0], state)
 
 
-def features_value(row: FeatureRow) -> FeaturesValue:
-    """The `features` topic value of a row."""
-    return {
-        "symbol": row.symbol,
-        "ts_event": row.ts_event,
-        "close": row.close,
-        "fingerprint": row.fingerprint,
-        "warm": row.warm,
-        "synthetic": row.synthetic,
-        "values": encode_feature_values(row.values),
-    }
-
-
 Item = CleanBar | Control | Out  # Out: a dead letter, passed on in order
 
 
-def clean_items(records: Sequence[Record], dlq_topic: str) -> list[Item]:
-    """`bars.clean` records as the stage's input; one it cannot read becomes a dead letter."""
-    items: list[Item] = []
-    for r in records:
-        control = control_of(r)
-        if control is not None:
-            items.append(control)
-            continue
-        try:
-            bar = decode_clean(r.value)
-        except ValueError as exc:
-            items.append(record_dead_letter(dlq_topic, r, Reason.MALFORMED, str(exc)))
-            continue
-        received = decode_received_ns(r.headers)
-        key, ms = r.key or b"", r.timestamp_ms
-        items.append(CleanBar(r.topic, key, r.partition, r.offset, ms, bar, received))
-    return items
+def clean_bar(r: Record) -> CleanBar:
+    """A `bars.clean` record as the stage's input; ValueError if it is not one."""
+    bar, received = decode_clean(r.value), decode_received_ns(r.headers)
+    return CleanBar(r.topic, r.key or b"", r.partition, r.offset, r.timestamp_ms, bar, received)
 
 
 @dataclass(slots=True)
@@ -147,24 +119,15 @@ class Features:
                 outputs.append(item.forward(self.topic))
                 next_rows.append(item)
             elif (row := computed.get(id(item))) is not None:
-                outputs.append(self._out(row))
+                value, ms = encode_features(features_value(row)), row.timestamp_ms
+                headers = bar_headers(row.received_ns)
+                outputs.append(Out(self.topic, row.key, value, ms, headers, row.partition))
                 next_rows.append(row)
         for key, row in rows.items():
             if (bar := last[row]) is not None:
                 self.store.write(key, bar.partition, bar.offset, symbols[row])
         outputs += refusals
         return Featured(outputs, next_rows, len(bars), len(refusals), malformed)
-
-    def _out(self, row: FeatureRow) -> Out:
-        value = encode_features(features_value(row))
-        return Out(
-            self.topic,
-            row.key,
-            value,
-            row.timestamp_ms,
-            bar_headers(row.received_ns),
-            row.partition,
-        )
 
     def _compute(
         self,
@@ -212,8 +175,7 @@ class Features:
     def _refused(self, bar: CleanBar, exc: ValueError) -> Out:
         """A dead letter of the bar's `bars.clean` bytes, naming the record it came from."""
         why = f"refused by the feature engine: {exc}"
-        source = (bar.topic, bar.partition, bar.offset)
-        value = encode_clean(bar.value)
+        source, value = (bar.topic, bar.partition, bar.offset), encode_clean(bar.value)
         return dead_letter(
             self.dlq_topic, bar.key, value, source, Reason.REFUSED, why, bar.partition
         )

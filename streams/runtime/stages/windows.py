@@ -6,13 +6,10 @@ that restarted: it is in the window already, and skipped."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from features.engine import FINGERPRINT, N_FEATURES
 from streams.forecast.engine import WindowRequest
-from streams.runtime.policy import Reason, record_dead_letter
-from streams.runtime.records import Control, FeatureRow, Out, Record
-from streams.runtime.stages.corrections import control_of
+from streams.runtime.records import FeatureRow, Record
 from streams.runtime.stores import WindowStore
 from streams.schema import decode_feature_values, decode_features, decode_received_ns
 
@@ -39,22 +36,6 @@ def feature_row(record: Record) -> FeatureRow:
         values=values,
         fingerprint=value["fingerprint"],
     )
-
-
-def feature_items(records: Sequence[Record], dlq_topic: str) -> list[FeatureRow | Control | Out]:
-    """`features` records as the stage's input; one it cannot read becomes a dead letter."""
-    items: list[FeatureRow | Control | Out] = []
-    for record in records:
-        control = control_of(record)
-        if control is not None:
-            items.append(control)
-            continue
-        try:
-            items.append(feature_row(record))
-        except ValueError as exc:  # orjson's and base64's errors are ValueErrors too
-            why = f"not a features record: {exc}"
-            items.append(record_dead_letter(dlq_topic, record, Reason.MALFORMED, why))
-    return items
 
 
 class Windows:
