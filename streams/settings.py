@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,13 @@ class Settings:
                 f"{PREFIX}SECURITY_PROTOCOL={self.security_protocol} needs "
                 f"{PREFIX}SASL_MECHANISM (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
             )
+
+    def isolated(self, run: str) -> Settings:
+        """These settings with a consumer group and topics of their own, named after `run`:
+        for a run that must not read, or be read by, any other on the same cluster."""
+        topics = ("raw", "clean", "dlq", "features", "forecasts", "scores")
+        renamed = {f"topic_{t}": f"{getattr(self, f'topic_{t}')}.{run}" for t in topics}
+        return replace(self, app_id=f"barcast-{run}", **renamed)
 
     @property
     def embedded(self) -> bool:

@@ -69,15 +69,8 @@ def broker_settings(broker: str, tmp_path: Path) -> Settings:
     suffix = tmp_path.name.replace("_", "-")[-24:]
     base = Settings.from_env()
     return replace(
-        base,
+        base.isolated(suffix),
         broker=broker,
-        app_id=f"barcast-{suffix}",
-        topic_raw=f"bars.raw.{suffix}",
-        topic_clean=f"bars.clean.{suffix}",
-        topic_dlq=f"bars.dlq.{suffix}",
-        topic_features=f"features.{suffix}",
-        topic_forecasts=f"forecasts.{suffix}",
-        topic_scores=f"forecasts.scores.{suffix}",
         work_dir=tmp_path,
         model_dir=tmp_path / "models",
         session_timeout_s=6.0,

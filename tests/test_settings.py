@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,12 @@ def test_max_record_bytes_must_leave_room_for_a_bounded_dead_letter() -> None:
 def test_a_table_store_is_refused_naming_where_state_lives_now() -> None:
     with pytest.raises(SettingError, match=r"BARCAST_STORE='rocksdb://' is no longer a setting"):
         Settings.from_env({"BARCAST_STORE": "rocksdb://"})
+
+
+def test_isolated_settings_share_no_topic_or_group_with_the_base() -> None:
+    base = Settings.from_env({})
+    run = base.isolated("run-1")
+    names = [f.name for f in fields(Settings) if f.name.startswith("topic_")]
+    assert all(getattr(run, n) == f"{getattr(base, n)}.run-1" for n in names)
+    assert run.app_id == "barcast-run-1" != base.app_id
+    assert replace(run, app_id=base.app_id, **{n: getattr(base, n) for n in names}) == base

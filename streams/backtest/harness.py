@@ -85,17 +85,7 @@ def broker(settings: Settings, work: Path) -> Iterator[Settings]:
     """A fresh embedded broker, or the configured one with topics and a group of this run's
     own (a topic that already holds bars would be read as part of the run)."""
     if settings.broker != EMBEDDED:
-        run = f"backtest-{uuid.uuid4().hex[:12]}"
-        yield replace(
-            settings,
-            app_id=f"barcast-{run}",
-            topic_raw=f"{settings.topic_raw}.{run}",
-            topic_clean=f"{settings.topic_clean}.{run}",
-            topic_dlq=f"{settings.topic_dlq}.{run}",
-            topic_features=f"{settings.topic_features}.{run}",
-            topic_forecasts=f"{settings.topic_forecasts}.{run}",
-            topic_scores=f"{settings.topic_scores}.{run}",
-        )
+        yield settings.isolated(f"backtest-{uuid.uuid4().hex[:12]}")
         return
     with EmbeddedBroker(work / "broker") as embedded:
         yield replace(settings, broker=embedded.bootstrap, app_id="barcast-backtest")
