@@ -16,10 +16,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from features.engine import N_FEATURES
+from model.checkpoint import CheckpointError
 from model.config import TFTConfig
 from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
-from streams.forecast.scoring import ScoreValue, SymbolScoring
+from streams.forecast.scoring import SymbolScoring
 from streams.metrics import MetricsFeed, Outcome, Stage
 from streams.runtime.checkpoint import TICK_S, Checkpointer
 from streams.runtime.forecaster import Forecaster, inference_threads
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from faust.types import EventT, TopicT
 
     from streams.faust_app import BarcastApp
+    from streams.forecast.checkpoints import CheckpointWatcher
+    from streams.forecast.engine import ForecastEngine
 
 BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.002
@@ -46,6 +49,7 @@ RELOAD_INTERVAL_S = 2.0
 # forward pass from waiting that long at each of its hundreds of ops.
 SWITCH_INTERVAL_S = 0.0001
 Handle = Callable[[list[Record]], Awaitable[None]]
+log = logging.getLogger("barcast.forecast")
 
 
 def raw_topic(app: BarcastApp, name: str) -> TopicT:
@@ -97,14 +101,20 @@ def serve(app: BarcastApp, name: str, checkpointer: Checkpointer, handle: Handle
             await checkpointer.on_revoked()
 
 
+def store(app: BarcastApp, name: str, kind: Any, decode: Any = None, new: Any = None) -> Any:
+    """A `StateStore` of `kind`'s states (its `from_bytes`, `to_bytes` and constructor unless
+    `decode` or `new` says otherwise) in the changelog `name`."""
+    changelog = app.runtime.changelog(name)
+    return StateStore(changelog, decode or kind.from_bytes, kind.to_bytes, new or kind)
+
+
 def corrections(app: BarcastApp) -> tuple[Corrections, MetricsFeed]:
-    settings, runtime = app.barcast, app.runtime
+    settings = app.barcast
     for topic in (settings.topic_clean, settings.topic_dlq):
         raw_topic(app, topic)
-    changelog = runtime.changelog("corrections-state")
-    store = StateStore(changelog, SymbolState.from_bytes, SymbolState.to_bytes, SymbolState)
     topics = (settings.topic_raw, settings.topic_clean, settings.topic_dlq)
-    stage = Corrections(store, CorrectionConfig(fill_gaps=settings.fill_gaps), topics)
+    config = CorrectionConfig(fill_gaps=settings.fill_gaps)
+    stage = Corrections(store(app, "corrections-state", SymbolState), config, topics)
 
     @app.timer(SUMMARY_INTERVAL_S)
     async def log_summary() -> None:
@@ -117,33 +127,52 @@ def corrections(app: BarcastApp) -> tuple[Corrections, MetricsFeed]:
 def features(app: BarcastApp) -> Features:
     settings = app.barcast
     raw_topic(app, settings.topic_features)
-    changelog = app.runtime.changelog("features-state")
-    store = StateStore(
-        changelog, SymbolFeatures.from_bytes, SymbolFeatures.to_bytes, SymbolFeatures
-    )
-    return Features(store, settings.topic_features, settings.topic_dlq)
+    states = store(app, "features-state", SymbolFeatures)
+    return Features(states, settings.topic_features, settings.topic_dlq)
 
 
 def scoring(app: BarcastApp) -> Scoring:
-    settings, runtime = app.barcast, app.runtime
+    settings = app.barcast
     raw_topic(app, settings.topic_scores)
     window = settings.score_window
-    scores = StateStore(
-        runtime.changelog("scoring-state"),
-        scoring_decoder(window),
-        SymbolScoring.to_bytes,
-        lambda: SymbolScoring(window),
-    )
-    calibrations = StateStore(
-        runtime.changelog("calibration-state"),
-        SymbolCalibration.from_bytes,
-        SymbolCalibration.to_bytes,
-        SymbolCalibration,
-    )
+    decode, new = scoring_decoder(window), lambda: SymbolScoring(window)
+    scores = store(app, "scoring-state", SymbolScoring, decode, new)
+    calibrations = store(app, "calibration-state", SymbolCalibration)
     calibration = CalibrationConfig(enabled=settings.online_calibration)
     stage = Scoring(scores, calibrations, calibration, settings.topic_scores)
     app.metrics.scoring_figures = stage.figures
     return stage
+
+
+def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngine | None:
+    """The newest checkpoint's engine, or None (said once) while the directory holds none:
+    windows fill meanwhile, and bars are forecast once one lands."""
+    from streams.forecast.engine import ForecastEngine
+
+    path = watcher.newest()
+    if path is None:
+
+        @app.task
+        async def waiting() -> None:  # a task: it logs once the worker's logging is set up
+            log.warning(
+                "no checkpoint in %s (BARCAST_MODEL_DIR) yet: waiting for one; corrections and "
+                "features run meanwhile, and bars are forecast once one lands (train one with "
+                "`barcast train --data FILE --out %s/NAME`)",
+                watcher.model_dir,
+                watcher.model_dir,
+            )
+
+        return None
+    try:
+        engine = ForecastEngine.from_settings(path, app.barcast)
+    except CheckpointError as exc:
+        # Serving a model trained on other features is never right: refuse to start, with
+        # the reason on one line instead of a traceback.
+        raise SystemExit(f"barcast forecast worker: {exc}") from None
+    watcher.accept(path)
+    app.metrics.set_model(engine.model_id, engine.fingerprint)
+    log.info("serving checkpoint %s on %s", engine.model_id, engine.device)
+    return engine
 
 
 class ForecastStage:
@@ -152,7 +181,6 @@ class ForecastStage:
     def __init__(self, app: BarcastApp) -> None:
         import torch
 
-        from streams.agents.serving import initial_engine, load
         from streams.forecast.checkpoints import CheckpointWatcher
 
         settings = app.barcast
@@ -162,12 +190,11 @@ class ForecastStage:
         watcher = CheckpointWatcher(settings.model_dir)
         engine = initial_engine(app, watcher)
         lookback = TFTConfig.lookback if engine is None else engine.lookback
-        changelog = app.runtime.changelog("forecast-window-slots")
-        self.store = WindowStore(changelog, lookback, N_FEATURES)
-        self.windows = Windows(self.store)
+        windows = WindowStore(app.runtime.changelog("forecast-window-slots"), lookback, N_FEATURES)
+        self.windows = Windows(windows)
         self.scoring = scoring(app)
         self.forecaster = Forecaster(app.runtime, engine, lookback, self.scoring)
-        self.stores: list[Store] = [self.store, *self.scoring.stores]
+        self.stores: list[Store] = [windows, *self.scoring.stores]
         self.metrics = app.metrics
 
         @app.task
@@ -176,7 +203,7 @@ class ForecastStage:
 
         @app.timer(RELOAD_INTERVAL_S)
         async def hot_reload() -> None:
-            await self.forecaster.reload(watcher, load)
+            await self.forecaster.reload(watcher)
 
     async def add(self, items: Sequence[FeatureRow | Control | Out]) -> Scores:
         """Rows into the windows and the scoring states, their requests into the batcher; the
@@ -204,13 +231,8 @@ class ForecastStage:
 
 
 def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
-    if app.observers:
+    if app.observers:  # the clean values are gathered only for an observer
         notify(app.observers, "observe_bar", cleaned.clean_values())
-
-
-def observe_scores(app: BarcastApp, scores: list[ScoreValue]) -> None:
-    if app.observers and scores:
-        notify(app.observers, "observe_score", scores)
 
 
 def register_corrections(app: BarcastApp) -> None:
@@ -241,23 +263,22 @@ def register_features(app: BarcastApp) -> None:
 def register_forecast(app: BarcastApp) -> None:
     stage = ForecastStage(app)
     topic = app.barcast.topic_features
-    raw_topic(app, topic)
     checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.forecaster)
 
     async def handle(batch: list[Record]) -> None:
         items = readable(batch, app.barcast.topic_dlq, feature_row, "not a features record: ")
         scored = await stage.add(items)
         await checkpointer.publish(scored.outputs)
-        observe_scores(app, scored.values)
+        notify(app.observers, "observe_score", scored.values)
 
     serve(app, "forecast", checkpointer, handle)
 
 
 def register_pipeline(app: BarcastApp) -> None:
     """Role `all`: the three stages on `bars.raw`, a bar handed on in memory. Faust's consumer
-    path costs the event loop ~100-150 µs per record and hop, more than the stages' own work,
-    and at a minute boundary every symbol's bar arrives at once: two hops fewer is most of a
-    burst's time on the loop."""
+    path costs the event loop more per record and hop than the stages' own work, and at a
+    minute boundary every symbol's bar arrives at once: two hops fewer is most of a burst's
+    time on the loop."""
     cleaning, feed = corrections(app)
     featuring = features(app)
     forecasting = ForecastStage(app)
@@ -271,7 +292,7 @@ def register_pipeline(app: BarcastApp) -> None:
         observe_bars(app, cleaned)
         scored = await forecasting.add(featured.rows)
         await checkpointer.publish(scored.outputs)
-        observe_scores(app, scored.values)
+        notify(app.observers, "observe_score", scored.values)
         feed.push()
         featured.count(app.metrics)
 

@@ -1,28 +1,24 @@
-"""The runtime's loop over a source topic: batches under one lock, and their checkpoints.
-
-A batch's records are admitted in offset order (`OffsetGuard`), a new partition's
-stores restored first; the agent's stages run on them and publish their outputs without waiting
-for acks. The consumed records stay unacked (held) until a checkpoint, which is due once the
-oldest held record has waited `INTERVAL_S` and the worker is quiet (no stream work for
-`QUIET_S`), or, on a worker that is never quiet, once it has waited the `checkpoint_max_s`
-setting, or after `MAX_HELD` records; and before partitions move.
+"""The runtime's loop over a source topic: batches under one lock, and their checkpoints (the
+contract: streams.runtime). A checkpoint is due once the oldest held record has waited
+`INTERVAL_S` and the worker is quiet (no stream work for `QUIET_S`), or, on a worker that is
+never quiet, once it has waited the `checkpoint_max_s` setting, or after `MAX_HELD` records;
+and before partitions move.
 
 Why so seldom: every changed state is one changelog record (a symbol's features state is ~12 kB
 compressed), so writing per batch costs up to one per bar once batches span many symbols; per
 checkpoint it is one per changed symbol. Waiting for a quiet worker keeps the writes out of a
 burst: at a minute boundary every symbol's bar arrives at once, and writing 1,000 states
-(~12 MB) mid-burst would queue the burst's last bars, and their forecasts, behind it.
+mid-burst would queue the burst's last bars, and their forecasts, behind it.
 
-Why the offset guard (`OffsetGuard`): seen in the restart test (faust-streaming 0.15.3 on the
-embedded broker): right after a worker joins, the first records from a partition's committed
-offset sometimes never reach the agent. Faust moves its read offset past records whose delivery
-it abandons while flow control is suspended around the resume (`Consumer._drain_messages`), and
-its commit logic then lets the committed offset pass them. The bars would be lost for good: the
-state moves past them. `OffsetGuard` checks that each partition's records come at consecutive
-offsets from where the partition resumes (`Checkpointer._start`). On a hole it reads the missing
-records from the broker itself (a plain librdkafka consumer) and passes them on first; a record
-delivered twice is dropped. (Faust also delivers a few records from before its seek to the
-committed offset at start-up: dropped.)
+Why the offset guard (`Checkpointer._admit`): seen in the restart test (faust-streaming 0.15.3
+on the embedded broker): right after a worker joins, the first records from a partition's
+committed offset sometimes never reach the agent. Faust moves its read offset past records
+whose delivery it abandons while flow control is suspended around the resume
+(`Consumer._drain_messages`), and its commit logic then lets the committed offset pass them:
+the bars would be lost for good. So each partition's records must come at consecutive offsets
+from where it resumes (`_start`); on a hole the runtime reads the missing records from the
+broker itself (a plain librdkafka consumer) and passes them on first; a record delivered twice
+(Faust also delivers a few from before its seek at start-up) is dropped.
 """
 
 from __future__ import annotations
@@ -64,77 +60,18 @@ def checkpoint_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bo
     return held > 0 and (held_s >= max_s or (held_s >= INTERVAL_S and quiet_s >= QUIET_S))
 
 
-class Activity:
-    """When the worker last did stream work; one per worker, so that one agent's checkpoint
-    also waits for the others' bursts (the forecast stage runs after the upstream ones)."""
-
-    def __init__(self) -> None:
-        self.last = -math.inf
-
-    def mark(self) -> None:
-        self.last = time.monotonic()
-
-
-HOLE_MESSAGE = "did not reach the agent"
-
-
-class OffsetGuard:
-    """Passes each partition's records on in offset order, without repeats or holes.
-
-    `start(partition)` returns where the group resumes a partition first seen since the last
-    `reset()` (the committed offset: the runtime restores the partition's stores there), and
-    `read(partition, start, end)` reads records start..end-1 from the broker."""
-
-    def __init__(
-        self,
-        start: Callable[[int], Awaitable[int]],
-        read: Callable[[int, int, int], Awaitable[list[Record]]],
-    ) -> None:
-        self.start, self.read = start, read
-        self.next: dict[int, int] = {}  # partition -> offset of the next record
-
-    async def admit(self, records: Sequence[Record]) -> list[Record]:
-        admitted: list[Record] = []
-        for record in records:
-            partition, offset = record.partition, record.offset
-            expected = self.next.get(partition)
-            if expected is None:
-                expected = await self.start(partition)
-            if offset < expected:
-                continue  # delivered again: passed on already
-            if offset > expected:
-                admitted += await self._fill(record.topic, partition, expected, offset)
-            self.next[partition] = offset + 1
-            admitted.append(record)
-        return admitted
-
-    async def _fill(self, topic: str, partition: int, start: int, end: int) -> list[Record]:
-        log.warning(
-            "%s[%d]: offsets %d..%d %s in order; reading them from the broker",
-            topic, partition, start, end - 1, HOLE_MESSAGE,
-        )  # fmt: skip
-        records = await self.read(partition, start, end)
-        if len(records) < end - start:
-            log.error(
-                "%s[%d]: read %d of offsets %d..%d; the others are skipped",
-                topic, partition, len(records), start, end - 1,
-            )  # fmt: skip
-        return records
-
-    def reset(self) -> None:
-        """Partitions moved: each starts again at its committed offset."""
-        self.next.clear()
-
-
 @dataclass
 class Runtime:
+    """What a worker's agents share: its producer, changelogs and observers, and when it last
+    did stream work (`worked`: one agent's checkpoint waits for the others' bursts too)."""
+
     settings: Settings
     metrics: Metrics
     group: str  # the consumer group: its committed offsets are where stores restore to
     assigned: Callable[[str], set[int]]  # a topic's partitions assigned to this worker
     commit: Callable[[], Awaitable[object]]  # commit the acked offsets now
-    activity: Activity = field(default_factory=Activity)
     observers: list[Observer] = field(default_factory=list)
+    worked: float = -math.inf  # time.monotonic() of the last stream work
 
     def __post_init__(self) -> None:
         self.producer = BatchProducer(self.settings)
@@ -167,7 +104,7 @@ class Checkpointer:
         downstream: Downstream | None = None,
     ) -> None:
         self.runtime, self.topic, self.stores, self.downstream = runtime, topic, stores, downstream
-        self.guard = OffsetGuard(self._start, self._read)
+        self.next: dict[int, int] = {}  # partition -> offset of the next record to admit
         # Per source partition, where the stores' last complete flush ends (see `_start`)
         self.marks = runtime.changelog(f"{topic}-checkpoints")
         self.marked: dict[int, int] = {}
@@ -190,10 +127,10 @@ class Checkpointer:
                 self.held_since = time.monotonic()
             self.held += events
             owned = self.runtime.assigned(self.topic)
-            admitted = await self.guard.admit([r for r in records if r.partition in owned])
+            admitted = await self._admit([r for r in records if r.partition in owned])
             if admitted:
                 await handle(admitted)
-                self.runtime.activity.mark()
+                self.runtime.worked = time.monotonic()
             if self._due():
                 await self.checkpoint()
 
@@ -203,8 +140,7 @@ class Checkpointer:
 
     async def checkpoint(self) -> None:
         """Outputs acked -> downstream stages drained -> stores flushed -> source offsets
-        committed. A failure stops the worker uncommitted: a restart replays the held records
-        onto the stores as of the last commit (streams.runtime.stores)."""
+        committed. A failure stops the worker uncommitted."""
         held, self.held = self.held, []
         sent, self.sent = self.sent, []
         try:
@@ -235,22 +171,48 @@ class Checkpointer:
             await self.checkpoint()
             for store in self.stores:
                 store.forget()
-            self.guard.reset()
+            self.next.clear()
             self.marked.clear()
 
     def _due(self) -> bool:
-        now = time.monotonic()
-        return checkpoint_due(
-            len(self.held),
-            now - self.held_since,
-            now - self.runtime.activity.last,
-            self.runtime.settings.checkpoint_max_s,
-        )
+        now, settings = time.monotonic(), self.runtime.settings
+        held_s, quiet_s = now - self.held_since, now - self.runtime.worked
+        return checkpoint_due(len(self.held), held_s, quiet_s, settings.checkpoint_max_s)
+
+    async def _admit(self, records: Sequence[Record]) -> list[Record]:
+        """Each partition's records in offset order, without repeats or holes (the guard)."""
+        admitted: list[Record] = []
+        for record in records:
+            partition, offset = record.partition, record.offset
+            expected = self.next.get(partition)
+            if expected is None:
+                expected = await self._start(partition)
+            if offset < expected:
+                continue  # delivered again: passed on already
+            if offset > expected:
+                admitted += await self._fill(partition, expected, offset)
+            self.next[partition] = offset + 1
+            admitted.append(record)
+        return admitted
+
+    async def _fill(self, partition: int, start: int, end: int) -> list[Record]:
+        log.warning(
+            "%s[%d]: offsets %d..%d did not reach the agent in order; reading them from the "
+            "broker", self.topic, partition, start, end - 1,
+        )  # fmt: skip
+        settings = self.runtime.settings
+        records = await asyncio.to_thread(read_range, settings, self.topic, partition, start, end)
+        if len(records) < end - start:
+            log.error(
+                "%s[%d]: read %d of offsets %d..%d; the others are skipped",
+                self.topic, partition, len(records), start, end - 1,
+            )  # fmt: skip
+        return records
 
     async def _mark(self) -> None:
         """After the stores' flush: per partition, the offset it covers up to."""
         if self.stores:
-            for partition, offset in self.guard.next.items():
+            for partition, offset in self.next.items():
                 if self.marked.get(partition) != offset:
                     self.marks.put(MARK + b"%d" % partition, partition, offset, b"")
                     self.marked[partition] = offset
@@ -272,7 +234,3 @@ class Checkpointer:
         return await asyncio.to_thread(
             committed_offset, runtime.settings, runtime.group, self.topic, partition
         )
-
-    async def _read(self, partition: int, start: int, end: int) -> list[Record]:
-        settings = self.runtime.settings
-        return await asyncio.to_thread(read_range, settings, self.topic, partition, start, end)

@@ -1,16 +1,10 @@
 """The forecast stage's asynchronous half: the dynamic micro-batcher, inference off the loop,
-and the forecasts published.
-
-Requests wait in the batcher; a flush (when `max_batch` wait, after `max_delay`, at
-END_OF_INTERVAL, or at a checkpoint) runs the model on them in micro-batches of at most
-`max_batch` in the inference thread and hands each batch's forecasts to the producer; their
-acks are awaited behind the previous flush's. The agent keeps consuming while a flush runs, so
-decoding overlaps inference; once `BACKLOG_BATCHES` x `max_batch` requests wait, the agent
-flushes itself, which is the back-pressure. A checkpoint drains it (every forecast of its
-records acked) before it flushes the windows (streams.runtime.checkpoint). Each forecast is
-calibrated and handed to its symbol's scoring state (streams.runtime.stages.scores) as it is
-published; the scores it completes go out with it.
-"""
+and the forecasts published. A flush (when `max_batch` requests wait, after `max_delay`, at
+END_OF_INTERVAL, or at a checkpoint, which drains it first) runs the model in the inference
+thread, and the acks of its forecasts are awaited behind the previous flush's. The agent keeps
+consuming while a flush runs, so decoding overlaps inference; once `BACKLOG_BATCHES` x
+`max_batch` requests wait, it flushes itself: the back-pressure. Each forecast goes through
+its symbol's calibration and scoring (stages/scores.py) as it is published."""
 
 from __future__ import annotations
 
@@ -18,7 +12,6 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,11 +32,9 @@ from streams.schema import BAR_HEADERS, encode_forecast
 if TYPE_CHECKING:
     from streams.forecast.checkpoints import CheckpointWatcher
     from streams.runtime.checkpoint import Runtime
-    from streams.settings import Settings
 
 log = logging.getLogger("barcast.forecast")
 BACKLOG_BATCHES = 4
-Loader = Callable[[Path, ForecastEngine | None, "Settings", int], tuple[ForecastEngine, Served]]
 
 
 class Forecaster:
@@ -82,12 +73,12 @@ class Forecaster:
                 quantiles = await asyncio.get_running_loop().run_in_executor(
                     self.executor, self.engine.predict, batch, self.incremental
                 )
-                runtime.activity.mark()
+                runtime.worked = time.monotonic()
                 runtime.metrics.inference_seconds.observe(time.perf_counter() - started)
                 runtime.metrics.batch_size.observe(len(batch))
                 scored = Scores()
-                values = self.scoring.forecasts(batch, self._values(batch, quantiles), scored)
-                sends += await runtime.send([*self._messages(batch, values), *scored.outputs])
+                values, forecasts = self._forecasts(batch, quantiles, scored)
+                sends += await runtime.send([*forecasts, *scored.outputs])
                 if runtime.observers:
                     notify(runtime.observers, "observe_forecast", values)
                     notify(runtime.observers, "observe_score", scored.values)
@@ -119,14 +110,15 @@ class Forecaster:
         if self.finishing is not None:
             await self.finishing
 
-    def _values(self, batch: list[WindowRequest], quantiles: np.ndarray) -> list[dict[str, Any]]:
-        now, engine = time.time_ns(), self.engine
-        return [
-            forecast_value(engine, r, quantiles[i], len(batch), now) for i, r in enumerate(batch)
-        ]
-
-    def _messages(self, batch: list[WindowRequest], values: list[dict[str, Any]]) -> list[Out]:
-        return [
+    def _forecasts(
+        self, batch: list[WindowRequest], quantiles: np.ndarray, scored: Scores
+    ) -> tuple[list[dict[str, Any]], list[Out]]:
+        """A micro-batch's forecast values, calibrated (the scores they complete put in
+        `scored`), and their records."""
+        now, n = time.time_ns(), len(batch)
+        values = [forecast_value(self.engine, r, quantiles[i], n, now) for i, r in enumerate(batch)]
+        values = self.scoring.forecasts(batch, values, scored)
+        return values, [
             Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
             for r, v in zip(batch, values, strict=True)
         ]
@@ -150,7 +142,7 @@ class Forecaster:
             except Exception as exc:
                 exit_uncommitted("a flush of forecasts failed", exc)
 
-    async def reload(self, watcher: CheckpointWatcher, load: Loader) -> None:
+    async def reload(self, watcher: CheckpointWatcher) -> None:
         """Validate a new checkpoint off the loop, then swap it in between batches; the
         step-encoding cache belongs to the old weights, so it goes with them."""
         path = watcher.poll()
@@ -158,9 +150,7 @@ class Forecaster:
             return
         first = self.engine is None
         try:
-            engine, served = await asyncio.to_thread(
-                load, path, self.engine, self.runtime.settings, self.lookback
-            )
+            engine, served = await asyncio.to_thread(self._load, path, self.engine)
         except CheckpointError as exc:
             watcher.reject(path)
             log.error("not serving %s: %s", path, exc)
@@ -173,6 +163,23 @@ class Forecaster:
         self.runtime.metrics.set_model(engine.model_id, engine.fingerprint)
         what = "serving the first checkpoint" if first else "hot-reloaded checkpoint"
         log.info("%s %s from %s", what, engine.model_id, watcher.current)
+
+    def _load(self, path: Path, engine: ForecastEngine | None) -> tuple[ForecastEngine, Served]:
+        """The checkpoint at `path` validated and on the device (blocking: run it in a thread),
+        with the engine to swap it into: `engine`, or a new one for the first checkpoint. One
+        that looks back another number of bars than the windows hold is refused."""
+        if engine is None:
+            engine = ForecastEngine.from_settings(path, self.runtime.settings)
+            served = engine.served
+        else:
+            served = engine.prepare(path)
+        lookback = served.forecaster.config.lookback
+        if lookback != self.lookback:
+            raise CheckpointError(
+                f"it looks back {lookback} bars and this worker's windows hold {self.lookback}: "
+                "restart the worker to serve it"
+            )
+        return engine, served
 
 
 def _exit_on_failure(future: asyncio.Future[None]) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # One produce request carries a batch per partition: this bounds a request at partitions x this.
 BATCH_BYTES = 256 * 1024
 READ_TIMEOUT_S = 30.0
+Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]  # key .. headers
 
 
 class BatchProducer:
@@ -55,28 +56,28 @@ class BatchProducer:
     async def send(self, records: Sequence[Out]) -> list[asyncio.Future]:
         """Hand `records` to the producer, each topic partition's in order; the futures
         complete on the broker's acks."""
-        producer = await self.started()
-        runs: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any, Any]]] = {}
+        runs: dict[tuple[str, int], list[Row]] = {}
         for r in records:
             if r.partition is None:
                 raise ValueError(f"a record for {r.topic} has no partition: the runtime needs it")
             ms = None if r.timestamp_ms is None else int(r.timestamp_ms)
             runs.setdefault((r.topic, r.partition), []).append((r.key, r.value, ms, r.headers))
-        pending = []
-        for (topic, partition), run in runs.items():
-            for batch in record_batches(producer, run, lone_last=False):
-                pending.append(await producer.send_batch(batch, topic, partition=partition))
-        return pending
+        return await self._send(runs, lone_last=False)
 
     async def send_changelog(
         self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]
     ) -> list[asyncio.Future]:
         """Changelog records by partition, each partition's last one in a batch of its own."""
+        runs = {(topic, p): [(k, v, None, []) for k, v in run] for p, run in records.items()}
+        return await self._send(runs, lone_last=True)
+
+    async def _send(
+        self, runs: dict[tuple[str, int], list[Row]], lone_last: bool
+    ) -> list[asyncio.Future]:
         producer = await self.started()
         pending = []
-        for partition, run in records.items():
-            rows = [(key, value, None, []) for key, value in run]
-            for batch in record_batches(producer, rows, lone_last=True):
+        for (topic, partition), run in runs.items():
+            for batch in record_batches(producer, run, lone_last):
                 pending.append(await producer.send_batch(batch, topic, partition=partition))
         return pending
 
@@ -85,19 +86,15 @@ class BatchProducer:
             await self.producer.stop()
 
 
-def record_batches(producer: Any, records: Sequence[tuple[Any, ...]], lone_last: bool) -> list[Any]:
-    """Record batches holding `records` (key, value, timestamp ms, headers) in order; with
-    `lone_last`, the last record alone in the last batch."""
-    body = records[:-1] if lone_last else records
+def record_batches(producer: Any, records: Sequence[Row], lone_last: bool) -> list[Any]:
+    """Record batches holding `records` in order; with `lone_last`, the last record alone in
+    the last batch."""
     batches = [producer.create_batch()]
-    for key, value, ms, headers in body:
-        if batches[-1].append(key=key, value=value, timestamp=ms, headers=headers) is None:
-            batches.append(producer.create_batch())  # full: start the next
+    for i, (key, value, ms, headers) in enumerate(records):
+        lone = lone_last and i == len(records) - 1
+        if lone or batches[-1].append(key=key, value=value, timestamp=ms, headers=headers) is None:
+            batches.append(producer.create_batch())  # full, or the lone last: start the next
             batches[-1].append(key=key, value=value, timestamp=ms, headers=headers)
-    if lone_last and records:
-        key, value, ms, headers = records[-1]
-        batches.append(producer.create_batch())
-        batches[-1].append(key=key, value=value, timestamp=ms, headers=headers)
     return [b for b in batches if b.record_count()]
 
 

@@ -38,6 +38,7 @@ HEADROOM = 4_096  # below the limit, records are not measured exactly: far below
 EXIT_BROKER_FAILED = 69  # EX_UNAVAILABLE: the Kafka cluster failed a request (send, acks)
 EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: a bug in barcast
 T = TypeVar("T")
+Source = tuple[str, int, int]  # topic, partition, offset of a record
 
 
 class Reason(StrEnum):
@@ -50,28 +51,17 @@ class Reason(StrEnum):
 
 
 def dead_letter(
-    dlq_topic: str,
-    key: bytes | None,
-    value: bytes,
-    source: tuple[str, int, int],
-    reason: str,
-    message: str,
-    partition: int | None,
+    dlq: str, key: bytes | None, value: bytes, source: Source, reason: str, why: str, partition: int
 ) -> Out:
     """A `bars.dlq` record for `value` read at `source` (topic, partition, offset)."""
-    topic, source_partition, offset = source
-    headers = encode_dlq_headers(
-        DeadLetterHeaders(topic, source_partition, offset, reason, message)
-    )
-    return Out(dlq_topic, key, value, None, headers, partition)
+    headers = encode_dlq_headers(DeadLetterHeaders(*source, reason, why))
+    return Out(dlq, key, value, None, headers, partition)
 
 
-def record_dead_letter(dlq_topic: str, record: Record, reason: str, message: str) -> Out:
+def record_dead_letter(dlq: str, record: Record, reason: str, why: str) -> Out:
     """A dead letter for a consumed record, with its original bytes."""
     source = (record.topic, record.partition, record.offset)
-    return dead_letter(
-        dlq_topic, record.key, record.value, source, reason, message, record.partition
-    )
+    return dead_letter(dlq, record.key, record.value, source, reason, why, record.partition)
 
 
 def readable(
@@ -134,14 +124,8 @@ def bounded(record: Out, limit: int, dlq_topic: str, metrics: Metrics) -> Out:
         (TRUNCATED_HEADER, f"{len(key)},{len(value)}".encode()),
         (SHA256_HEADER, hashlib.sha256(value).hexdigest().encode()),
     ]
-    return Out(
-        dlq_topic,
-        key[:KEPT_BYTES],
-        value[:KEPT_BYTES],
-        record.timestamp_ms,
-        headers,
-        record.partition,
-    )
+    kept = key[:KEPT_BYTES], value[:KEPT_BYTES]
+    return Out(dlq_topic, *kept, record.timestamp_ms, headers, record.partition)
 
 
 def exit_uncommitted(what: str, error: BaseException) -> NoReturn:

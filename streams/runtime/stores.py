@@ -1,20 +1,12 @@
 """Stores: the worker's state (corrections states, feature states, forecast windows), in
-memory, made durable in a changelog topic that the runtime owns (no Faust table).
-
-Interface: `read(key, partition)` a key's state, `write(key, partition, offset, state)` it as
-changed by the source record at `offset` of `partition`, `flush()` every change to the
-changelog (acked), `restore(partition, boundary)` a partition's states after an assignment.
-
-Each changelog record carries the source partition and offset of the input that wrote it (its
-value is `<offset, partition>` + the state bytes; the changelog partition is the source
-partition, so a store is co-partitioned with its topic). A checkpoint flushes every store, then
-marks per source partition the offset the flush covers up to (streams.runtime.checkpoint), then
-commits. A restore takes a partition's last mark as its boundary: a record at or past it belongs
-to a flush that never completed and is not restored; the worker resumes at the boundary, and the
-inputs from there apply once more to the states as they were. So every store is restored
-exactly as of one boundary, and the records before it are skipped once, by the runtime. (The log
+memory, made durable in a changelog topic that the runtime owns (no Faust table), each record
+tagged with the source offset that wrote it (the contract: streams.runtime). A store reads and
+writes a key's state as changed by the source record at `offset` of `partition`; the runtime
+flushes it (acked), restores a partition as of a boundary, and makes it forget everything when
+partitions move. The changelog partition is the source partition: a store is co-partitioned
+with its topic. (A restore skips a record past the boundary without deleting it: the log
 cleaner never compacts a partition's active segment, and the next checkpoint rewrites every key
-such a skipped record held.)
+such a record held.)
 """
 
 from __future__ import annotations
@@ -67,8 +59,8 @@ class Changelog:
             await self.io.write(self.topic, unsent)
 
     async def restore(self, partition: int, boundary: int) -> None:
-        """The partition's entries written by source records before `boundary` (see the module
-        doc), on a partition this store holds nothing of (never seen, or forgotten since)."""
+        """The partition's entries written by source records before `boundary`, on a
+        partition this store holds nothing of (never seen, or forgotten since)."""
         records = await self.io.read(self.topic, partition)
         skipped = 0
         for key, value in records:

@@ -1,16 +1,15 @@
-"""Scoring and online calibration in the forecast stage: each feature row's bar and each forecast
-through its symbol's scoring state (streams.forecast.scoring) and calibration state
-(streams.forecast.conformal); the score records go to `forecasts.scores` (key = symbol).
+"""Scoring and online calibration in the forecast stage: each feature row's bar and each
+forecast through its symbol's scoring state (streams.forecast.scoring) and calibration state
+(streams.forecast.conformal), both stores keyed by symbol; the score records go to
+`forecasts.scores`.
 
-Both states are stores keyed by symbol, flushed at the window store's checkpoints. A bar's
-writes are tagged with its row's source offset; a forecast's with that of its symbol's latest
-row: the forecaster publishes a forecast after its own row and before the checkpoint that
-covers that row (a checkpoint drains the forecaster first, and no row is handled meanwhile), so
-the tag lies between the same two checkpoint marks as the request's row. So a restore as of a
-checkpoint mark holds exactly the bars and forecasts of the records before it, and what the
-replay from there publishes again is byte-identical: a score is a function of its forecast and
-its label's bars, and a calibrated forecast of bar t of the scores due by t, never of how bars
-and forecasts interleaved.
+A bar's writes are tagged with its row's source offset, a forecast's with that of its symbol's
+latest row: a forecast is published after its row and before the checkpoint that covers that
+row (a checkpoint drains the forecaster first), so the tag lies between the same two checkpoint
+marks as the row. A restore as of a mark thus holds exactly the bars and forecasts of the
+records before it, and the replay publishes the same again: a score is a function of its
+forecast and its label's bars, a calibrated forecast of the scores due by its bar, never of how
+bars and forecasts interleaved.
 """
 
 from __future__ import annotations
@@ -66,11 +65,8 @@ class Scoring:
             config,
             topic,
         )
+        self.stores: list[StateStore[Any]] = [scores, calibrations]
         self.latest: dict[bytes, int] = {}  # key -> source offset of its latest row
-
-    @property
-    def stores(self) -> list[StateStore[Any]]:
-        return [self.scores, self.calibrations]
 
     def bar(self, row: FeatureRow, out: Scores) -> None:
         """A row's bar into its symbol's labels; the forecasts it completes scored into `out`."""
@@ -114,15 +110,9 @@ class Scoring:
         for record in records:
             calibration.update(record)
             out.values.append(record)
+            ms = record["ts_event"] / 1e6
             out.outputs.append(
-                Out(
-                    self.topic,
-                    key,
-                    encode_score(record),
-                    record["ts_event"] / 1e6,
-                    BAR_HEADERS,
-                    partition,
-                )
+                Out(self.topic, key, encode_score(record), ms, BAR_HEADERS, partition)
             )
         if self.config.enabled:
             self.calibrations.write(key, partition, offset, calibration)
