@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from features.engine import N_FEATURES
@@ -22,7 +22,7 @@ from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.scoring import SymbolScoring
 from streams.metrics import MetricsFeed, Outcome, Stage
-from streams.runtime.checkpoint import TICK_S, Checkpointer
+from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
 from streams.runtime.forecaster import Forecaster, inference_threads
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted, readable
@@ -48,19 +48,14 @@ RELOAD_INTERVAL_S = 2.0
 # event loop, which by default holds it for 5 ms at a time. A short switch interval keeps a
 # forward pass from waiting that long at each of its hundreds of ops.
 SWITCH_INTERVAL_S = 0.0001
-Handle = Callable[[list[Record]], Awaitable[None]]
 log = logging.getLogger("barcast.forecast")
 
 
+RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+
+
 def raw_topic(app: BarcastApp, name: str) -> TopicT:
-    return app.topic(
-        name,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=app.barcast.partitions,
-    )
+    return app.topic(name, partitions=app.barcast.partitions, **RAW)  # type: ignore[arg-type]
 
 
 def records(events: Sequence[EventT]) -> list[Record]:
@@ -68,9 +63,7 @@ def records(events: Sequence[EventT]) -> list[Record]:
     for e in events:
         m, headers = e.message, e.headers or []
         pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
-        out.append(
-            Record(m.topic, m.partition, m.offset, m.timestamp * 1000.0, e.key, e.value, pairs)
-        )
+        out.append(Record(m.topic, m.partition, m.offset, m.timestamp * 1e3, e.key, e.value, pairs))
     return out
 
 
@@ -154,13 +147,12 @@ def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngin
 
         @app.task
         async def waiting() -> None:  # a task: it logs once the worker's logging is set up
+            where = watcher.model_dir
             log.warning(
                 "no checkpoint in %s (BARCAST_MODEL_DIR) yet: waiting for one; corrections and "
                 "features run meanwhile, and bars are forecast once one lands (train one with "
-                "`barcast train --data FILE --out %s/NAME`)",
-                watcher.model_dir,
-                watcher.model_dir,
-            )
+                "`barcast train --data FILE --out %s/NAME`)", where, where,
+            )  # fmt: skip
 
         return None
     try:

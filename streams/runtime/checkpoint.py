@@ -1,24 +1,21 @@
 """The runtime's loop over a source topic: batches under one lock, and their checkpoints (the
 contract: streams.runtime). A checkpoint is due once the oldest held record has waited
-`INTERVAL_S` and the worker is quiet (no stream work for `QUIET_S`), or, on a worker that is
-never quiet, once it has waited the `checkpoint_max_s` setting, or after `MAX_HELD` records;
-and before partitions move.
+`INTERVAL_S` and the worker is quiet (no stream work for `QUIET_S`), or, on a worker never
+quiet, the `checkpoint_max_s` setting, or after `MAX_HELD` records; and before partitions move.
 
-Why so seldom: every changed state is one changelog record (a symbol's features state is ~12 kB
-compressed), so writing per batch costs up to one per bar once batches span many symbols; per
-checkpoint it is one per changed symbol. Waiting for a quiet worker keeps the writes out of a
-burst: at a minute boundary every symbol's bar arrives at once, and writing 1,000 states
+Why so seldom: every changed state is one changelog record, so writing per batch costs up to one
+per bar once batches span many symbols; per checkpoint, one per changed symbol. Why a quiet
+worker: at a minute boundary every symbol's bar arrives at once, and writing every state
 mid-burst would queue the burst's last bars, and their forecasts, behind it.
 
-Why the offset guard (`Checkpointer._admit`): seen in the restart test (faust-streaming 0.15.3
-on the embedded broker): right after a worker joins, the first records from a partition's
-committed offset sometimes never reach the agent. Faust moves its read offset past records
-whose delivery it abandons while flow control is suspended around the resume
-(`Consumer._drain_messages`), and its commit logic then lets the committed offset pass them:
-the bars would be lost for good. So each partition's records must come at consecutive offsets
-from where it resumes (`_start`); on a hole the runtime reads the missing records from the
-broker itself (a plain librdkafka consumer) and passes them on first; a record delivered twice
-(Faust also delivers a few from before its seek at start-up) is dropped.
+Why the offset guard (`_admit`): seen in the restart test (faust-streaming 0.15.3, embedded
+broker), right after a worker joins, the first records from a partition's committed offset
+sometimes never reach the agent: Faust moves its read offset past records whose delivery it
+abandons while flow control is suspended around the resume (`Consumer._drain_messages`), and
+its commit then passes them, so they would be lost for good. So each partition's records must
+come at consecutive offsets from where it resumes (`_start`): a hole is read from the broker
+(a plain librdkafka consumer) and passed on first; a record delivered twice (Faust also
+delivers a few from before its seek at start-up) is dropped.
 """
 
 from __future__ import annotations
@@ -89,6 +86,9 @@ class Runtime:
         return await self.producer.send(bounded)
 
 
+Handle = Callable[[list[Record]], Awaitable[None]]  # an agent's stages on a batch
+
+
 class Downstream(Protocol):
     """A stage that publishes on its own schedule (the forecast stage's micro-batches)."""
 
@@ -113,23 +113,18 @@ class Checkpointer:
         self.held_since = 0.0
         self.sent: list[asyncio.Future] = []
 
-    async def run(
-        self,
-        records: Sequence[Record],
-        events: Sequence[Ackable],
-        handle: Callable[[list[Record]], Awaitable[None]],
-    ) -> None:
-        """`handle` one batch's records of assigned partitions, in order, each once; their
-        events stay held until a checkpoint (repeats too: acking one early would let the
+    async def run(self, records: Sequence[Record], held: Sequence[Ackable], stages: Handle) -> None:
+        """Run the `stages` on one batch's records of assigned partitions, in order, each once;
+        the `held` events stay held until a checkpoint (repeats too: acking one early would let the
         commit pass its first delivery)."""
         async with self.lock:
             if not self.held:
                 self.held_since = time.monotonic()
-            self.held += events
+            self.held += held
             owned = self.runtime.assigned(self.topic)
             admitted = await self._admit([r for r in records if r.partition in owned])
             if admitted:
-                await handle(admitted)
+                await stages(admitted)
                 self.runtime.worked = time.monotonic()
             if self._due():
                 await self.checkpoint()

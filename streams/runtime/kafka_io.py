@@ -1,10 +1,9 @@
 """The runtime's Kafka I/O: one producer of explicit record batches for every output and
-changelog record, and plain librdkafka reads (a changelog partition, a range of records, a
-group's committed offset), which block: run them in a thread.
+changelog record, and plain librdkafka reads, which block: run them in a thread.
 
-Why explicit batches: in a profiled burst Faust's send cost the event loop ~45 µs a record, a
-batch append ~2. Every record names its partition, and the records of a topic partition go out
-in order. A flush's last record of each changelog partition goes in a batch of its own: some
+Why explicit batches: Faust's send costs the event loop many times a batch append per record.
+Every record names its partition, and the records of a topic partition go out in order. A
+flush's last record of each changelog partition goes in a batch of its own: some
 Kafka-compatible brokers (Tansu, the embedded one) report a partition's high watermark as the
 last *batch*'s base offset + 1, and a restore reads up to the high watermark.
 """
@@ -16,6 +15,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from aiokafka import AIOKafkaProducer
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.kafka import aiokafka_config, confluent_config
 from streams.runtime.records import Out, Record
 
 if TYPE_CHECKING:
@@ -38,10 +42,6 @@ class BatchProducer:
     async def started(self) -> Any:
         async with self.lock:  # agents checkpoint concurrently: start one
             if self.producer is None:
-                from aiokafka import AIOKafkaProducer
-
-                from streams.kafka import aiokafka_config
-
                 producer = AIOKafkaProducer(
                     **aiokafka_config(self.settings),
                     acks="all",
@@ -99,19 +99,14 @@ def record_batches(producer: Any, records: Sequence[Row], lone_last: bool) -> li
 
 
 def _consumer(settings: Settings, group: str) -> Any:
-    from confluent_kafka import Consumer
-
-    from streams.kafka import confluent_config
-
     return Consumer(confluent_config(settings, **{"group.id": group, "enable.auto.commit": False}))
 
 
 def read_range(
     settings: Settings, topic: str, partition: int, start: int, end: int
 ) -> list[Record]:
-    """Records start..end-1 of a partition (fewer if the broker has fewer by READ_TIMEOUT_S)."""
-    from confluent_kafka import TopicPartition
-
+    """Records start..end-1 of a partition, a list of `Record`s (fewer if the broker has fewer
+    by READ_TIMEOUT_S)."""
     consumer = _consumer(settings, "barcast-refetch")
     consumer.assign([TopicPartition(topic, partition, start)])
     records: dict[int, Record] = {}
@@ -120,11 +115,9 @@ def read_range(
         while end - 1 not in records and time.monotonic() < deadline:
             for m in consumer.consume(max(1, end - start), timeout=0.5):
                 if not m.error() and start <= m.offset() < end:
-                    ms = float(m.timestamp()[1])
-                    headers = list(m.headers() or [])
-                    records[m.offset()] = Record(
-                        topic, partition, m.offset(), ms, m.key(), m.value(), headers
-                    )
+                    ms, headers = float(m.timestamp()[1]), list(m.headers() or [])
+                    record = Record(topic, partition, m.offset(), ms, m.key(), m.value(), headers)
+                    records[m.offset()] = record
     finally:
         consumer.close()
     return [records[o] for o in sorted(records)]
@@ -133,8 +126,6 @@ def read_range(
 def read_changelog(settings: Settings, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
     """Every (key, value) of a changelog partition up to its high watermark, in order;
     RuntimeError if the broker does not deliver them all by READ_TIMEOUT_S."""
-    from confluent_kafka import TopicPartition
-
     consumer = _consumer(settings, "barcast-restore")
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
@@ -154,8 +145,6 @@ def read_changelog(settings: Settings, topic: str, partition: int) -> list[tuple
 def committed_offset(settings: Settings, group: str, topic: str, partition: int) -> int:
     """The committed offset of `group` on a partition, or its first offset. The consumer never
     joins the group: it only reads the group's offsets."""
-    from confluent_kafka import TopicPartition
-
     consumer = _consumer(settings, group)
     try:
         [committed] = consumer.committed([TopicPartition(topic, partition)], timeout=10.0)
@@ -191,10 +180,6 @@ class KafkaChangelogs:
 
 def create_compacted(settings: Settings, topic: str) -> None:
     """Create `topic` compacted, with the pipeline's partitions, unless it exists."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from streams.kafka import confluent_config
-
     admin = AdminClient(confluent_config(settings))
     if topic in admin.list_topics(timeout=settings.connect_timeout_s).topics:
         return
