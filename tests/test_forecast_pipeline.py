@@ -4,6 +4,7 @@ the same scoring and online calibration (streams.forecast.conformal.calibrate_of
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from dataclasses import replace
@@ -112,9 +113,32 @@ def test_every_bar_past_warm_up_gets_exactly_one_forecast(
     assert np.allclose(sample["price_q50"], sample["close"] * np.exp(sample["q50"]))
 
 
+def kill_and_resume(
+    settings: Settings, forecasts: ForecastLog, scores: ScoreLog, total: int, scored: int
+) -> Worker:
+    """Kill a worker of `settings` after its first checkpoint and 500 forecasts, whatever the
+    speed; check the kill landed mid-stream; run a second one to the end of the data."""
+    worker = Worker(settings, name="first").start()
+    wait_for_metric(worker, "barcast_checkpoints_total", 1)
+    forecasts.read_until(500)
+    worker.kill()
+    before = forecasts.read_to_end()
+    assert 0 < before < total, f"kill after {before} of {total} forecasts"
+    with Worker(settings, name="second") as second:
+        end_of_data(settings)
+        # One symbol, one partition: by its last new forecast every repeat has been read, and
+        # ForecastLog fails on a repeat whose bytes differ from the first.
+        assert forecasts.read_until(total, timeout_s=300) == total
+        assert scores.read_until(scored, timeout_s=60) == scored
+    return second
+
+
+@pytest.mark.parametrize("role", ["all", "forecast"])
 def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
-    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
+    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame, role: str
 ) -> None:
+    """Role `all`: the one worker is killed. Role `forecast`: a `stream` worker runs upstream
+    throughout and the forecast worker is killed, its group resuming on the features topic."""
     # Checkpoints every 0.5 s of the busy worker: the kill lands after some, so the second
     # worker resumes from stored states, windows, scores and calibrations, not from scratch.
     settings = replace(pipeline_settings(broker_settings, tmp_path), checkpoint_max_s=0.5)
@@ -130,20 +154,13 @@ def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
     produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
     forecasts = ForecastLog(settings.broker, settings.topic_forecasts, settings.partitions)
     scores = ScoreLog(settings.broker, settings.topic_scores, settings.partitions)
+    upstream = Worker(replace(settings, role="stream"), name="stream")
     try:
-        # The kill lands after the first checkpoint and 500 forecasts, whatever the speed.
-        worker = Worker(settings, name="first").start()
-        wait_for_metric(worker, "barcast_checkpoints_total", 1)
-        forecasts.read_until(500)
-        worker.kill()
-        before = forecasts.read_until(len(reference), timeout_s=3.0)
-        assert 0 < before < len(reference), f"kill after {before} of {len(reference)} forecasts"
-        with Worker(settings, name="second") as second:
-            end_of_data(settings)
-            # One symbol, one partition: by its last new forecast every repeat has been read,
-            # and ForecastLog fails on a repeat whose bytes differ from the first.
-            assert forecasts.read_until(len(reference), timeout_s=300) == len(reference)
-            assert scores.read_until(len(expected_scores), timeout_s=60) == len(expected_scores)
+        with upstream if role == "forecast" else contextlib.nullcontext():
+            killed = replace(settings, role=role)
+            second = kill_and_resume(
+                killed, forecasts, scores, len(reference), len(expected_scores)
+            )
     finally:
         forecasts.close()
         scores.close()

@@ -22,8 +22,9 @@ from streams.ingest.live import LiveIngest, LiveOptions, LiveStats, RecentKeys
 from streams.ingest.producer import BarProducer
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
-from tests.kafka_io import Message, read_topic
+from tests.kafka_io import Message
 from tests.live_gateway import LiveGateway, Mappings
+from tests.topic_logs import read_all
 
 KEY = "db-" + "k" * 24 + "BUCKT"
 SYMBOLS = ("ES.FUT", "NQ.FUT", "6E.FUT", "ZN.FUT")
@@ -100,9 +101,9 @@ def test_forced_disconnect_loses_and_doubles_nothing(
     assert (stats.bars, stats.unmapped) == (len(rows), 0)
     assert stats.errors >= 2  # 6E.FUT and ZN.FUT resolve to nothing
     assert stats.mappings == (4 if mappings == Mappings.RECORDS else 0)  # 2 per session
-    assert read_topic(broker_settings.broker, broker_settings.topic_dlq, idle_s=1) == []
+    assert read_all(broker_settings.broker, broker_settings.topic_dlq) == []
 
-    messages = read_topic(broker_settings.broker, broker_settings.topic_raw, idle_s=2)
+    messages = read_all(broker_settings.broker, broker_settings.topic_raw)
     bars = [m for m in messages if m.headers[schema.KIND_HEADER] == b"bar"]
     controls = [m for m in messages if m.headers[schema.KIND_HEADER] == b"control"]
     got = [orjson.loads(m.value) for m in bars]
@@ -159,9 +160,9 @@ def test_bars_of_unnamed_instruments_go_to_the_dead_letter_topic_once(
         broker_settings, path, Mappings.NONE, lambda stats: stats.unmapped >= len(rows)
     )
     assert (stats.bars, stats.unmapped, stats.mappings) == (0, len(rows), 0)
-    raw = read_topic(broker_settings.broker, broker_settings.topic_raw, idle_s=1)
+    raw = read_all(broker_settings.broker, broker_settings.topic_raw)
     assert raw and {m.headers[schema.KIND_HEADER] for m in raw} == {b"control"}
-    letters = read_topic(broker_settings.broker, broker_settings.topic_dlq, len(rows) + 1)
+    letters = read_all(broker_settings.broker, broker_settings.topic_dlq)
     got = sorted((ids[v["instrument_id"]], v["ts_event"]) for v in map(dead_letter, letters))
     assert got == sorted(rows), "every bar once, none doubled by the replay after the hang-up"
     for message in letters:

@@ -4,7 +4,7 @@ A `TopicLog` reads one topic incrementally with a plain librdkafka consumer and 
 per de-duplication key; a repeated key must carry byte-identical bytes ("a restart may repeat an
 output, never change one") and must be what its topic's JSON Schema says. `wait_for_metric`
 polls a worker's `/metrics`: the kill points of restart tests are such observed events, never
-a time.
+a time. `read_all` reads a topic to its end, known from the broker, not from a quiet spell.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import time
 import urllib.error
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from streams.kafka import wait_for_metadata
 from streams.process import WorkerProcess
 from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
 from streams.stats_cli import default_url, scrape
-from tests.kafka_io import check_message
+from tests.kafka_io import Message, check_message, read_topic
 
 
 class TopicLog:
@@ -32,8 +33,9 @@ class TopicLog:
         self.consumer.assign(
             [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
         )
-        self.topic = topic
+        self.bootstrap, self.topic = bootstrap, topic
         self.messages = 0
+        self.next: dict[int, int] = {}  # partition: the offset after the last message read
         self.values: dict[tuple[object, ...], bytes] = {}
         self.headers: dict[tuple[object, ...], dict[str, bytes]] = {}
         self.repeats: list[tuple[object, ...]] = []
@@ -49,21 +51,35 @@ class TopicLog:
         """Read until `done` distinct keys are in (or the timeout); return how many are."""
         deadline = time.monotonic() + timeout_s
         while len(self.values) < done and time.monotonic() < deadline:
-            for msg in self.consumer.consume(10000, timeout=0.2):
-                if msg.error():
-                    continue
-                self.messages += 1
-                value, headers = msg.value(), dict(msg.headers() or [])
-                check_message(self.topic, value, headers)
-                key = self.key(msg.key(), value, headers)
-                if key in self.values:
-                    first = self.identity(self.values[key])
-                    assert first == self.identity(value), f"{self.topic}: {key} changed:\n{value!r}"
-                    self.repeats.append(key)
-                else:
-                    self.values[key] = value
-                    self.headers[key] = headers
+            self._consume()
         return len(self.values)
+
+    def read_to_end(self, timeout_s: float = 60.0) -> int:
+        """Read everything the topic holds now, its writers gone (a killed worker publishes
+        nothing more): up to the ends a read of the whole topic finds. Return the distinct keys."""
+        ends = {p: end for p, (_, end) in topic_ends(self.bootstrap, self.topic).items()}
+        deadline = time.monotonic() + timeout_s
+        while any(self.next.get(p, 0) < end for p, end in ends.items()):
+            assert time.monotonic() < deadline, f"{self.topic}: not read to {ends} in {timeout_s}s"
+            self._consume()
+        return len(self.values)
+
+    def _consume(self) -> None:
+        for msg in self.consumer.consume(10000, timeout=0.2):
+            if msg.error():
+                continue
+            self.messages += 1
+            self.next[msg.partition()] = msg.offset() + 1
+            value, headers = msg.value(), dict(msg.headers() or [])
+            check_message(self.topic, value, headers)
+            key = self.key(msg.key(), value, headers)
+            if key in self.values:
+                first = self.identity(self.values[key])
+                assert first == self.identity(value), f"{self.topic}: {key} changed:\n{value!r}"
+                self.repeats.append(key)
+            else:
+                self.values[key] = value
+                self.headers[key] = headers
 
     def close(self) -> None:
         self.consumer.close()
@@ -139,3 +155,41 @@ def wait_for_metric(
     raise AssertionError(
         f"{name} never reached {at_least} in {timeout_s}s:\n{worker.log()[-5000:]}"
     )
+
+
+def topic_ends(bootstrap: str, topic: str, timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+    """Per partition of `topic`: how many messages it holds and the offset after its last,
+    read to the end of every partition. The end is librdkafka's partition EOF, not the high
+    watermark: the embedded broker reports that as its last batch's first offset + 1, but the
+    consumer reaches it only past the whole batch."""
+    partitions = wait_for_metadata(bootstrap, 10).get(topic)
+    if partitions is None:
+        return {}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tests-size",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    ends, ended = dict.fromkeys(range(partitions), (0, 0)), set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ended) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: no end of partitions {ended} seen"
+            for msg in consumer.consume(10000, timeout=0.2):
+                error = msg.error()
+                if error is None:
+                    ends[msg.partition()] = (ends[msg.partition()][0] + 1, msg.offset() + 1)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    ended.add(msg.partition())
+    finally:
+        consumer.close()
+    return ends
+
+
+def read_all(bootstrap: str, topic: str) -> list[Message]:
+    """Every message of a topic nothing writes to any more (its producers flushed or gone)."""
+    return read_topic(bootstrap, topic, sum(n for n, _ in topic_ends(bootstrap, topic).values()))
