@@ -16,10 +16,8 @@ boundary, the records before it skipped once by the checkpointer, and the inputs
 apply once more to the states as they were. So after a crash every store is exactly as of one
 boundary, and a replayed record publishes the same outputs again (a repeat is byte-identical).
 
-To add a stage: a class in stages/ taking the previous stage's typed records and returning its
-outputs (`Out`) and typed records for the next, called in the agent's `handle` in
-streams.agents, which publishes the outputs with `checkpointer.publish`. To add a store: a
-`StateStore(runtime.changelog(NAME), decode, encode, new)` (or a class with `flush`, `restore`
-and `forget`, as `WindowStore`) in the `Checkpointer`'s list. Observers (observers.py) are
-told of outputs in-process.
+To add a stage: a class in stages/ from the previous stage's typed records to its outputs
+(`Out`) and the next stage's records, called in its agent's `handle` (streams.agents), which
+publishes the outputs. To add a store: a `StateStore` (or another `Store`) on
+`runtime.changelog(NAME)`, in the `Checkpointer`'s list.
 """

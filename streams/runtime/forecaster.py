@@ -128,10 +128,7 @@ class Forecaster:
         while True:
             wait = self.batcher.seconds_until_due()
             self.wakeup.clear()
-            if wait is None:
-                await self.wakeup.wait()
-                continue
-            if wait > 0:
+            if wait is None or wait > 0:  # None: until a batch wakes it
                 try:
                     await asyncio.wait_for(self.wakeup.wait(), timeout=wait)
                     continue

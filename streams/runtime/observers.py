@@ -1,12 +1,8 @@
-"""In-process observers of the worker's outputs (the live page, streams.web): an observer is
-told of each clean bar, forecast and score once the record holding it has been handed to the
-producer, on the event loop, in the batch's order.
-
-The app holds the list (`app.observers`); an empty list costs one truth test per batch. An
-observer must be quick (it runs on the loop, between batches) and must not keep the dicts'
-contents mutable: they are the published values. One that raises is logged and skipped for
-that call, so a page can never stop or slow the stream's commits.
-"""
+"""In-process observers of the worker's outputs (the live page, streams.web), told of each
+clean bar, forecast and score once its record is handed to the producer, on the event loop, in
+the batch's order. An observer must be quick (it runs between batches) and must not change the
+dicts (they are the published values); one that raises is logged and skipped for that call, so
+a page can never stop or slow the stream's commits."""
 
 from __future__ import annotations
 

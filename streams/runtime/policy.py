@@ -1,13 +1,9 @@
 """barcast's one error policy, which tells the record from the infrastructure.
 
 A record that cannot be processed (the corrections reasons, a record a stage cannot read) goes
-to `bars.dlq` with its original key and value bytes and Kafka Connect's dead-letter headers, and
-the stream goes on. So does an output the producer cannot take: any record over
-`BARCAST_MAX_RECORD_BYTES` is replaced, before it reaches the producer, by a bounded copy on
-`bars.dlq` (the first `KEPT_BYTES` of its key and value) whose `barcast-truncated` header holds
-the original sizes and `barcast-sha256` the original value's digest; the original of a dead
-letter stays on its source topic at the offset its headers name.
-
+to `bars.dlq` with its original bytes and Kafka Connect's dead-letter headers, and the stream
+goes on. So does an output the producer cannot take: one over `BARCAST_MAX_RECORD_BYTES` is
+replaced, before it reaches the producer, by a bounded copy on `bars.dlq` (see `bounded`).
 Anything else that fails is the infrastructure's, or a bug: the worker stops at once without
 committing (`exit_uncommitted`), so a restarted worker processes the failed records again.
 """
@@ -85,26 +81,23 @@ def readable(
 def record_bytes(record: Out) -> int:
     """The most bytes `record` takes in a record batch (aiokafka's own estimate; imported here
     so that the stages, which build dead letters, import no Kafka client)."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder as Builder
 
-    return int(
-        DefaultRecordBatchBuilder.estimate_size_in_bytes(record.key, record.value, record.headers)
-    )
+    return int(Builder.estimate_size_in_bytes(record.key, record.value, record.headers))
 
 
-def publishable(
-    records: Sequence[Out], limit: int, dlq_topic: str, metrics: Metrics
-) -> Sequence[Out]:
-    """`records`, each one over `limit` bytes replaced by its bounded copy on `dlq_topic`."""
+def publishable(records: Sequence[Out], limit: int, dlq: str, metrics: Metrics) -> Sequence[Out]:
+    """`records`, each one over `limit` bytes replaced by its bounded copy on `dlq`."""
     quick = limit - HEADROOM
     if all(len(r.value) + len(r.key or b"") < quick for r in records):
         return records
-    return [
-        r if record_bytes(r) <= limit else bounded(r, limit, dlq_topic, metrics) for r in records
-    ]
+    return [r if record_bytes(r) <= limit else bounded(r, limit, dlq, metrics) for r in records]
 
 
 def bounded(record: Out, limit: int, dlq_topic: str, metrics: Metrics) -> Out:
+    """The first `KEPT_BYTES` of the record's key and value, with headers saying so (the
+    original sizes and value digest); the original of a dead letter stays on its source topic
+    at the offset its headers name."""
     key, value = record.key or b"", record.value
     size = record_bytes(record)
     if record.topic == dlq_topic:  # a dead letter already: same headers, bounded bytes

@@ -1,18 +1,15 @@
-"""Stores: the worker's state (corrections states, feature states, forecast windows), in
-memory, made durable in a changelog topic that the runtime owns (no Faust table), each record
-tagged with the source offset that wrote it (the contract: streams.runtime). A store reads and
-writes a key's state as changed by the source record at `offset` of `partition`; the runtime
-flushes it (acked), restores a partition as of a boundary, and makes it forget everything when
-partitions move. The changelog partition is the source partition: a store is co-partitioned
-with its topic. (A restore skips a record past the boundary without deleting it: the log
-cleaner never compacts a partition's active segment, and the next checkpoint rewrites every key
-such a record held.)
-"""
+"""Stores: the worker's state (corrections states, feature states, forecast windows) in memory,
+made durable in a changelog topic the runtime owns, not a Faust table (the contract:
+streams.runtime). The changelog partition is the source partition: a store is co-partitioned
+with its topic. A restore skips a record past its boundary without deleting it: the log cleaner
+never compacts a partition's active segment, and the next checkpoint rewrites every key such a
+record held."""
 
 from __future__ import annotations
 
 import logging
 import struct
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
@@ -28,17 +25,6 @@ class ChangelogIO(Protocol):
     async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None: ...
 
     async def read(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]: ...
-
-
-class Store(Protocol):
-    """What the runtime does with every store (reads and writes are each store's own):
-    `restore` a partition it holds nothing of, `forget` everything when partitions move."""
-
-    async def flush(self) -> None: ...
-
-    async def restore(self, partition: int, boundary: int) -> None: ...
-
-    def forget(self) -> None: ...
 
 
 class Changelog:
@@ -80,42 +66,24 @@ class Changelog:
         return [key for key, entry in self.entries.items() if entry[0] == partition]
 
 
-class StateStore(Generic[S]):
-    """One state per key, decoded once and kept decoded; encoded at flush."""
+class Store(ABC, Generic[S]):
+    """A store's decoded states and the keys changed since its last flush. The runtime flushes
+    it, restores a partition it holds nothing of, and makes it forget everything when
+    partitions move; each kind reads and encodes its states its own way."""
 
-    def __init__(
-        self,
-        changelog: Changelog,
-        decode: Callable[[bytes], S],
-        encode: Callable[[S], bytes],
-        new: Callable[[], S],
-    ) -> None:
-        self.changelog, self.decode, self.encode, self.new = changelog, decode, encode, new
+    def __init__(self, changelog: Changelog) -> None:
+        self.changelog = changelog
         self.states: dict[bytes, S] = {}
-        self.changed: dict[bytes, tuple[int, int]] = {}  # key -> partition, offset
-
-    def read(self, key: bytes, partition: int) -> S:
-        state = self.states.get(key)
-        if state is None:
-            entry = self.changelog.entries.get(key)
-            state = self.states[key] = self.new() if entry is None else self.decode(entry[2])
-        return state
+        self.changed: dict[bytes, tuple[int, int]] = {}  # key -> source partition, offset
 
     def write(self, key: bytes, partition: int, offset: int, state: S) -> None:
         self.states[key] = state
         self.changed[key] = (partition, offset)
 
-    def keys_in(self, partition: int) -> list[bytes]:
-        """Keys with state from source partition `partition`: stored or changed since."""
-        keys = self.changelog.keys_in(partition)
-        keys += [key for key, (p, _) in self.changed.items() if p == partition]
-        return list(dict.fromkeys(keys))
-
     async def flush(self) -> None:
         changed, self.changed = self.changed, {}
         for key in sorted(changed):
-            partition, offset = changed[key]
-            self.changelog.put(key, partition, offset, self.encode(self.states[key]))
+            self._put(key, *changed[key])
         await self.changelog.flush()
 
     async def restore(self, partition: int, boundary: int) -> None:
@@ -126,21 +94,54 @@ class StateStore(Generic[S]):
         self.changed.clear()
         self.changelog.entries.clear()
 
+    @abstractmethod
+    def _put(self, key: bytes, partition: int, offset: int) -> None:
+        """The changed key's entries into the changelog."""
 
-class WindowStore:
-    """Per-symbol forecast windows, stored slot by slot: a new bar writes its slot (~1.8 kB)
-    and the window's row count, not the whole window (~108 kB)."""
+
+class StateStore(Store[S]):
+    """One state per key, decoded once and kept decoded; encoded at flush."""
+
+    def __init__(
+        self,
+        changelog: Changelog,
+        decode: Callable[[bytes], S],
+        encode: Callable[[S], bytes],
+        new: Callable[[], S],
+    ) -> None:
+        super().__init__(changelog)
+        self.decode, self.encode, self.new = decode, encode, new
+
+    def read(self, key: bytes, partition: int) -> S:
+        state = self.states.get(key)
+        if state is None:
+            entry = self.changelog.entries.get(key)
+            state = self.states[key] = self.new() if entry is None else self.decode(entry[2])
+        return state
+
+    def keys_in(self, partition: int) -> list[bytes]:
+        """Keys with state from source partition `partition`: stored or changed since."""
+        keys = self.changelog.keys_in(partition)
+        keys += [key for key, (p, _) in self.changed.items() if p == partition]
+        return list(dict.fromkeys(keys))
+
+    def _put(self, key: bytes, partition: int, offset: int) -> None:
+        self.changelog.put(key, partition, offset, self.encode(self.states[key]))
+
+
+class WindowStore(Store[SymbolWindow]):
+    """Per-symbol forecast windows, stored slot by slot: a new bar writes its slot and the
+    window's row count, not the whole window."""
 
     def __init__(self, changelog: Changelog, lookback: int, n_features: int) -> None:
-        self.changelog, self.lookback, self.n_features = changelog, lookback, n_features
-        self.windows: dict[bytes, SymbolWindow] = {}
+        super().__init__(changelog)
+        self.lookback, self.n_features = lookback, n_features
         self.flushed: dict[bytes, int] = {}  # key -> row count at its last flush
-        self.changed: dict[bytes, tuple[int, int]] = {}
 
     def read(self, key: bytes, partition: int) -> SymbolWindow:
-        window = self.windows.get(key)
+        window = self.states.get(key)
         if window is None:
-            window = self.windows[key] = SymbolWindow(self.lookback, self.n_features)
+            window = self.states[key] = SymbolWindow(self.lookback, self.n_features)
             entries = self.changelog.entries
             meta = entries.get(meta_key(key))
             if meta is not None:
@@ -151,27 +152,15 @@ class WindowStore:
             self.flushed[key] = window.count
         return window
 
-    def write(self, key: bytes, partition: int, offset: int, window: SymbolWindow) -> None:
-        self.changed[key] = (partition, offset)
-
-    async def flush(self) -> None:
-        """The slots of rows appended since the last flush, then the row count."""
-        changed, self.changed = self.changed, {}
-        put = self.changelog.put
-        for key, (partition, offset) in changed.items():
-            window = self.windows[key]
-            for row in range(max(self.flushed[key] + 1, window.rows().start), window.count + 1):
-                slot = window.slot_of(row)
-                put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
-            put(meta_key(key), partition, offset, window.meta_bytes())
-            self.flushed[key] = window.count
-        await self.changelog.flush()
-
-    async def restore(self, partition: int, boundary: int) -> None:
-        await self.changelog.restore(partition, boundary)
-
     def forget(self) -> None:
-        self.windows.clear()
+        super().forget()
         self.flushed.clear()
-        self.changed.clear()
-        self.changelog.entries.clear()
+
+    def _put(self, key: bytes, partition: int, offset: int) -> None:
+        """The slots of rows appended since the last flush, then the row count."""
+        window, put = self.states[key], self.changelog.put
+        for row in range(max(self.flushed[key] + 1, window.rows().start), window.count + 1):
+            slot = window.slot_of(row)
+            put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
+        put(meta_key(key), partition, offset, window.meta_bytes())
+        self.flushed[key] = window.count

@@ -1,10 +1,7 @@
-"""Clean bars -> feature rows: the Numba engine, one call per batch for all symbols.
-
-Each symbol's state is its engine state plus the ts_event of its last bar. A bar at or before
-that ts_event is a repeat that an upstream restart re-published (bars.clean carries each
-symbol's bars in strictly increasing time otherwise): it was applied already and is skipped,
-so the feature rows stay exactly those of an uninterrupted run.
-"""
+"""Clean bars -> feature rows: the Numba engine, one call per batch for all symbols. Each
+symbol's state is its engine state plus the ts_event of its last bar: a bar at or before it is
+a repeat an upstream restart re-published (bars.clean carries each symbol's bars in strictly
+increasing time otherwise), applied already and skipped."""
 
 from __future__ import annotations
 
