@@ -26,7 +26,7 @@ from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
 from streams.runtime.forecaster import Forecaster, inference_threads
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted, readable
-from streams.runtime.records import Control, FeatureRow, Out, Record
+from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
 from streams.runtime.stages.scores import Scores, Scoring, scoring_decoder
@@ -157,9 +157,7 @@ def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngin
         return None
     try:
         engine = ForecastEngine.from_settings(path, app.barcast)
-    except CheckpointError as exc:
-        # Serving a model trained on other features is never right: refuse to start, with
-        # the reason on one line instead of a traceback.
+    except CheckpointError as exc:  # never serve a model of other features: refuse to start
         raise SystemExit(f"barcast forecast worker: {exc}") from None
     watcher.accept(path)
     app.metrics.set_model(engine.model_id, engine.fingerprint)
@@ -224,7 +222,8 @@ class ForecastStage:
 
 def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
     if app.observers:  # the clean values are gathered only for an observer
-        notify(app.observers, "observe_bar", cleaned.clean_values())
+        values = [item.value for item in cleaned.items if isinstance(item, CleanBar)]
+        notify(app.observers, "observe_bar", values)
 
 
 def register_corrections(app: BarcastApp) -> None:
@@ -255,7 +254,7 @@ def register_features(app: BarcastApp) -> None:
 def register_forecast(app: BarcastApp) -> None:
     stage = ForecastStage(app)
     topic = app.barcast.topic_features
-    checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.forecaster)
+    checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.forecaster.drain)
 
     async def handle(batch: list[Record]) -> None:
         items = readable(batch, app.barcast.topic_dlq, feature_row, "not a features record: ")
@@ -275,7 +274,8 @@ def register_pipeline(app: BarcastApp) -> None:
     featuring = features(app)
     forecasting = ForecastStage(app)
     stores: list[Store] = [cleaning.store, featuring.store, *forecasting.stores]
-    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, stores, forecasting.forecaster)
+    drain = forecasting.forecaster.drain
+    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, stores, drain)
 
     async def handle(batch: list[Record]) -> None:
         cleaned = cleaning.run(batch, time.time_ns())

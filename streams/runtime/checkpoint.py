@@ -1,21 +1,19 @@
 """The runtime's loop over a source topic: batches under one lock, and their checkpoints (the
-contract: streams.runtime). A checkpoint is due once the oldest held record has waited
-`INTERVAL_S` and the worker is quiet (no stream work for `QUIET_S`), or, on a worker never
-quiet, the `checkpoint_max_s` setting, or after `MAX_HELD` records; and before partitions move.
+contract: streams.runtime), due once the oldest held record has waited `INTERVAL_S` and the
+worker is quiet (no stream work for `QUIET_S`), or `checkpoint_max_s` on a worker never quiet,
+or after `MAX_HELD` records; and before partitions move. Why so seldom: each changed state is
+one changelog record, so a checkpoint per batch would cost up to one per bar; why quiet: at a
+minute boundary every symbol's bar arrives at once, and writing every state mid-burst would
+queue the burst's last bars, and their forecasts, behind it.
 
-Why so seldom: every changed state is one changelog record, so writing per batch costs up to one
-per bar once batches span many symbols; per checkpoint, one per changed symbol. Why a quiet
-worker: at a minute boundary every symbol's bar arrives at once, and writing every state
-mid-burst would queue the burst's last bars, and their forecasts, behind it.
-
-Why the offset guard (`_admit`): seen in the restart test (faust-streaming 0.15.3, embedded
-broker), right after a worker joins, the first records from a partition's committed offset
-sometimes never reach the agent: Faust moves its read offset past records whose delivery it
-abandons while flow control is suspended around the resume (`Consumer._drain_messages`), and
-its commit then passes them, so they would be lost for good. So each partition's records must
-come at consecutive offsets from where it resumes (`_start`): a hole is read from the broker
-(a plain librdkafka consumer) and passed on first; a record delivered twice (Faust also
-delivers a few from before its seek at start-up) is dropped.
+Why the offset guard (`_admit`): in the restart test (faust-streaming 0.15.3), right after a
+worker joins, the first records from a partition's committed offset sometimes never reach the
+agent (Faust moves its read offset past records whose delivery it abandons while flow control
+is suspended around the resume, `Consumer._drain_messages`, and its commit passes them), and
+would be lost for good. So each partition's records must come at consecutive offsets from
+where it resumes (`_start`): a hole is read from the broker with a plain librdkafka consumer
+and passed on first; a record delivered twice (as a few from before Faust's seek at start-up)
+is dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from streams.runtime.kafka_io import BatchProducer, KafkaChangelogs, committed_offset, read_range
 from streams.runtime.observers import Observer
@@ -89,21 +87,16 @@ class Runtime:
 Handle = Callable[[list[Record]], Awaitable[None]]  # an agent's stages on a batch
 
 
-class Downstream(Protocol):
-    """A stage that publishes on its own schedule (the forecast stage's micro-batches)."""
-
-    async def drain(self) -> None: ...
-
-
 class Checkpointer:
     def __init__(
         self,
         runtime: Runtime,
         topic: str,
         stores: Sequence[Store],
-        downstream: Downstream | None = None,
+        drain: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self.runtime, self.topic, self.stores, self.downstream = runtime, topic, stores, downstream
+        """`drain`: of a stage that publishes on its own schedule (the forecaster)."""
+        self.runtime, self.topic, self.stores, self.drain = runtime, topic, stores, drain
         self.next: dict[int, int] = {}  # partition -> offset of the next record to admit
         # Per source partition, where the stores' last complete flush ends (see `_start`)
         self.marks = runtime.changelog(f"{topic}-checkpoints")
@@ -140,8 +133,8 @@ class Checkpointer:
         sent, self.sent = self.sent, []
         try:
             await asyncio.gather(*sent)
-            if self.downstream is not None:
-                await self.downstream.drain()
+            if self.drain is not None:
+                await self.drain()
             await asyncio.gather(*(store.flush() for store in self.stores))
             await self._mark()
             for event in held:

@@ -41,16 +41,13 @@ class Forecaster:
     def __init__(
         self, runtime: Runtime, engine: ForecastEngine | None, lookback: int, scoring: Scoring
     ) -> None:
-        settings = runtime.settings
-        self.runtime = runtime
+        settings = self.settings = runtime.settings
+        self.runtime, self.lookback = runtime, lookback
         self.scoring = scoring  # calibrates each forecast, then scores it once its bars are in
         self.engine = engine  # None until the first checkpoint lands
-        self.lookback = lookback
-        self.topic = settings.topic_forecasts
-        self.incremental = settings.incremental_encoding
-        self.batcher: MicroBatcher[WindowRequest] = MicroBatcher(
-            settings.max_batch, settings.max_delay_ms / 1000.0
-        )
+        self.topic, self.incremental = settings.topic_forecasts, settings.incremental_encoding
+        delay_s = settings.max_delay_ms / 1000.0
+        self.batcher: MicroBatcher[WindowRequest] = MicroBatcher(settings.max_batch, delay_s)
         self.backlog = BACKLOG_BATCHES * settings.max_batch
         self.finishing: asyncio.Future[None] | None = None  # the last flush's acks
         self.lock = asyncio.Lock()
@@ -84,9 +81,8 @@ class Forecaster:
                     notify(runtime.observers, "observe_score", scored.values)
                 received += [request.received_ns for request in batch]
             if sends:
-                self.finishing = asyncio.ensure_future(
-                    self._finish(self.finishing, sends, received)
-                )
+                finishing = self._finish(self.finishing, sends, received)
+                self.finishing = asyncio.ensure_future(finishing)
                 self.finishing.add_done_callback(_exit_on_failure)
 
     async def _finish(
@@ -166,7 +162,7 @@ class Forecaster:
         with the engine to swap it into: `engine`, or a new one for the first checkpoint. One
         that looks back another number of bars than the windows hold is refused."""
         if engine is None:
-            engine = ForecastEngine.from_settings(path, self.runtime.settings)
+            engine = ForecastEngine.from_settings(path, self.settings)
             served = engine.served
         else:
             served = engine.prepare(path)

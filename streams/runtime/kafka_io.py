@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 # One produce request carries a batch per partition: this bounds a request at partitions x this.
 BATCH_BYTES = 256 * 1024
 READ_TIMEOUT_S = 30.0
+COMPACTED = {"cleanup.policy": "compact"}
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]  # key .. headers
 
 
@@ -105,8 +106,7 @@ def _consumer(settings: Settings, group: str) -> Any:
 def read_range(
     settings: Settings, topic: str, partition: int, start: int, end: int
 ) -> list[Record]:
-    """Records start..end-1 of a partition, a list of `Record`s (fewer if the broker has fewer
-    by READ_TIMEOUT_S)."""
+    """Records start..end-1 of a partition (fewer if the broker has fewer by READ_TIMEOUT_S)."""
     consumer = _consumer(settings, "barcast-refetch")
     consumer.assign([TopicPartition(topic, partition, start)])
     records: dict[int, Record] = {}
@@ -183,12 +183,7 @@ def create_compacted(settings: Settings, topic: str) -> None:
     admin = AdminClient(confluent_config(settings))
     if topic in admin.list_topics(timeout=settings.connect_timeout_s).topics:
         return
-    new = NewTopic(
-        topic,
-        num_partitions=settings.partitions,
-        replication_factor=settings.replication,
-        config={"cleanup.policy": "compact"},
-    )
+    new = NewTopic(topic, settings.partitions, settings.replication, config=COMPACTED)
     try:
         admin.create_topics([new])[topic].result(timeout=settings.connect_timeout_s)
     except Exception as exc:

@@ -129,11 +129,8 @@ def exit_uncommitted(what: str, error: BaseException) -> NoReturn:
         log.critical(
             "%s: the Kafka cluster failed (%s: %s); exiting %d without committing: check the "
             "brokers in BARCAST_BROKER and that they take records of BARCAST_MAX_RECORD_BYTES",
-            what,
-            type(error).__name__,
-            error,
-            code,
-        )
+            what, type(error).__name__, error, code,
+        )  # fmt: skip
     else:
         log.critical("%s; exiting %d without committing", what, code, exc_info=error)
     logging.shutdown()

@@ -13,7 +13,7 @@ from streams import corrections as rules
 from streams.runtime.policy import dead_letter
 from streams.runtime.records import CleanBar, Control, Out, Record, control_of
 from streams.runtime.stores import StateStore
-from streams.schema import CleanBarValue, Headers, bar_headers
+from streams.schema import Headers, bar_headers
 
 
 @dataclass(slots=True)
@@ -26,9 +26,6 @@ class Cleaned:
     headers: Headers
     outputs: list[Out] = field(default_factory=list)
     items: list[CleanBar | Control] = field(default_factory=list)
-
-    def clean_values(self) -> list[CleanBarValue]:
-        return [item.value for item in self.items if isinstance(item, CleanBar)]
 
 
 class Corrections:

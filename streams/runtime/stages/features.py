@@ -13,21 +13,12 @@ import numpy as np
 import zstandard
 
 from features import engine
+from streams import schema
 from streams.corrections import SYNTHETIC
 from streams.metrics import Metrics, Outcome, Stage
 from streams.runtime.policy import Reason, dead_letter
 from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
 from streams.runtime.stores import StateStore
-from streams.schema import (
-    PRICE_SCALE,
-    bar_headers,
-    decode_clean,
-    decode_received_ns,
-    encode_clean,
-    encode_features,
-    engine_columns,
-    features_value,
-)
 
 _LAST_TS = struct.Struct("<q")  # ts_event of the symbol's last bar, before the engine state
 NO_TS = -(2**63)
@@ -58,7 +49,7 @@ Item = CleanBar | Control | Out  # Out: a dead letter, passed on in order
 
 def clean_bar(r: Record) -> CleanBar:
     """A `bars.clean` record as the stage's input; ValueError if it is not one."""
-    bar, received = decode_clean(r.value), decode_received_ns(r.headers)
+    bar, received = schema.decode_clean(r.value), schema.decode_received_ns(r.headers)
     return CleanBar(r.topic, r.key or b"", r.partition, r.offset, r.timestamp_ms, bar, received)
 
 
@@ -116,8 +107,8 @@ class Features:
                 outputs.append(item.forward(self.topic))
                 next_rows.append(item)
             elif (row := computed.get(id(item))) is not None:
-                value, ms = encode_features(features_value(row)), row.timestamp_ms
-                headers = bar_headers(row.received_ns)
+                value, ms = schema.encode_features(schema.features_value(row)), row.timestamp_ms
+                headers = schema.bar_headers(row.received_ns)
                 outputs.append(Out(self.topic, row.key, value, ms, headers, row.partition))
                 next_rows.append(row)
         for key, row in rows.items():
@@ -138,7 +129,7 @@ class Features:
         if not bars:
             return {}, []
         state = np.stack([symbol.vector for symbol in symbols])
-        columns = engine_columns([bar.value for bar, _ in bars])  # type: ignore[misc]
+        columns = schema.engine_columns([bar.value for bar, _ in bars])  # type: ignore[misc]
         index = np.array([row for _, row in bars], dtype=np.int64)
         try:
             values, warm = engine.update_many(state, index, *columns)
@@ -172,7 +163,7 @@ class Features:
     def _refused(self, bar: CleanBar, exc: ValueError) -> Out:
         """A dead letter of the bar's `bars.clean` bytes, naming the record it came from."""
         why = f"refused by the feature engine: {exc}"
-        source, value = (bar.topic, bar.partition, bar.offset), encode_clean(bar.value)
+        source, value = (bar.topic, bar.partition, bar.offset), schema.encode_clean(bar.value)
         return dead_letter(
             self.dlq_topic, bar.key, value, source, Reason.REFUSED, why, bar.partition
         )
@@ -188,7 +179,7 @@ def feature_row(bar: CleanBar, values: np.ndarray, warm: bool) -> FeatureRow:
         received_ns=bar.received_ns,
         symbol=value["symbol"],
         ts_event=value["ts_event"],
-        close=value["close"] * PRICE_SCALE,
+        close=value["close"] * schema.PRICE_SCALE,
         synthetic=value.get("status") == SYNTHETIC,
         warm=warm,
         values=values,

@@ -1,14 +1,12 @@
 """Scoring and online calibration in the forecast stage: each feature row's bar and each
-forecast through its symbol's scoring state (streams.forecast.scoring) and calibration state
-(streams.forecast.conformal), both stores keyed by symbol; the score records go to
-`forecasts.scores`.
+forecast through its symbol's scoring and calibration states (streams.forecast.scoring,
+conformal), stores keyed by symbol; the score records go to `forecasts.scores`.
 
 A bar's writes are tagged with its row's source offset, a forecast's with that of its symbol's
-latest row: a forecast is published after its row and before the checkpoint that covers that
-row (a checkpoint drains the forecaster first), so the tag lies between the same two checkpoint
-marks as the row. A restore as of a mark thus holds exactly the bars and forecasts of the
-records before it, and the replay publishes the same again: a score is a function of its
-forecast and its label's bars, a calibrated forecast of the scores due by its bar, never of how
+latest row: a checkpoint drains the forecaster first, so the tag lies between the same two
+checkpoint marks as the forecast's row, and a restore as of a mark holds exactly the bars and
+forecasts of the records before it. The replay publishes the same again: a score depends on its
+forecast and its label's bars, a calibrated forecast on the scores due by its bar, never on how
 bars and forecasts interleaved.
 """
 
