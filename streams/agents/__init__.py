@@ -19,17 +19,18 @@ from features.engine import N_FEATURES
 from model.checkpoint import CheckpointError
 from model.config import TFTConfig
 from streams.corrections import CorrectionConfig, SymbolState
+from streams.forecast.checkpoints import CheckpointWatcher
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.scoring import SymbolScoring
-from streams.metrics import MetricsFeed, Outcome, Stage
+from streams.metrics import MetricsFeed
 from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
 from streams.runtime.forecaster import Forecaster, inference_threads
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted, readable
-from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
+from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
-from streams.runtime.stages.scores import Scores, Scoring, scoring_decoder
+from streams.runtime.stages.scores import Scoring, scoring_decoder
 from streams.runtime.stages.windows import Windows, feature_row
 from streams.runtime.stores import StateStore, Store, WindowStore
 
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from faust.types import EventT, TopicT
 
     from streams.faust_app import BarcastApp
-    from streams.forecast.checkpoints import CheckpointWatcher
     from streams.forecast.engine import ForecastEngine
 
 BATCH_MAX = 2000
@@ -165,59 +165,29 @@ def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngin
     return engine
 
 
-class ForecastStage:
-    """Windows (pure) in front of the forecaster (asynchronous), with the model served."""
+def forecaster(app: BarcastApp) -> Forecaster:
+    """The forecast stage, the model served; its flush timer and hot reload."""
+    import torch
 
-    def __init__(self, app: BarcastApp) -> None:
-        import torch
+    settings = app.barcast
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    torch.set_num_threads(inference_threads())
+    raw_topic(app, settings.topic_forecasts)
+    watcher = CheckpointWatcher(settings.model_dir)
+    engine = initial_engine(app, watcher)
+    lookback = TFTConfig.lookback if engine is None else engine.lookback
+    windows = WindowStore(app.runtime.changelog("forecast-window-slots"), lookback, N_FEATURES)
+    stage = Forecaster(app.runtime, engine, Windows(windows), scoring(app))
 
-        from streams.forecast.checkpoints import CheckpointWatcher
+    @app.task
+    async def flush_on_delay() -> None:
+        await stage.flush_when_due()
 
-        settings = app.barcast
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        torch.set_num_threads(inference_threads())
-        raw_topic(app, settings.topic_forecasts)
-        watcher = CheckpointWatcher(settings.model_dir)
-        engine = initial_engine(app, watcher)
-        lookback = TFTConfig.lookback if engine is None else engine.lookback
-        windows = WindowStore(app.runtime.changelog("forecast-window-slots"), lookback, N_FEATURES)
-        self.windows = Windows(windows)
-        self.scoring = scoring(app)
-        self.forecaster = Forecaster(app.runtime, engine, lookback, self.scoring)
-        self.stores: list[Store] = [windows, *self.scoring.stores]
-        self.metrics = app.metrics
+    @app.timer(RELOAD_INTERVAL_S)
+    async def hot_reload() -> None:
+        await stage.reload(watcher)
 
-        @app.task
-        async def flush_on_delay() -> None:
-            await self.forecaster.flush_when_due()
-
-        @app.timer(RELOAD_INTERVAL_S)
-        async def hot_reload() -> None:
-            await self.forecaster.reload(watcher)
-
-    async def add(self, items: Sequence[FeatureRow | Control | Out]) -> Scores:
-        """Rows into the windows and the scoring states, their requests into the batcher; the
-        scores their bars decide and the dead letters among `items` returned, to publish."""
-        forecaster = self.forecaster
-        serving = forecaster.engine is not None
-        out = Scores()
-        dead: list[Out] = []
-        for item in items:
-            if isinstance(item, FeatureRow):
-                self.scoring.bar(item, out)
-                request = self.windows.apply(item, serving)
-                if request is not None:
-                    forecaster.batcher.add(request)
-            elif isinstance(item, Control):
-                forecaster.batcher.flush_now()
-            else:
-                dead.append(item)
-        self.metrics.bar(Stage.FORECAST, Outcome.IN, len(items))
-        if dead:
-            self.metrics.dlq.inc(len(dead))
-        await forecaster.after_batch()
-        out.outputs += dead
-        return out
+    return stage
 
 
 def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
@@ -252,9 +222,9 @@ def register_features(app: BarcastApp) -> None:
 
 
 def register_forecast(app: BarcastApp) -> None:
-    stage = ForecastStage(app)
+    stage = forecaster(app)
     topic = app.barcast.topic_features
-    checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.forecaster.drain)
+    checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.drain)
 
     async def handle(batch: list[Record]) -> None:
         items = readable(batch, app.barcast.topic_dlq, feature_row, "not a features record: ")
@@ -272,10 +242,9 @@ def register_pipeline(app: BarcastApp) -> None:
     time on the loop."""
     cleaning, feed = corrections(app)
     featuring = features(app)
-    forecasting = ForecastStage(app)
+    forecasting = forecaster(app)
     stores: list[Store] = [cleaning.store, featuring.store, *forecasting.stores]
-    drain = forecasting.forecaster.drain
-    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, stores, drain)
+    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, stores, forecasting.drain)
 
     async def handle(batch: list[Record]) -> None:
         cleaned = cleaning.run(batch, time.time_ns())

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,25 +26,30 @@ from streams.forecast.messages import forecast_value
 from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
-from streams.runtime.records import Out
+from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stages.scores import Scores, Scoring
+from streams.runtime.stages.windows import Windows
 from streams.schema import BAR_HEADERS, encode_forecast
 
 if TYPE_CHECKING:
     from streams.forecast.checkpoints import CheckpointWatcher
     from streams.runtime.checkpoint import Runtime
+    from streams.runtime.stores import Store
 
 log = logging.getLogger("barcast.forecast")
 BACKLOG_BATCHES = 4
 
 
 class Forecaster:
+    """The forecast stage: the windows (stages/windows.py) in front of the model."""
+
     def __init__(
-        self, runtime: Runtime, engine: ForecastEngine | None, lookback: int, scoring: Scoring
+        self, runtime: Runtime, engine: ForecastEngine | None, windows: Windows, scoring: Scoring
     ) -> None:
         settings = self.settings = runtime.settings
-        self.runtime, self.lookback = runtime, lookback
+        self.runtime, self.windows, self.lookback = runtime, windows, windows.store.lookback
         self.scoring = scoring  # calibrates each forecast, then scores it once its bars are in
+        self.stores: list[Store] = [windows.store, *scoring.stores]
         self.engine = engine  # None until the first checkpoint lands
         self.topic, self.incremental = settings.topic_forecasts, settings.incremental_encoding
         delay_s = settings.max_delay_ms / 1000.0
@@ -54,12 +60,30 @@ class Forecaster:
         self.wakeup = asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
 
-    async def after_batch(self) -> None:
-        """A batch's requests are in the batcher: flush now if too many wait."""
+    async def add(self, items: Sequence[FeatureRow | Control | Out]) -> Scores:
+        """Rows into the windows and the scoring states, their requests into the batcher (a
+        flush now if too many wait); the scores their bars decide and the dead letters among
+        `items` returned, to publish."""
+        out, dead, serving, metrics = Scores(), [], self.engine is not None, self.runtime.metrics
+        for item in items:
+            if isinstance(item, FeatureRow):
+                self.scoring.bar(item, out)
+                request = self.windows.apply(item, serving)
+                if request is not None:
+                    self.batcher.add(request)
+            elif isinstance(item, Control):
+                self.batcher.flush_now()
+            else:
+                dead.append(item)
+        metrics.bar(Stage.FORECAST, Outcome.IN, len(items))
+        if dead:
+            metrics.dlq.inc(len(dead))
         if len(self.batcher) >= self.backlog:
             await self.flush()
         else:
             self.wakeup.set()
+        out.outputs += dead
+        return out
 
     async def flush(self) -> None:
         async with self.lock:

@@ -51,15 +51,10 @@ class Ackable(Protocol):
 
 
 @dataclass(slots=True)
-class Control:
+class Control(Record):
     """An END_OF_INTERVAL record passing through the stages to the same partition of each
     next topic."""
 
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    timestamp_ms: float
     ts_event: int
 
     def forward(self, topic: str) -> Out:
@@ -74,8 +69,8 @@ def control_of(record: Record) -> Control | None:
         ts_event = decode_control(record.value)["ts_event"]
     except ValueError:
         return None
-    p, o, ms = record.partition, record.offset, record.timestamp_ms
-    return Control(p, o, record.key, record.value, ms, ts_event)
+    source = (record.topic, record.partition, record.offset, record.timestamp_ms, record.key)
+    return Control(*source, record.value, record.headers, ts_event)
 
 
 @dataclass(slots=True)
