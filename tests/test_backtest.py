@@ -19,7 +19,7 @@ from streams.ingest.convert import SIXE_INSTRUMENT_ID, bars_to_records, ohlcv_me
 from streams.schema import PRICE_SCALE, is_control
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
-from tests.kafka_io import read_topic
+from tests.topic_logs import read_all
 
 MINUTE = 60 * 10**9
 LEVELS = {"q10": 0.1, "q50": 0.5, "q90": 0.9}
@@ -35,7 +35,7 @@ def sixe_slice(sixe_bars: pd.DataFrame, path: Path) -> Path:
 
 
 def values(settings: Settings, topic: str) -> list[dict[str, Any]]:
-    out = [orjson.loads(m.value) for m in read_topic(settings.broker, topic, idle_s=2.0)]
+    out = [orjson.loads(m.value) for m in read_all(settings.broker, topic)]  # the run ended
     return [v for v in out if not is_control(v)]
 
 

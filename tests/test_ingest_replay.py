@@ -23,8 +23,8 @@ from streams.ingest.convert import ohlcv_metadata, write_dbn
 from streams.ingest.errors import ExitCode
 from streams.ingest.replay import Pacer
 from streams.settings import REPO_ROOT, Settings
-from tests.kafka_io import read_topic
 from tests.test_ingest_dbn import T0, sample_metadata, sample_records
+from tests.topic_logs import read_all
 
 PRICES = ("open", "high", "low", "close")
 
@@ -98,7 +98,7 @@ def test_replaying_every_shared_file_sends_each_bar_once_bit_identical(
         if "open" in frame:
             for row in frame.reset_index().itertuples():
                 expected[(row.symbol, row.ts_event)] = (row, f"replay:{path.name}")
-    messages = read_topic(broker_settings.broker, broker_settings.topic_raw)
+    messages = read_all(broker_settings.broker, broker_settings.topic_raw)  # replay flushed
 
     assert len(messages) == len(expected) == 84
     seen = Counter((orjson.loads(m.value)["symbol"], orjson.loads(m.value)["ts_event"])
@@ -143,7 +143,7 @@ def test_truncated_file_produces_the_readable_part_and_says_where_it_stopped(
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{cut}: truncated record" in err and f"byte {offset}" in err
     assert summary["read"] == summary["produced"] == 9 and summary["error"] in err
-    assert len(read_topic(broker_settings.broker, broker_settings.topic_raw, idle_s=2)) == 9
+    assert len(read_all(broker_settings.broker, broker_settings.topic_raw)) == 9
 
 
 def write_mbo(path: Path) -> Path:
