@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 from dataclasses import replace
 
 import orjson
@@ -66,20 +67,25 @@ def test_worker_without_broker_logs_one_line_and_retries(broker_settings: Settin
         connect_timeout_s=1.0,
     )
     env = {**os.environ, **settings.to_env(), "BARCAST_WEB_PORT": str(free_port())}
-    proc = subprocess.Popen(
-        [str(FAUST), "-A", "streams", "worker", "-l", "info"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    log = settings.work_dir / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(FAUST), "-A", "streams", "worker", "-l", "info"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    # Until its second failure line, however long start-up takes; alive until then: retrying.
+    deadline = time.monotonic() + 120
     try:
-        out, _ = proc.communicate(timeout=15)
-    except subprocess.TimeoutExpired:
+        while (text := log.read_text(errors="replace")).count("no Kafka broker answered") < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, text[-3000:]
+            time.sleep(0.1)
+    finally:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-    text = out.decode(errors="replace")
+        proc.wait()
     failures = [line for line in text.splitlines() if "no Kafka broker answered" in line]
     assert len(failures) >= 2, text[-3000:]
     assert settings.broker in failures[0] and "retrying in" in failures[0]
