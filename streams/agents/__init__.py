@@ -1,11 +1,8 @@
-"""Every Faust agent of the worker, attached according to `BARCAST_ROLE`; the rest is the
-runtime's (streams.runtime) and the stages' (streams.runtime.stages).
-
-`all` runs the whole pipeline as one agent on `bars.raw`, its stages chained in memory;
-`stream` (corrections + features) and `forecast` run the same stages behind topics, as two
-worker groups; `corrections` runs that stage alone, and `passthrough` copies raw bars to the
-clean topic untouched, the anchor the corrections benchmark compares against.
-"""
+"""Every Faust agent of the worker, attached according to `BARCAST_ROLE`. `all` runs the whole
+pipeline as one agent on `bars.raw`, its stages chained in memory; `stream` (corrections +
+features) and `forecast` run the same stages behind topics, as two worker groups;
+`corrections` runs that stage alone, and `passthrough` copies raw bars to the clean topic
+untouched, the anchor the corrections benchmark compares against."""
 
 from __future__ import annotations
 
@@ -45,13 +42,10 @@ BATCH_WITHIN_S = 0.002
 SUMMARY_INTERVAL_S = 30.0
 RELOAD_INTERVAL_S = 2.0
 # The model runs in a thread: every torch op gives up the GIL and must win it back from the
-# event loop, which by default holds it for 5 ms at a time. A short switch interval keeps a
-# forward pass from waiting that long at each of its hundreds of ops.
+# event loop (which holds it 5 ms at a time by default) at each of a pass's hundreds of ops.
 SWITCH_INTERVAL_S = 0.0001
-log = logging.getLogger("barcast.forecast")
-
-
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+log = logging.getLogger("barcast.forecast")
 
 
 def raw_topic(app: BarcastApp, name: str) -> TopicT:
@@ -95,8 +89,7 @@ def serve(app: BarcastApp, name: str, checkpointer: Checkpointer, handle: Handle
 
 
 def store(app: BarcastApp, name: str, kind: Any, decode: Any = None, new: Any = None) -> Any:
-    """A `StateStore` of `kind`'s states (its `from_bytes`, `to_bytes` and constructor unless
-    `decode` or `new` says otherwise) in the changelog `name`."""
+    """A `StateStore` in changelog `name` of `kind`'s states, coded as `kind` codes them."""
     changelog = app.runtime.changelog(name)
     return StateStore(changelog, decode or kind.from_bytes, kind.to_bytes, new or kind)
 
@@ -260,11 +253,6 @@ def register_pipeline(app: BarcastApp) -> None:
     serve(app, "pipeline", checkpointer, handle)
 
 
-def register_stream(app: BarcastApp) -> None:
-    register_corrections(app)
-    register_features(app)
-
-
 def register_passthrough(app: BarcastApp) -> None:
     settings = app.barcast
     raw_topic(app, settings.topic_clean)
@@ -278,14 +266,15 @@ def register_passthrough(app: BarcastApp) -> None:
     serve(app, "passthrough", checkpointer, handle)
 
 
-ROLES: dict[str, Callable[[BarcastApp], None]] = {
-    "passthrough": register_passthrough,
-    "corrections": register_corrections,
-    "all": register_pipeline,
-    "stream": register_stream,
-    "forecast": register_forecast,
+ROLES: dict[str, tuple[Callable[[BarcastApp], None], ...]] = {
+    "passthrough": (register_passthrough,),
+    "corrections": (register_corrections,),
+    "all": (register_pipeline,),
+    "stream": (register_corrections, register_features),
+    "forecast": (register_forecast,),
 }
 
 
 def register_agents(app: BarcastApp) -> None:
-    ROLES[app.barcast.role](app)
+    for register in ROLES[app.barcast.role]:
+        register(app)

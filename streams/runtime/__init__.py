@@ -6,7 +6,7 @@ of a partition it sees first, and runs the agent's stages on them (stages/: plai
 over the typed records of records.py, no Faust, no Kafka). Their outputs go to the producer
 (kafka_io.py) without waiting; too large ones become bounded dead letters (policy.py). The
 records stay unacked until a checkpoint, one function: outputs acked -> downstream stages
-drained (the forecaster, forecaster.py) -> stores flushed -> per source partition, a mark of
+drained (forecaster.py) -> stores flushed -> per source partition, a mark of
 the offset the flush covers up to -> source offsets committed.
 
 Stores (stores.py) tag every changelog record with the source partition and offset of the
@@ -15,9 +15,4 @@ past it belongs to a flush that never completed and is not restored; the worker 
 boundary, the records before it skipped once by the checkpointer, and the inputs from there
 apply once more to the states as they were. So after a crash every store is exactly as of one
 boundary, and a replayed record publishes the same outputs again (a repeat is byte-identical).
-
-To add a stage: a class in stages/ from the previous stage's typed records to its outputs
-(`Out`) and the next stage's records, called in its agent's `handle` (streams.agents), which
-publishes the outputs. To add a store: a `StateStore` (or another `Store`) on
-`runtime.changelog(NAME)`, in the `Checkpointer`'s list.
 """

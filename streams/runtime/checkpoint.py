@@ -87,15 +87,13 @@ class Runtime:
 Handle = Callable[[list[Record]], Awaitable[None]]  # an agent's stages on a batch
 
 
+Drain = Callable[[], Awaitable[None]] | None  # of a stage publishing on its own schedule
+
+
 class Checkpointer:
     def __init__(
-        self,
-        runtime: Runtime,
-        topic: str,
-        stores: Sequence[Store],
-        drain: Callable[[], Awaitable[None]] | None = None,
+        self, runtime: Runtime, topic: str, stores: list[Store], drain: Drain = None
     ) -> None:
-        """`drain`: of a stage that publishes on its own schedule (the forecaster)."""
         self.runtime, self.topic, self.stores, self.drain = runtime, topic, stores, drain
         self.next: dict[int, int] = {}  # partition -> offset of the next record to admit
         # Per source partition, where the stores' last complete flush ends (see `_start`)

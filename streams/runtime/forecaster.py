@@ -1,10 +1,8 @@
-"""The forecast stage's asynchronous half: the dynamic micro-batcher, inference off the loop,
-and the forecasts published. A flush (when `max_batch` requests wait, after `max_delay`, at
-END_OF_INTERVAL, or at a checkpoint, which drains it first) runs the model in the inference
-thread, and the acks of its forecasts are awaited behind the previous flush's. The agent keeps
-consuming while a flush runs, so decoding overlaps inference; once `BACKLOG_BATCHES` x
-`max_batch` requests wait, it flushes itself: the back-pressure. Each forecast goes through
-its symbol's calibration and scoring (stages/scores.py) as it is published."""
+"""The forecast stage: rows into their windows and scoring states, and the dynamic
+micro-batcher in front of the model. A flush (`max_batch` requests waiting, `max_delay`,
+END_OF_INTERVAL, a checkpoint) runs the model in the inference thread, its forecasts' acks
+awaited behind the previous flush's. The agent keeps consuming while a flush runs, so decoding
+overlaps inference, until `BACKLOG_BATCHES` x `max_batch` requests wait: the back-pressure."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ import asyncio
 import logging
 import os
 import time
+from asyncio import Future
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -110,10 +109,7 @@ class Forecaster:
                 self.finishing.add_done_callback(_exit_on_failure)
 
     async def _finish(
-        self,
-        previous: asyncio.Future[None] | None,
-        sends: list[asyncio.Future],
-        received: list[int],
+        self, previous: Future[None] | None, sends: list[Future], received: list[int]
     ) -> None:
         if previous is not None:
             await previous

@@ -1,11 +1,9 @@
-"""The runtime's Kafka I/O: one producer of explicit record batches for every output and
-changelog record, and plain librdkafka reads, which block: run them in a thread.
-
-Why explicit batches: Faust's send costs the event loop many times a batch append per record.
-Every record names its partition, and the records of a topic partition go out in order. A
-flush's last record of each changelog partition goes in a batch of its own: some
-Kafka-compatible brokers (Tansu, the embedded one) report a partition's high watermark as the
-last *batch*'s base offset + 1, and a restore reads up to the high watermark.
+"""The runtime's Kafka I/O: one producer of explicit record batches (Faust's send costs the
+event loop many times a batch append per record) for every output and changelog record, each
+naming its partition, a topic partition's in order; and plain librdkafka reads, which block:
+run them in a thread. A flush's last record of each changelog partition goes in a batch of its
+own: some Kafka-compatible brokers (Tansu, the embedded one) report a partition's high
+watermark as the last *batch*'s base offset + 1, and a restore reads up to the high watermark.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ BATCH_BYTES = 256 * 1024
 READ_TIMEOUT_S = 30.0
 COMPACTED = {"cleanup.policy": "compact"}
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]  # key .. headers
+Runs = dict[tuple[str, int], list[Row]]  # by topic partition
 
 
 class BatchProducer:
@@ -57,7 +56,7 @@ class BatchProducer:
     async def send(self, records: Sequence[Out]) -> list[asyncio.Future]:
         """Hand `records` to the producer, each topic partition's in order; the futures
         complete on the broker's acks."""
-        runs: dict[tuple[str, int], list[Row]] = {}
+        runs: Runs = {}
         for r in records:
             if r.partition is None:
                 raise ValueError(f"a record for {r.topic} has no partition: the runtime needs it")
@@ -72,9 +71,7 @@ class BatchProducer:
         runs = {(topic, p): [(k, v, None, []) for k, v in run] for p, run in records.items()}
         return await self._send(runs, lone_last=True)
 
-    async def _send(
-        self, runs: dict[tuple[str, int], list[Row]], lone_last: bool
-    ) -> list[asyncio.Future]:
+    async def _send(self, runs: Runs, lone_last: bool) -> list[asyncio.Future]:
         producer = await self.started()
         pending = []
         for (topic, partition), run in runs.items():

@@ -22,8 +22,6 @@ class Observer(Protocol):
 
 
 def notify(observers: Sequence[Observer], method: str, values: Iterable[dict[str, Any]]) -> None:
-    """Call `method` ("observe_bar", "observe_forecast" or "observe_score") of every observer
-    with each value."""
     for observer in observers:
         call = getattr(observer, method)
         for value in values:

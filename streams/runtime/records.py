@@ -10,26 +10,18 @@ from typing import Protocol
 
 import numpy as np
 
-from streams.schema import (
-    CONTROL_HEADERS,
-    CleanBarValue,
-    Headers,
-    decode_control,
-    is_control_headers,
-)
+from streams import schema
 
 
 @dataclass(slots=True)
-class Record:
-    """A record as consumed."""
-
+class Record:  # as consumed
     topic: str
     partition: int
     offset: int
     timestamp_ms: float
     key: bytes | None
     value: bytes
-    headers: Headers
+    headers: schema.Headers
 
 
 @dataclass(slots=True)
@@ -40,7 +32,7 @@ class Out:
     key: bytes | None
     value: bytes
     timestamp_ms: float | None = None
-    headers: Headers = field(default_factory=list)
+    headers: schema.Headers = field(default_factory=list)
     partition: int | None = None
 
 
@@ -58,15 +50,17 @@ class Control(Record):
     ts_event: int
 
     def forward(self, topic: str) -> Out:
-        return Out(topic, self.key, self.value, self.timestamp_ms, CONTROL_HEADERS, self.partition)
+        return Out(
+            topic, self.key, self.value, self.timestamp_ms, schema.CONTROL_HEADERS, self.partition
+        )
 
 
 def control_of(record: Record) -> Control | None:
     """The record as an END_OF_INTERVAL, or None if it is not a valid one."""
-    if not is_control_headers(record.headers):
+    if not schema.is_control_headers(record.headers):
         return None
     try:
-        ts_event = decode_control(record.value)["ts_event"]
+        ts_event = schema.decode_control(record.value)["ts_event"]
     except ValueError:
         return None
     source = (record.topic, record.partition, record.offset, record.timestamp_ms, record.key)
@@ -83,7 +77,7 @@ class CleanBar:
     partition: int
     offset: int
     timestamp_ms: float
-    value: CleanBarValue
+    value: schema.CleanBarValue
     received_ns: int | None
 
 

@@ -100,8 +100,6 @@ class Store(ABC, Generic[S]):
 
 
 class StateStore(Store[S]):
-    """One state per key, decoded once and kept decoded; encoded at flush."""
-
     def __init__(
         self,
         changelog: Changelog,

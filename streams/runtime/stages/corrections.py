@@ -15,6 +15,8 @@ from streams.runtime.records import CleanBar, Control, Out, Record, control_of
 from streams.runtime.stores import StateStore
 from streams.schema import Headers, bar_headers
 
+Topics = tuple[str, str, str]  # raw, clean and dead-letter topic names
+
 
 @dataclass(slots=True)
 class Cleaned:
@@ -30,12 +32,8 @@ class Cleaned:
 
 class Corrections:
     def __init__(
-        self,
-        store: StateStore[rules.SymbolState],
-        config: rules.CorrectionConfig,
-        topics: tuple[str, str, str],
+        self, store: StateStore[rules.SymbolState], config: rules.CorrectionConfig, topics: Topics
     ) -> None:
-        """`topics`: raw, clean and dead-letter topic names."""
         self.store, self.config = store, config
         self.raw_topic, self.clean_topic, self.dlq_topic = topics
         self.stats = rules.CorrectionStats()  # streams.metrics.MetricsFeed reports its counts

@@ -45,6 +45,7 @@ class SymbolFeatures:
 
 
 Item = CleanBar | Control | Out  # Out: a dead letter, passed on in order
+Bars = list[tuple[CleanBar, int]]  # each new bar, and its symbol's row in the engine call
 
 
 def clean_bar(r: Record) -> CleanBar:
@@ -80,7 +81,7 @@ class Features:
         rows: dict[bytes, int] = {}
         symbols: list[SymbolFeatures] = []
         last: list[CleanBar | None] = []  # each row's last new bar: its offset tags the write
-        bars: list[tuple[CleanBar, int]] = []
+        bars: Bars = []
         malformed = 0
         for item in items:
             if isinstance(item, CleanBar):
@@ -118,10 +119,7 @@ class Features:
         return Featured(outputs, next_rows, len(bars), len(refusals), malformed)
 
     def _compute(
-        self,
-        symbols: list[SymbolFeatures],
-        bars: list[tuple[CleanBar, int]],
-        last: list[CleanBar | None],
+        self, symbols: list[SymbolFeatures], bars: Bars, last: list[CleanBar | None]
     ) -> tuple[dict[int, FeatureRow], list[Out]]:
         """Rows by id(bar): all bars in one engine call; should the engine refuse the batch
         (it validates every bar before it moves any state), bar by bar, the bars it refuses
@@ -145,7 +143,7 @@ class Features:
         return computed, refusals
 
     def _one_by_one(
-        self, state: np.ndarray, bars: list[tuple[CleanBar, int]], columns: tuple[np.ndarray, ...]
+        self, state: np.ndarray, bars: Bars, columns: tuple[np.ndarray, ...]
     ) -> tuple[dict[int, FeatureRow], list[Out]]:
         computed: dict[int, FeatureRow] = {}
         refusals: list[Out] = []

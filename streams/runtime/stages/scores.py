@@ -57,13 +57,8 @@ class Scoring:
         config: CalibrationConfig,
         topic: str,
     ) -> None:
-        self.scores, self.calibrations, self.config, self.topic = (
-            scores,
-            calibrations,
-            config,
-            topic,
-        )
-        self.stores: list[StateStore[Any]] = [scores, calibrations]
+        self.scores, self.calibrations, self.config = scores, calibrations, config
+        self.topic, self.stores = topic, [scores, calibrations]
         self.latest: dict[bytes, int] = {}  # key -> source offset of its latest row
 
     def bar(self, row: FeatureRow, out: Scores) -> None:
@@ -108,9 +103,7 @@ class Scoring:
         for record in records:
             calibration.update(record)
             out.values.append(record)
-            ms = record["ts_event"] / 1e6
-            out.outputs.append(
-                Out(self.topic, key, encode_score(record), ms, BAR_HEADERS, partition)
-            )
+            value, ms = encode_score(record), record["ts_event"] / 1e6
+            out.outputs.append(Out(self.topic, key, value, ms, BAR_HEADERS, partition))
         if self.config.enabled:
             self.calibrations.write(key, partition, offset, calibration)

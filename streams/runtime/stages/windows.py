@@ -1,7 +1,7 @@
 """Feature rows -> forecast requests: each symbol's sliding window of rows, and a request for
 every real bar whose window holds `lookback` warm rows (the rule streams.forecast.offline
-replays). A row at or before the window's last ts_event was re-published by a features worker
-that restarted: it is in the window already, and skipped."""
+replays). A row at or before the window's last ts_event is one a restarted features worker
+re-published: skipped."""
 
 from __future__ import annotations
 
