@@ -119,11 +119,11 @@ class Settings:
         default=10.0, metadata={"doc": "How long CLI commands wait for the broker."}
     )
     fetch_max_wait_ms: int = field(
-        default=5,
+        default=20,
         metadata={
-            "doc": "Longest a consumer fetch waits for data once tables are recovered (ms); "
+            "doc": "Longest a consumer fetch waits for data once partitions are assigned (ms); "
             "brokers that hold a fetch this long although data arrived (the embedded Tansu "
-            "does) add it to every hop."
+            "does) add it to every hop, and a shorter wait costs them more fetches per bar."
         },
     )
     max_record_bytes: int = field(
