@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -210,14 +209,15 @@ def test_unreachable_broker_fails_within_the_connect_timeout_with_one_line(
         "BARCAST_BROKER": f"127.0.0.1:{free_port()}",
         "BARCAST_CONNECT_TIMEOUT_S": "1",
     }
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "streams.ingest.replay_cli", str(path)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    elapsed = time.monotonic() - started
     assert done.returncode == ExitCode.BROKER_UNAVAILABLE
     assert done.stderr.startswith("barcast replay: no Kafka broker answered at 127.0.0.1:")
     assert done.stderr.count("\n") == 1, done.stderr  # no librdkafka log lines
-    assert orjson.loads(done.stdout)["produced"] == 0
-    assert elapsed < 1 + 20  # generous: interpreter start-up; the point is that it does not hang
+    summary = orjson.loads(done.stdout)
+    assert summary["produced"] == 0
+    # The replay's own time, not the interpreter's start-up (on a loaded machine that alone
+    # can take many seconds): generous, the point is that it does not hang.
+    assert summary["seconds"] < 1 + 20
