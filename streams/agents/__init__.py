@@ -28,7 +28,7 @@ from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
 from streams.runtime.stages.scores import Scoring, scoring_decoder
-from streams.runtime.stages.windows import Windows, feature_row
+from streams.runtime.stages.windows import feature_row
 from streams.runtime.stores import StateStore, Store, WindowStore
 
 if TYPE_CHECKING:
@@ -131,8 +131,7 @@ def scoring(app: BarcastApp) -> Scoring:
 
 
 def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngine | None:
-    """The newest checkpoint's engine, or None (said once) while the directory holds none:
-    windows fill meanwhile, and bars are forecast once one lands."""
+    """The newest checkpoint's engine, or None (said once) while the directory holds none."""
     from streams.forecast.engine import ForecastEngine
 
     path = watcher.newest()
@@ -170,7 +169,7 @@ def forecaster(app: BarcastApp) -> Forecaster:
     engine = initial_engine(app, watcher)
     lookback = TFTConfig.lookback if engine is None else engine.lookback
     windows = WindowStore(app.runtime.changelog("forecast-window-slots"), lookback, N_FEATURES)
-    stage = Forecaster(app.runtime, engine, Windows(windows), scoring(app))
+    stage = Forecaster(app.runtime, engine, windows, scoring(app))
 
     @app.task
     async def flush_on_delay() -> None:

@@ -9,11 +9,10 @@ queue the burst's last bars, and their forecasts, behind it.
 Why the offset guard (`_admit`): in the restart test (faust-streaming 0.15.3), right after a
 worker joins, the first records from a partition's committed offset sometimes never reach the
 agent (Faust moves its read offset past records whose delivery it abandons while flow control
-is suspended around the resume, `Consumer._drain_messages`, and its commit passes them), and
-would be lost for good. So each partition's records must come at consecutive offsets from
-where it resumes (`_start`): a hole is read from the broker with a plain librdkafka consumer
-and passed on first; a record delivered twice (as a few from before Faust's seek at start-up)
-is dropped.
+is suspended around the resume, `Consumer._drain_messages`, and its commit passes them), lost
+for good. So a partition's records must come at consecutive offsets from where it resumes
+(`_start`): a hole is read from the broker with librdkafka and passed on first; a record
+delivered twice (as a few from before Faust's seek at start-up) is dropped.
 """
 
 from __future__ import annotations
@@ -57,8 +56,7 @@ def checkpoint_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bo
 
 @dataclass
 class Runtime:
-    """What a worker's agents share: its producer, changelogs and observers, and when it last
-    did stream work (`worked`: one agent's checkpoint waits for the others' bursts too)."""
+    """What a worker's agents share (one agent's checkpoint waits for the others' bursts too)."""
 
     settings: Settings
     metrics: Metrics
@@ -205,10 +203,9 @@ class Checkpointer:
             await self.marks.flush()
 
     async def _start(self, partition: int) -> int:
-        """Where a partition first seen resumes: the end of the stores' last complete flush,
-        as of which they are restored (the records before it, which the group's commit may
-        not cover yet, are applied already: the guard skips them); without stores, or before
-        a first complete flush, the group's committed offset (the stores start empty)."""
+        """Where a partition first seen resumes: the end of the stores' last complete flush, as
+        of which they are restored (the records before it, perhaps not committed yet, are
+        skipped); without one, the group's committed offset (the stores start empty)."""
         await self.marks.restore(partition, END)
         mark = self.marks.entries.pop(MARK + b"%d" % partition, None)
         for store in self.stores:

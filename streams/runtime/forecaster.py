@@ -27,13 +27,13 @@ from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stages.scores import Scores, Scoring
-from streams.runtime.stages.windows import Windows
+from streams.runtime.stages.windows import slide
 from streams.schema import BAR_HEADERS, encode_forecast
 
 if TYPE_CHECKING:
     from streams.forecast.checkpoints import CheckpointWatcher
     from streams.runtime.checkpoint import Runtime
-    from streams.runtime.stores import Store
+    from streams.runtime.stores import Store, WindowStore
 
 log = logging.getLogger("barcast.forecast")
 BACKLOG_BATCHES = 4
@@ -43,20 +43,19 @@ class Forecaster:
     """The forecast stage: the windows (stages/windows.py) in front of the model."""
 
     def __init__(
-        self, runtime: Runtime, engine: ForecastEngine | None, windows: Windows, scoring: Scoring
+        self, runtime: Runtime, engine: ForecastEngine | None, store: WindowStore, scoring: Scoring
     ) -> None:
         settings = self.settings = runtime.settings
-        self.runtime, self.windows, self.lookback = runtime, windows, windows.store.lookback
+        self.runtime, self.windows, self.lookback = runtime, store, store.lookback
         self.scoring = scoring  # calibrates each forecast, then scores it once its bars are in
-        self.stores: list[Store] = [windows.store, *scoring.stores]
+        self.stores: list[Store] = [store, *scoring.stores]
         self.engine = engine  # None until the first checkpoint lands
         self.topic, self.incremental = settings.topic_forecasts, settings.incremental_encoding
         delay_s = settings.max_delay_ms / 1000.0
         self.batcher: MicroBatcher[WindowRequest] = MicroBatcher(settings.max_batch, delay_s)
         self.backlog = BACKLOG_BATCHES * settings.max_batch
         self.finishing: asyncio.Future[None] | None = None  # the last flush's acks
-        self.lock = asyncio.Lock()
-        self.wakeup = asyncio.Event()
+        self.lock, self.wakeup = asyncio.Lock(), asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
 
     async def add(self, items: Sequence[FeatureRow | Control | Out]) -> Scores:
@@ -67,7 +66,7 @@ class Forecaster:
         for item in items:
             if isinstance(item, FeatureRow):
                 self.scoring.bar(item, out)
-                request = self.windows.apply(item, serving)
+                request = slide(self.windows, item, serving)
                 if request is not None:
                     self.batcher.add(request)
             elif isinstance(item, Control):
@@ -178,9 +177,8 @@ class Forecaster:
         log.info("%s %s from %s", what, engine.model_id, watcher.current)
 
     def _load(self, path: Path, engine: ForecastEngine | None) -> tuple[ForecastEngine, Served]:
-        """The checkpoint at `path` validated and on the device (blocking: run it in a thread),
-        with the engine to swap it into: `engine`, or a new one for the first checkpoint. One
-        that looks back another number of bars than the windows hold is refused."""
+        """The checkpoint at `path` validated and on the device (blocking), with the engine to
+        swap it into (`engine`, or a new one); one of another lookback than the windows refused."""
         if engine is None:
             engine = ForecastEngine.from_settings(path, self.settings)
             served = engine.served

@@ -154,8 +154,7 @@ def committed_offset(settings: Settings, group: str, topic: str, partition: int)
 
 
 class KafkaChangelogs:
-    """Changelog topics on the cluster: created compacted on first use, written through the
-    batch producer, read with librdkafka in a thread."""
+    """Changelog topics on the cluster, created compacted on first use."""
 
     def __init__(self, settings: Settings, producer: BatchProducer) -> None:
         self.settings, self.producer = settings, producer

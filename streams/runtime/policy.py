@@ -96,21 +96,18 @@ def publishable(records: Sequence[Out], limit: int, dlq: str, metrics: Metrics) 
 
 def bounded(record: Out, limit: int, dlq_topic: str, metrics: Metrics) -> Out:
     """The first `KEPT_BYTES` of the record's key and value, with headers saying so (the
-    original sizes and value digest); the original of a dead letter stays on its source topic
-    at the offset its headers name."""
+    original sizes and value digest; a dead letter's original stays at its source offset)."""
     key, value = record.key or b"", record.value
     size = record_bytes(record)
     if record.topic == dlq_topic:  # a dead letter already: same headers, bounded bytes
         headers = list(record.headers)
     else:
-        message = (
-            f"a {record.topic} record of {size} bytes exceeds BARCAST_MAX_RECORD_BYTES={limit}"
-        )
-        log.error("%s; its first %d bytes go to %s", message, KEPT_BYTES, dlq_topic)
+        why = f"a {record.topic} record of {size} bytes exceeds BARCAST_MAX_RECORD_BYTES={limit}"
+        log.error("%s; its first %d bytes go to %s", why, KEPT_BYTES, dlq_topic)
         metrics.dlq.inc()
         headers = [
             (DLQ_REASON, Reason.UNPUBLISHABLE.encode()),
-            (DLQ_MESSAGE, message.encode()),
+            (DLQ_MESSAGE, why.encode()),
             (INTENDED_TOPIC_HEADER, record.topic.encode()),
         ]
     headers += [

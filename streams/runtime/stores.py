@@ -62,14 +62,10 @@ class Changelog:
                 self.topic, partition, len(records), skipped, boundary,
             )  # fmt: skip
 
-    def keys_in(self, partition: int) -> list[bytes]:
-        return [key for key, entry in self.entries.items() if entry[0] == partition]
-
 
 class Store(ABC, Generic[S]):
-    """A store's decoded states and the keys changed since its last flush. The runtime flushes
-    it, restores a partition it holds nothing of, and makes it forget everything when
-    partitions move; each kind reads and encodes its states its own way."""
+    """A store's decoded states and the keys changed since its last flush, which the runtime
+    flushes, restores by partition and forgets; each kind reads and encodes states its own way."""
 
     def __init__(self, changelog: Changelog) -> None:
         self.changelog = changelog
@@ -119,7 +115,7 @@ class StateStore(Store[S]):
 
     def keys_in(self, partition: int) -> list[bytes]:
         """Keys with state from source partition `partition`: stored or changed since."""
-        keys = self.changelog.keys_in(partition)
+        keys = [key for key, entry in self.changelog.entries.items() if entry[0] == partition]
         keys += [key for key, (p, _) in self.changed.items() if p == partition]
         return list(dict.fromkeys(keys))
 

@@ -20,9 +20,8 @@ Topics = tuple[str, str, str]  # raw, clean and dead-letter topic names
 
 @dataclass(slots=True)
 class Cleaned:
-    """A batch's outputs in order, and what the next stage reads of them, in order; `now_ns`:
-    when the batch's bars entered barcast (a header, so values stay comparable across
-    restarts)."""
+    """A batch's outputs, and what the next stage reads of them, in order; `now_ns`: when its
+    bars entered barcast (a header, so values stay comparable across restarts)."""
 
     now_ns: int
     headers: Headers

@@ -3,11 +3,11 @@ forecast through its symbol's scoring and calibration states (streams.forecast.s
 conformal), stores keyed by symbol; the score records go to `forecasts.scores`.
 
 A bar's writes are tagged with its row's source offset, a forecast's with that of its symbol's
-latest row: a checkpoint drains the forecaster first, so the tag lies between the same two
-checkpoint marks as the forecast's row, and a restore as of a mark holds exactly the bars and
-forecasts of the records before it. The replay publishes the same again: a score depends on its
-forecast and its label's bars, a calibrated forecast on the scores due by its bar, never on how
-bars and forecasts interleaved.
+latest row, which lies between the same two checkpoint marks as the forecast's own row (a
+checkpoint drains the forecaster first). So a restore as of a mark holds exactly the bars and
+forecasts of the records before it, and the replay publishes the same again: a score depends
+on its forecast and its label's bars, a calibrated forecast on the scores due by its bar, never
+on how bars and forecasts interleaved.
 """
 
 from __future__ import annotations

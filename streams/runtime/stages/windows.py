@@ -38,34 +38,29 @@ def feature_row(record: Record) -> FeatureRow:
     )
 
 
-class Windows:
-    def __init__(self, store: WindowStore) -> None:
-        self.store = store
-
-    def apply(self, row: FeatureRow, forecast: bool) -> WindowRequest | None:
-        """Slide the row into its symbol's window; the request to forecast it, if `forecast`
-        (a model is served) and the window is ready."""
-        if row.fingerprint != FINGERPRINT:  # a served checkpoint's is this one, too
-            raise RuntimeError(
-                f"feature row for {row.symbol} has fingerprint {row.fingerprint} but this "
-                f"worker's feature set is {FINGERPRINT}: run the stream workers and the "
-                "forecast worker from the same barcast version"
-            )
-        key = row.key
-        window = self.store.read(key, row.partition)
-        if window.count and row.ts_event <= window.last_ts:
-            return None
-        window.append(row.ts_event, row.close, row.synthetic, row.warm, row.values)
-        self.store.write(key, row.partition, row.offset, window)
-        if not (forecast and window.ready and window.all_warm and not row.synthetic):
-            return None
-        return WindowRequest(
-            symbol=row.symbol,
-            key=key,
-            partition=row.partition,
-            count=window.count,
-            values=window.ordered_values(),
-            ts_event=row.ts_event,
-            close=row.close,
-            received_ns=time.time_ns() if row.received_ns is None else row.received_ns,
+def slide(store: WindowStore, row: FeatureRow, forecast: bool) -> WindowRequest | None:
+    """Slide the row into its symbol's window; the request to forecast it, if `forecast` (a
+    model is served) and the window is ready."""
+    if row.fingerprint != FINGERPRINT:  # a served checkpoint's is this one, too
+        raise RuntimeError(
+            f"feature row for {row.symbol} has fingerprint {row.fingerprint} but this "
+            f"worker's feature set is {FINGERPRINT}: run the stream workers and the "
+            "forecast worker from the same barcast version"
         )
+    window = store.read(row.key, row.partition)
+    if window.count and row.ts_event <= window.last_ts:
+        return None
+    window.append(row.ts_event, row.close, row.synthetic, row.warm, row.values)
+    store.write(row.key, row.partition, row.offset, window)
+    if not (forecast and window.ready and window.all_warm and not row.synthetic):
+        return None
+    return WindowRequest(
+        symbol=row.symbol,
+        key=row.key,
+        partition=row.partition,
+        count=window.count,
+        values=window.ordered_values(),
+        ts_event=row.ts_event,
+        close=row.close,
+        received_ns=time.time_ns() if row.received_ns is None else row.received_ns,
+    )
