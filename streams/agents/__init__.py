@@ -62,8 +62,7 @@ def records(events: Sequence[EventT]) -> list[Record]:
 
 
 def serve(app: BarcastApp, name: str, checkpointer: Checkpointer, handle: Handle) -> None:
-    """The agent `name` on the checkpointer's topic, running `handle` on each take() batch; its
-    checkpoint timer; its checkpoint before partitions move."""
+    """Agent `name`: `handle` on each take() batch of the checkpointer's topic; its checkpoints."""
     topic = checkpointer.topic
 
     async def agent(stream):  # type: ignore[no-untyped-def]
@@ -228,10 +227,9 @@ def register_forecast(app: BarcastApp) -> None:
 
 
 def register_pipeline(app: BarcastApp) -> None:
-    """Role `all`: the three stages on `bars.raw`, a bar handed on in memory. Faust's consumer
-    path costs the event loop more per record and hop than the stages' own work, and at a
-    minute boundary every symbol's bar arrives at once: two hops fewer is most of a burst's
-    time on the loop."""
+    """Role `all`: the stages on `bars.raw`, a bar handed on in memory. Faust's consumer path
+    costs the loop more per record and hop than the stages' own work: at a minute boundary,
+    when every symbol's bar arrives at once, two hops fewer is most of a burst's loop time."""
     cleaning, feed = corrections(app)
     featuring = features(app)
     forecasting = forecaster(app)

@@ -75,8 +75,7 @@ class Runtime:
         return Changelog(f"{self.group}-{name}-changelog", self.changelogs)
 
     async def send(self, records: Sequence[Out]) -> list[asyncio.Future]:
-        """Hand `records` to the producer, each one too large replaced by its bounded dead
-        letter (streams.runtime.policy); the futures complete on the broker's acks."""
+        """Hand `records` to the producer, each one too large as its bounded dead letter."""
         settings = self.settings
         bounded = publishable(records, settings.max_record_bytes, settings.topic_dlq, self.metrics)
         return await self.producer.send(bounded)
@@ -103,9 +102,9 @@ class Checkpointer:
         self.sent: list[asyncio.Future] = []
 
     async def run(self, records: Sequence[Record], held: Sequence[Ackable], stages: Handle) -> None:
-        """Run the `stages` on one batch's records of assigned partitions, in order, each once;
-        the `held` events stay held until a checkpoint (repeats too: acking one early would let the
-        commit pass its first delivery)."""
+        """The `stages` on a batch's records of assigned partitions, in order, each once; the
+        `held` events held until a checkpoint (repeats too: acked early, they let the commit
+        pass a first delivery)."""
         async with self.lock:
             if not self.held:
                 self.held_since = time.monotonic()
@@ -123,8 +122,7 @@ class Checkpointer:
         self.sent += await self.runtime.send(records)
 
     async def checkpoint(self) -> None:
-        """Outputs acked -> downstream stages drained -> stores flushed -> source offsets
-        committed. A failure stops the worker uncommitted."""
+        """The contract's one function (streams.runtime); a failure exits uncommitted."""
         held, self.held = self.held, []
         sent, self.sent = self.sent, []
         try:
@@ -149,8 +147,8 @@ class Checkpointer:
                     await self.checkpoint()
 
     async def on_revoked(self) -> None:
-        """Before partitions move: checkpoint, then forget every state; whoever owns a
-        partition next restores it from the changelog (this worker too)."""
+        """Before partitions move: checkpoint, then forget every state (whoever owns a
+        partition next, this worker too, restores it)."""
         async with self.lock:
             await self.checkpoint()
             for store in self.stores:

@@ -105,19 +105,21 @@ class Forecaster:
             if sends:
                 finishing = self._finish(self.finishing, sends, received)
                 self.finishing = asyncio.ensure_future(finishing)
-                self.finishing.add_done_callback(_exit_on_failure)
 
     async def _finish(
         self, previous: Future[None] | None, sends: list[Future], received: list[int]
     ) -> None:
-        if previous is not None:
-            await previous
-        await asyncio.gather(*sends)
-        metrics, published = self.runtime.metrics, time.time_ns()
-        for received_ns in received:
-            metrics.bar_to_forecast_seconds.observe((published - received_ns) / 1e9)
-        metrics.forecasts.inc(len(received))
-        metrics.bar(Stage.FORECAST, Outcome.OUT, len(received))
+        try:
+            if previous is not None:
+                await previous
+            await asyncio.gather(*sends)
+            metrics, published = self.runtime.metrics, time.time_ns()
+            for received_ns in received:
+                metrics.bar_to_forecast_seconds.observe((published - received_ns) / 1e9)
+            metrics.forecasts.inc(len(received))
+            metrics.bar(Stage.FORECAST, Outcome.OUT, len(received))
+        except Exception as exc:
+            exit_uncommitted("publishing a flush of forecasts failed", exc)
 
     async def drain(self) -> None:
         """Flush, and wait until every forecast so far is acked."""
@@ -191,11 +193,6 @@ class Forecaster:
                 "restart the worker to serve it"
             )
         return engine, served
-
-
-def _exit_on_failure(future: asyncio.Future[None]) -> None:
-    if not future.cancelled() and (error := future.exception()) is not None:
-        exit_uncommitted("publishing a flush of forecasts failed", error)
 
 
 def inference_threads() -> int:

@@ -54,8 +54,7 @@ class BatchProducer:
         return self.producer
 
     async def send(self, records: Sequence[Out]) -> list[asyncio.Future]:
-        """Hand `records` to the producer, each topic partition's in order; the futures
-        complete on the broker's acks."""
+        """Hand `records` to the producer; the futures complete on the broker's acks."""
         runs: Runs = {}
         for r in records:
             if r.partition is None:
@@ -85,8 +84,7 @@ class BatchProducer:
 
 
 def record_batches(producer: Any, records: Sequence[Row], lone_last: bool) -> list[Any]:
-    """Record batches holding `records` in order; with `lone_last`, the last record alone in
-    the last batch."""
+    """Record batches holding `records` in order; with `lone_last`, the last one alone."""
     batches = [producer.create_batch()]
     for i, (key, value, ms, headers) in enumerate(records):
         lone = lone_last and i == len(records) - 1
@@ -121,8 +119,7 @@ def read_range(
 
 
 def read_changelog(settings: Settings, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of a changelog partition up to its high watermark, in order;
-    RuntimeError if the broker does not deliver them all by READ_TIMEOUT_S."""
+    """Every (key, value) of a changelog partition up to its high watermark, in order."""
     consumer = _consumer(settings, "barcast-restore")
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
@@ -140,8 +137,7 @@ def read_changelog(settings: Settings, topic: str, partition: int) -> list[tuple
 
 
 def committed_offset(settings: Settings, group: str, topic: str, partition: int) -> int:
-    """The committed offset of `group` on a partition, or its first offset. The consumer never
-    joins the group: it only reads the group's offsets."""
+    """The committed offset of `group` on a partition (read, not joining it), or its first."""
     consumer = _consumer(settings, group)
     try:
         [committed] = consumer.committed([TopicPartition(topic, partition)], timeout=10.0)

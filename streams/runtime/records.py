@@ -1,7 +1,6 @@
-"""The typed records of the runtime: a consumed record, a record to publish, and what one stage
-hands the next (in memory in the one-agent pipeline, through a topic in the split roles). Each
-carries the partition and offset of the source record it came from: stores tag their writes
-with it."""
+"""The runtime's typed records: consumed, to publish, and what one stage hands the next (in
+memory in the one-agent pipeline, through a topic in the split roles), each with the partition
+and offset of the source record it came from, which tags the stores' writes."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ class Ackable(Protocol):
 
 @dataclass(slots=True)
 class Control(Record):
-    """An END_OF_INTERVAL record passing through the stages to the same partition of each
-    next topic."""
+    """An END_OF_INTERVAL record, forwarded to the same partition of each next topic."""
 
     ts_event: int
 

@@ -45,8 +45,8 @@ class Changelog:
             await self.io.write(self.topic, unsent)
 
     async def restore(self, partition: int, boundary: int) -> None:
-        """The partition's entries written by source records before `boundary`, on a
-        partition this store holds nothing of (never seen, or forgotten since)."""
+        """The partition's entries written before source offset `boundary`, into a store
+        holding nothing of it (never seen, or forgotten since)."""
         records = await self.io.read(self.topic, partition)
         skipped = 0
         for key, value in records:

@@ -32,8 +32,7 @@ class SymbolFeatures:
     vector: np.ndarray = field(default_factory=lambda: engine.new_states(1)[0])
 
     def to_bytes(self) -> bytes:
-        """Compressed: an engine state is ~40 kB, a third of it zeros, and every changed
-        symbol writes one per checkpoint; zstd's fastest level makes it ~12 kB for ~0.1 ms."""
+        """Compressed (zstd's fastest level): a third of an engine state is zeros."""
         state = _LAST_TS.pack(self.last_ts) + engine.state_to_bytes(self.vector)
         return zstandard.compress(state, 1)
 
@@ -76,8 +75,7 @@ class Features:
         self.store, self.topic, self.dlq_topic = store, topic, dlq_topic
 
     def run(self, items: Sequence[Item]) -> Featured:
-        """Advance the states of every symbol in one engine call; outputs in arrival order,
-        the engine's refusals (dead letters) last."""
+        """Every symbol in one engine call; outputs in arrival order, refusals last."""
         rows: dict[bytes, int] = {}
         symbols: list[SymbolFeatures] = []
         last: list[CleanBar | None] = []  # each row's last new bar: its offset tags the write
@@ -121,9 +119,8 @@ class Features:
     def _compute(
         self, symbols: list[SymbolFeatures], bars: Bars, last: list[CleanBar | None]
     ) -> tuple[dict[int, FeatureRow], list[Out]]:
-        """Rows by id(bar): all bars in one engine call; should the engine refuse the batch
-        (it validates every bar before it moves any state), bar by bar, the bars it refuses
-        becoming dead letters."""
+        """Rows by id(bar), all bars in one engine call; if it refuses the batch (validating
+        every bar before it moves any state), bar by bar, refused bars as dead letters."""
         if not bars:
             return {}, []
         state = np.stack([symbol.vector for symbol in symbols])

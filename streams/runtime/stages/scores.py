@@ -72,9 +72,8 @@ class Scoring:
     def forecasts(
         self, batch: Sequence[WindowRequest], values: Sequence[dict[str, Any]], out: Scores
     ) -> list[dict[str, Any]]:
-        """The values to publish for a micro-batch's forecasts, in order: calibrated (when
-        enabled), each then pending in its symbol's scoring state (scored into `out` if its
-        bars are in already)."""
+        """A micro-batch's forecasts calibrated (if enabled), to publish; each then pending in its
+        symbol's scoring state (scored into `out` if its bars are in already)."""
         published = []
         for request, value in zip(batch, values, strict=True):
             key, partition = request.key, request.partition

@@ -1,7 +1,6 @@
-"""Feature rows -> forecast requests: each symbol's sliding window of rows, and a request for
-every real bar whose window holds `lookback` warm rows (the rule streams.forecast.offline
-replays). A row at or before the window's last ts_event is one a restarted features worker
-re-published: skipped."""
+"""Feature rows -> forecast requests: a request for every real bar whose window holds `lookback`
+warm rows (the rule streams.forecast.offline replays). A row at or before the window's last
+ts_event is one a restarted features worker re-published: skipped."""
 
 from __future__ import annotations
 
