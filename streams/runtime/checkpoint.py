@@ -47,8 +47,8 @@ END, NONE = 2**63 - 1, -1  # restore every record / none
 
 
 def checkpoint_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bool:
-    """Whether to checkpoint `held` records, the oldest held for `held_s`, on a worker that has
-    done no stream work for `quiet_s`, holding records at most `max_s`."""
+    """Whether `held` records, the oldest held `held_s` (at most `max_s`), are due on a worker
+    quiet for `quiet_s`."""
     if held >= MAX_HELD:
         return True
     return held > 0 and (held_s >= max_s or (held_s >= INTERVAL_S and quiet_s >= QUIET_S))

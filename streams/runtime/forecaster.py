@@ -196,8 +196,7 @@ class Forecaster:
 
 
 def inference_threads() -> int:
-    """torch's intra-op threads in a worker. One core stays with the event loop (consumption,
-    heartbeats, publishing): torch's threads spinning on it would slow both sides. Forecasts
-    are bit-identical for one thread count only (reductions split differently), so an offline
-    reference must run with as many."""
+    """torch's intra-op threads in a worker: one core stays with the event loop, which torch's
+    threads spinning on it would slow. Forecasts are bit-identical for one thread count only
+    (reductions split differently): an offline reference must run with as many."""
     return max(1, (os.cpu_count() or 2) - 1)

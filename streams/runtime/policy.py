@@ -1,12 +1,10 @@
-"""barcast's one error policy, which tells the record from the infrastructure.
-
-A record that cannot be processed (the corrections reasons, a record a stage cannot read) goes
-to `bars.dlq` with its original bytes and Kafka Connect's dead-letter headers, and the stream
-goes on. So does an output the producer cannot take: one over `BARCAST_MAX_RECORD_BYTES` is
-replaced, before it reaches the producer, by a bounded copy on `bars.dlq` (see `bounded`).
-Anything else that fails is the infrastructure's, or a bug: the worker stops at once without
-committing (`exit_uncommitted`), so a restarted worker processes the failed records again.
-"""
+"""barcast's one error policy, which tells the record from the infrastructure. A record that
+cannot be processed (the corrections reasons, a record a stage cannot read) goes to `bars.dlq`
+with its original bytes and Kafka Connect's dead-letter headers, and the stream goes on. So does
+an output the producer cannot take: one over `BARCAST_MAX_RECORD_BYTES` becomes, before it
+reaches the producer, a bounded copy on `bars.dlq` (`bounded`). Anything else that fails is the
+infrastructure's, or a bug: the worker stops at once without committing (`exit_uncommitted`),
+so a restarted worker processes the failed records again."""
 
 from __future__ import annotations
 
