@@ -3,31 +3,22 @@
 Measured from outside the worker process: its resident set when ready (interpreter, libraries,
 the model loaded) and its peak (`VmHWM`) after the 1,000-symbol bursts. The peak's growth over
 the ready worker is set against what the worker must hold per symbol, sized from the model's
-configuration and the feature engine's state layout; what is left (`other_mb`) is the batches in
-flight, the broker client's buffers, the allocators' free lists and Python objects.
+configuration and the feature engine's state layout. What is left (`other_mb`) is measured, part
+by part, in one process by benchmarks/memory_probe.py: the stores' encoded changelog entries
+beside their decoded states, the other stores' states, the static contexts, an agent batch's
+requests in flight and the allocator's free-but-kept memory.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from benchmarks.memory_parts import MB, status_mb
 from features.engine import STATE_SIZE
 from model.config import TFTConfig
 from model.tft import TemporalFusionTransformer
 
-MB = 2**20
-
-
-def status_mb(pid: int | None, field: str) -> float | None:
-    """A `/proc/PID/status` memory field in MB (`VmRSS`: now, `VmHWM`: the peak so far)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError):
-        pass
-    return None
+__all__ = ["breakdown", "held_per_symbol", "status_mb"]
 
 
 def held_per_symbol(config: TFTConfig) -> dict[str, int]:
