@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
 from model.tft import TemporalFusionTransformer
+from streams.runtime.forecaster import inference_threads
 
 
 def untrained_model(config: TFTConfig) -> TemporalFusionTransformer:
@@ -43,3 +46,15 @@ def make_checkpoint(
     fingerprint = fingerprint or feature_engine.FINGERPRINT
     meta = checkpoint.untrained_meta(config, vocab, normalizer, fingerprint)
     return checkpoint.save(directory, model, meta)
+
+
+@contextlib.contextmanager
+def torch_threads_of_a_worker() -> Iterator[int]:
+    """torch runs on the forecast worker's thread count inside: forecasts computed here equal a
+    worker's bit for bit only then (whatever other test modules set at import)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(inference_threads())
+    try:
+        yield inference_threads()
+    finally:
+        torch.set_num_threads(before)

@@ -11,6 +11,7 @@ import pytest
 
 from streams.broker import EmbeddedBroker
 from streams.settings import Settings
+from tests.checkpoints import torch_threads_of_a_worker
 
 SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
 
@@ -81,13 +82,6 @@ def broker_settings(broker: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def worker_threads() -> Iterator[int]:
-    """torch runs on the forecast worker's thread count for the test: forecasts computed here
-    equal a worker's bit for bit only then (whatever other test modules set at import)."""
-    import torch
-
-    from streams.runtime.forecaster import inference_threads
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(inference_threads())
-    yield inference_threads()
-    torch.set_num_threads(before)
+    """The test's forecasts on the worker's torch thread count (torch_threads_of_a_worker)."""
+    with torch_threads_of_a_worker() as threads:
+        yield threads

@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -19,13 +20,13 @@ from streams.corrections import bars_from_frame
 from streams.forecast.conformal import CalibrationConfig, calibrate_offline
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import Key, clean_history, forecast_history, forecast_values
-from streams.forecast.scoring import score_offline
+from streams.forecast.scoring import ScoreValue, score_offline
 from streams.ingest.convert import sixe_dbn
 from streams.ingest.producer import BarProducer
 from streams.ingest.replay import Replay, ReplayOptions
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
-from tests.checkpoints import make_checkpoint
+from tests.checkpoints import make_checkpoint, torch_threads_of_a_worker
 from tests.kafka_io import Message, produce, read_topic
 from tests.topic_logs import ForecastLog, ScoreLog, wait_for_metric
 from tests.worker import Worker
@@ -34,8 +35,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("worker_threads")
 QUANTILES = ("q10", "q50", "q90")
 
 
-def pipeline_settings(base: Settings, tmp_path: Path, seed: int = 0) -> Settings:
-    make_checkpoint(tmp_path / "models" / "first", seed=seed)
+def pipeline_settings(
+    base: Settings, tmp_path: Path, seed: int = 0, checkpoint: Path | None = None
+) -> Settings:
+    """Role `all` on its topics, serving a checkpoint of `seed`, or a copy of `checkpoint`."""
+    if checkpoint is None:
+        make_checkpoint(tmp_path / "models" / "first", seed=seed)
+    else:
+        shutil.copytree(checkpoint, tmp_path / "models" / "first")
     settings = replace(base, role="all", model_dir=tmp_path / "models")
     ensure_topics(settings, pipeline_topics(settings))
     return settings
@@ -133,24 +140,49 @@ def kill_and_resume(
     return second
 
 
+@dataclass(frozen=True)
+class Uninterrupted:
+    """What an uninterrupted run of a checkpoint over `values` publishes."""
+
+    checkpoint: Path
+    values: list[dict[str, Any]]
+    reference: dict[Key, np.ndarray]  # the model's quantiles
+    calibrated: list[dict[str, Any]]  # `forecasts` values, online calibration applied
+    scores: dict[Key, ScoreValue]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(
+    tmp_path_factory: pytest.TempPathFactory, sixe_bars: pd.DataFrame
+) -> Uninterrupted:
+    """5,000 bars of one symbol, computed once for the restart test of every role (test_forecast_
+    scores holds one worker to these references)."""
+    checkpoint = tmp_path_factory.mktemp("uninterrupted") / "first"
+    make_checkpoint(checkpoint)
+    values = bars_from_frame(sixe_bars.iloc[:5000], symbol="6EH4", instrument_id=1)
+    with torch_threads_of_a_worker():
+        engine = ForecastEngine(checkpoint)
+        reference = forecast_history(values, engine)
+        clean = clean_history(values)["6EH4"]
+        model = forecast_values(reference, {"6EH4": clean}, engine)
+    calibrated = calibrate_offline(model, clean, CalibrationConfig())
+    return Uninterrupted(
+        checkpoint, values, reference, calibrated, score_offline(calibrated, clean)
+    )
+
+
 @pytest.mark.parametrize("role", ["all", "forecast"])
 def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
-    broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame, role: str
+    broker_settings: Settings, tmp_path: Path, uninterrupted: Uninterrupted, role: str
 ) -> None:
     """Role `all`: the one worker is killed. Role `forecast`: a `stream` worker runs upstream
     throughout and the forecast worker is killed, its group resuming on the features topic."""
     # Checkpoints every 0.5 s of the busy worker: the kill lands after some, so the second
     # worker resumes from stored states, windows, scores and calibrations, not from scratch.
-    settings = replace(pipeline_settings(broker_settings, tmp_path), checkpoint_max_s=0.5)
-    values = bars_from_frame(sixe_bars.iloc[:5000], symbol="6EH4", instrument_id=1)
-    engine = ForecastEngine(tmp_path / "models" / "first")
-    reference = forecast_history(values, engine)
-    # An uninterrupted run's calibrated forecasts and scores (test_forecast_scores holds one
-    # worker to these references).
-    clean = clean_history(values)["6EH4"]
-    model = forecast_values(reference, {"6EH4": clean}, engine)
-    calibrated = calibrate_offline(model, clean, CalibrationConfig())
-    expected_scores = score_offline(calibrated, clean)
+    settings = pipeline_settings(broker_settings, tmp_path, checkpoint=uninterrupted.checkpoint)
+    settings = replace(settings, checkpoint_max_s=0.5)
+    values, reference = uninterrupted.values, uninterrupted.reference
+    calibrated, expected_scores = uninterrupted.calibrated, uninterrupted.scores
     produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
     forecasts = ForecastLog(settings.broker, settings.topic_forecasts, settings.partitions)
     scores = ScoreLog(settings.broker, settings.topic_scores, settings.partitions)

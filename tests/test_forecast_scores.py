@@ -33,7 +33,7 @@ from streams.forecast.scoring import (
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
 from streams.stats_cli import default_url, scrape
-from tests.checkpoints import make_checkpoint
+from tests.checkpoints import make_checkpoint, torch_threads_of_a_worker
 from tests.kafka_io import produce, read_topic
 from tests.test_forecast_pipeline import end_of_data
 from tests.worker import Worker
@@ -65,14 +65,14 @@ def narrow(
 ) -> tuple[Path, list[dict[str, Any]]]:
     """A test checkpoint whose interval scale calibrates its q10/q90 on these bars (fitted on
     them), times NARROW; and its `forecasts` values."""
-    import torch
+    with torch_threads_of_a_worker():  # the worker's: its forecasts equal these exactly
+        return narrow_checkpoint(tmp_path_factory.mktemp("narrow") / "narrow", *month)
 
-    from streams.runtime.forecaster import inference_threads
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(inference_threads())  # the worker's: its forecasts equal these exactly
-    raw, clean = month
-    directory = tmp_path_factory.mktemp("narrow") / "narrow"
+def narrow_checkpoint(
+    directory: Path, raw: list[dict[str, Any]], clean: list[dict[str, Any]]
+) -> tuple[Path, list[dict[str, Any]]]:
+    """`narrow`'s checkpoint, written to `directory`, and its forecasts."""
     make_checkpoint(directory)
     engine = ForecastEngine(directory)
     values = forecast_values(forecast_history(raw, engine), {SYMBOL: clean}, engine)
@@ -88,7 +88,6 @@ def narrow(
     (directory / "config.json").write_text(json.dumps(config))
     engine = ForecastEngine(directory)
     values = forecast_values(forecast_history(raw, engine), {SYMBOL: clean}, engine)
-    torch.set_num_threads(threads)
     return directory, values
 
 
