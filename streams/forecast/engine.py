@@ -184,7 +184,8 @@ class ForecastEngine:
             if symbol not in served.static:
                 ids, reals = served.forecaster.meta.vocab.encode([symbol] * STATIC_ROWS)
                 context = model.static_context(self._tensor(ids), self._tensor(reals))
-                served.static[symbol] = StaticContext(*(t[:1] for t in context))
+                # a copy: a view would keep all STATIC_ROWS rows alive for every symbol
+                served.static[symbol] = StaticContext(*(t[:1].clone() for t in context))
         rows = [served.static[symbol] for symbol in symbols]
         return StaticContext(*(torch.cat(parts) for parts in zip(*rows, strict=True)))
 
