@@ -26,6 +26,12 @@ LAG_INTERVAL_S = 5.0
 # larger than a fetch): records other producers wrote may be larger than barcast's own, and must
 # still be read, to reach the dead-letter topic.
 FETCH_RECORDS = 4
+# Faust's consumer runs aiokafka in a thread of its own, which shares the GIL with the event
+# loop. Every socket write of the loop (each produce request) lets the GIL go, and by default
+# winning it back waits for the consumer thread to block or for a 5 ms switch interval, which
+# then stalls the loop. The model's thread (roles `all`, `forecast`) needs the same, or a
+# forward pass waits that long at each of its hundreds of ops.
+SWITCH_INTERVAL_S = 0.0001
 
 
 class BarcastApp(faust.App):
@@ -59,6 +65,7 @@ class BarcastApp(faust.App):
             await self.consumer.commit()
 
     async def on_first_start(self) -> None:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.conf.datadir.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
         if self.barcast.embedded:

@@ -7,7 +7,6 @@ untouched, the anchor the corrections benchmark compares against."""
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,9 +40,6 @@ BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.002
 SUMMARY_INTERVAL_S = 30.0
 RELOAD_INTERVAL_S = 2.0
-# The model runs in a thread: every torch op gives up the GIL and must win it back from the
-# event loop (which holds it 5 ms at a time by default) at each of a pass's hundreds of ops.
-SWITCH_INTERVAL_S = 0.0001
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 log = logging.getLogger("barcast.forecast")
 
@@ -161,7 +157,6 @@ def forecaster(app: BarcastApp) -> Forecaster:
     import torch
 
     settings = app.barcast
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     torch.set_num_threads(inference_threads())
     raw_topic(app, settings.topic_forecasts)
     watcher = CheckpointWatcher(settings.model_dir)
