@@ -39,7 +39,11 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
     expected = correct_history(value for _, value in records)
     rejected = [o.value for o in expected.outcomes if o.status is Status.REJECTED]
     assert expected.stats.held == 0  # no spike candidate: the worker decides every bar at once
-    produce(settings.broker, settings.topic_raw, records)
+    # The last third goes in only after the second kill: neither kill can come after its stage
+    # has finished, however fast the worker or however far behind it this test's reading is.
+    cut = len(records) * 2 // 3
+    first_clean = sum(o.status is not Status.REJECTED for o in expected.outcomes[:cut])
+    produce(settings.broker, settings.topic_raw, records[:cut])
 
     logs = [
         CleanLog(settings.broker, settings.topic_clean, settings.partitions),
@@ -59,9 +63,10 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
         done = features.read_to_end()
         second = Worker(settings, "second").start()
         wait_for_metric(second, CHECKPOINTS, 1)
-        features.read_until((done + total) // 2)
+        features.read_until((done + first_clean) // 2)
         second.kill()
         assert features.read_to_end() < total, "kill 2 came after features"
+        produce(settings.broker, settings.topic_raw, records[cut:])
         with Worker(settings, "third") as third:
             assert clean.read_until(total) == total
             assert dlq.read_until(len(rejected)) == len(rejected)
