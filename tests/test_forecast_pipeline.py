@@ -121,16 +121,25 @@ def test_every_bar_past_warm_up_gets_exactly_one_forecast(
 
 
 def kill_and_resume(
-    settings: Settings, forecasts: ForecastLog, scores: ScoreLog, total: int, scored: int
+    settings: Settings,
+    bars: list[dict[str, Any]],
+    logs: tuple[ForecastLog, ScoreLog],
+    counts: tuple[int, int],
 ) -> Worker:
     """Kill a worker of `settings` after its first checkpoint and 500 forecasts, whatever the
-    speed; check the kill landed mid-stream; run a second one to the end of the data."""
+    speed; check the kill landed mid-stream; run a second one to the end of `bars`. The last
+    2,000 bars go in only after the kill: it cannot come after the last forecast, however far
+    behind the worker this test's reading is."""
+    (forecasts, scores), (total, scored) = logs, counts
+    records = [(b"6EH4", orjson.dumps(v)) for v in bars]
+    produce(settings.broker, settings.topic_raw, records[:-2000])
     worker = Worker(settings, name="first").start()
     wait_for_metric(worker, "barcast_checkpoints_total", 1)
     forecasts.read_until(500)
     worker.kill()
     before = forecasts.read_to_end()
     assert 0 < before < total, f"kill after {before} of {total} forecasts"
+    produce(settings.broker, settings.topic_raw, records[-2000:])
     with Worker(settings, name="second") as second:
         end_of_data(settings)
         # One symbol, one partition: by its last new forecast every repeat has been read, and
@@ -183,16 +192,14 @@ def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
     settings = replace(settings, checkpoint_max_s=0.5)
     values, reference = uninterrupted.values, uninterrupted.reference
     calibrated, expected_scores = uninterrupted.calibrated, uninterrupted.scores
-    produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
     forecasts = ForecastLog(settings.broker, settings.topic_forecasts, settings.partitions)
     scores = ScoreLog(settings.broker, settings.topic_scores, settings.partitions)
     upstream = Worker(replace(settings, role="stream"), name="stream")
     try:
         with upstream if role == "forecast" else contextlib.nullcontext():
             killed = replace(settings, role=role)
-            second = kill_and_resume(
-                killed, forecasts, scores, len(reference), len(expected_scores)
-            )
+            counts = len(reference), len(expected_scores)
+            second = kill_and_resume(killed, values, (forecasts, scores), counts)
     finally:
         forecasts.close()
         scores.close()

@@ -39,11 +39,13 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
     expected = correct_history(value for _, value in records)
     rejected = [o.value for o in expected.outcomes if o.status is Status.REJECTED]
     assert expected.stats.held == 0  # no spike candidate: the worker decides every bar at once
-    # The last third goes in only after the second kill: neither kill can come after its stage
-    # has finished, however fast the worker or however far behind it this test's reading is.
-    cut = len(records) * 2 // 3
-    first_clean = sum(o.status is not Status.REJECTED for o in expected.outcomes[:cut])
-    produce(settings.broker, settings.topic_raw, records[:cut])
+    # The input goes in three parts, the next after each kill: neither kill can come after its
+    # stage has finished, however far behind the worker this test's reading is, and each
+    # restarted worker has records to checkpoint.
+    cuts = (len(records) * 2 // 5, len(records) * 7 // 10)
+    parts = records[: cuts[0]], records[cuts[0] : cuts[1]], records[cuts[1] :]
+    two_clean = sum(o.status is not Status.REJECTED for o in expected.outcomes[: cuts[1]])
+    produce(settings.broker, settings.topic_raw, parts[0])
 
     logs = [
         CleanLog(settings.broker, settings.topic_clean, settings.partitions),
@@ -61,12 +63,13 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
         first.kill()
         assert clean.read_to_end() < total, "kill 1 came after corrections"
         done = features.read_to_end()
+        produce(settings.broker, settings.topic_raw, parts[1])
         second = Worker(settings, "second").start()
         wait_for_metric(second, CHECKPOINTS, 1)
-        features.read_until((done + first_clean) // 2)
+        features.read_until((done + two_clean) // 2)
         second.kill()
         assert features.read_to_end() < total, "kill 2 came after features"
-        produce(settings.broker, settings.topic_raw, records[cut:])
+        produce(settings.broker, settings.topic_raw, parts[2])
         with Worker(settings, "third") as third:
             assert clean.read_until(total) == total
             assert dlq.read_until(len(rejected)) == len(rejected)
