@@ -13,13 +13,10 @@ import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import orjson
-
-if TYPE_CHECKING:
-    from streams.runtime.records import FeatureRow
 
 PRICE_SCALE = 1e-9
 UNDEF_PRICE = 2**63 - 1
@@ -49,8 +46,22 @@ class Control(StrEnum):
     END_OF_INTERVAL = "end_of_interval"
 
 
-class BarFields(TypedDict):
-    """The fields a raw and a clean bar share."""
+class RawBar(TypedDict):
+    instrument_id: int
+    symbol: str
+    ts_event: int
+    rtype: int
+    publisher_id: int
+    open: int
+    high: int
+    low: int
+    close: int
+    volume: int
+    source: str
+
+
+class CleanBarValue(TypedDict, total=False):
+    """A `bars.clean` value: the raw bar's known fields, its status and corrections."""
 
     instrument_id: int
     symbol: str
@@ -61,18 +72,8 @@ class BarFields(TypedDict):
     high: int
     low: int
     close: int
-    source: str
-
-
-class RawBar(BarFields):
-    volume: int
-
-
-class CleanBarValue(BarFields, total=False):
-    """A `bars.clean` value: the raw bar's known fields (its volume a JSON number, as the
-    topic's schema has it), its status and corrections."""
-
     volume: int | float
+    source: str
     status: str
     corrections: list[list[Any]]
 
@@ -304,19 +305,6 @@ FEATURES_FIELDS: dict[str, tuple[type, ...]] = {
     "values": (str,),
     "fingerprint": (str,),
 }
-
-
-def features_value(row: FeatureRow) -> FeaturesValue:
-    """The `features` topic value of a feature row."""
-    return {
-        "symbol": row.symbol,
-        "ts_event": row.ts_event,
-        "close": row.close,
-        "fingerprint": row.fingerprint,
-        "warm": row.warm,
-        "synthetic": row.synthetic,
-        "values": encode_feature_values(row.values),
-    }
 
 
 def encode_features(value: FeaturesValue) -> bytes:
