@@ -13,10 +13,13 @@ import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 import orjson
+
+if TYPE_CHECKING:
+    from streams.runtime.records import FeatureRow
 
 PRICE_SCALE = 1e-9
 UNDEF_PRICE = 2**63 - 1
@@ -305,6 +308,19 @@ FEATURES_FIELDS: dict[str, tuple[type, ...]] = {
     "values": (str,),
     "fingerprint": (str,),
 }
+
+
+def features_value(row: FeatureRow) -> FeaturesValue:
+    """The `features` topic value of a feature row."""
+    return {
+        "symbol": row.symbol,
+        "ts_event": row.ts_event,
+        "close": row.close,
+        "fingerprint": row.fingerprint,
+        "warm": row.warm,
+        "synthetic": row.synthetic,
+        "values": encode_feature_values(row.values),
+    }
 
 
 def encode_features(value: FeaturesValue) -> bytes:
