@@ -150,6 +150,8 @@ def ensure_topics(settings: Settings, topics: list[str], partitions: int | None 
 
 
 def pipeline_topics(settings: Settings) -> list[str]:
+    """The topics a worker with `settings` writes or reads (the explain topic only when it
+    explains: nothing else reads it, and a cluster that never explains needs no empty topic)."""
     return [
         settings.topic_raw,
         settings.topic_clean,
@@ -157,4 +159,5 @@ def pipeline_topics(settings: Settings) -> list[str]:
         settings.topic_features,
         settings.topic_forecasts,
         settings.topic_scores,
+        *([settings.topic_explain] if settings.explain else []),
     ]

@@ -344,3 +344,34 @@ def encode_forecast(value: dict[str, Any]) -> bytes:
 
 def decode_forecast(data: bytes) -> dict[str, Any]:
     return _object(data, "forecasts")
+
+
+EXPLANATION_FIELDS: dict[str, tuple[type, ...]] = {
+    "symbol": (str,),
+    "ts_event": (int,),
+    "model_id": (str,),
+    "fingerprint": (str,),
+    "schema_version": (int,),
+    "historical": (list,),
+    "historical_top_k": (float, int),
+    "static": (dict,),
+    "future": (dict,),
+    "attention": (dict,),
+}
+
+
+def encode_explanation(value: dict[str, Any]) -> bytes:
+    """A `forecasts.explain` value (streams.forecast.explain builds it)."""
+    return orjson.dumps(value)
+
+
+def decode_explanation(data: bytes) -> dict[str, Any]:
+    """A `forecasts.explain` value; ValueError naming the wrong fields if not one."""
+    value = _object(data, "forecasts.explain")
+    wrong = _wrong_fields(value, EXPLANATION_FIELDS)
+    if wrong:
+        raise ValueError(
+            f"field(s) {', '.join(wrong)} missing or not of the type a forecasts.explain "
+            "value holds (streams.forecast.explain)"
+        )
+    return value

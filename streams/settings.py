@@ -17,6 +17,9 @@ PREFIX = "BARCAST_"
 EMBEDDED = "embedded"
 # A bounded dead letter (streams.runtime.policy, 16 KiB of key and of value) must fit.
 MIN_RECORD_BYTES, MAX_RECORD_BYTES = 65_536, 100_000_000
+# The feature set's width (features.registry, whose numba kernels settings must not import; a
+# test holds the two equal): the most historical features an explanation can name.
+N_FEATURES = 225
 # Settings that no longer exist, and what to do instead: refused rather than ignored, so that an
 # old environment does not silently run something other than it asks for.
 REMOVED = {
@@ -64,6 +67,10 @@ class Settings:
         default="forecasts.scores",
         metadata={"doc": "One score per forecast once its horizons have passed (or why not)."},
     )
+    topic_explain: str = field(
+        default="forecasts.explain",
+        metadata={"doc": "One explanation per forecast, with `BARCAST_EXPLAIN=true`."},
+    )
     partitions: int = field(default=4, metadata={"doc": "Partitions of every barcast topic."})
     replication: int = field(default=1, metadata={"doc": "Replication factor of new topics."})
     data_dir: Path = field(
@@ -94,6 +101,17 @@ class Settings:
             "doc": "Adjust each symbol's q10/q90 per horizon from its scored forecasts "
             "(online conformal quantile tracking); `false` publishes the checkpoint's quantiles."
         },
+    )
+    explain: bool = field(
+        default=False,
+        metadata={
+            "doc": "Publish each forecast's explanation (variable-selection weights, attention "
+            "summary) on `BARCAST_TOPIC_EXPLAIN`, from the forward pass that made it."
+        },
+    )
+    explain_top_k: int = field(
+        default=10,
+        metadata={"doc": "Historical features an explanation names (the top k by weight)."},
     )
     score_window: int = field(
         default=240,
@@ -194,6 +212,11 @@ class Settings:
                 f"{PREFIX}SCORE_WINDOW={self.score_window} is out of range; use 1 or more "
                 "(scored forecasts)"
             )
+        if not 1 <= self.explain_top_k <= N_FEATURES:
+            raise SettingError(
+                f"{PREFIX}EXPLAIN_TOP_K={self.explain_top_k} is out of range; use 1-{N_FEATURES} "
+                "(historical features per explanation)"
+            )
         if not MIN_RECORD_BYTES <= self.max_record_bytes <= MAX_RECORD_BYTES:
             raise SettingError(
                 f"{PREFIX}MAX_RECORD_BYTES={self.max_record_bytes} is out of range; use "
@@ -213,7 +236,7 @@ class Settings:
     def isolated(self, run: str) -> Settings:
         """These settings with a consumer group and topics of their own, named after `run`:
         for a run that must not read, or be read by, any other on the same cluster."""
-        topics = ("raw", "clean", "dlq", "features", "forecasts", "scores")
+        topics = ("raw", "clean", "dlq", "features", "forecasts", "scores", "explain")
         renamed = {f"topic_{t}": f"{getattr(self, f'topic_{t}')}.{run}" for t in topics}
         return replace(self, app_id=f"barcast-{run}", **renamed)
 

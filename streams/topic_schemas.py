@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from model.covariates import FUTURE_NAMES, STATIC_NAMES
+from streams.forecast.explain import RECENT, TOP_LAGS
 from streams.forecast.scoring import Unscored
 from streams.schema import (
     CONTROL_KEY,
@@ -33,6 +35,15 @@ PRICE = {"type": "integer", "description": "int64 fixed point, 1 unit = 1e-9"}
 
 def _field(kind: dict[str, Any], meaning: str) -> dict[str, Any]:
     return {**kind, "description": meaning}
+
+
+def _object(fields: dict[str, dict[str, Any]], required: list[str], extra: bool) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {name: spec for name, spec in fields.items() if "," not in name},
+        "required": required,
+        "additionalProperties": extra,
+    }
 
 
 RAW_FIELDS: dict[str, dict[str, Any]] = {
@@ -121,6 +132,60 @@ SCORE_FIELDS: dict[str, dict[str, Any]] = {
     "below_q10": _field(BOOLS, "realized < q10, per horizon"),
     "above_q90": _field(BOOLS, "realized > q90, per horizon"),
 }
+NUMBER = {"type": "number"}
+
+
+def _weights_of(names: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": dict.fromkeys(names, NUMBER),
+        "required": list(names),
+        "additionalProperties": False,
+    }
+
+
+def _pairs(name: str, kind: dict[str, Any]) -> dict[str, Any]:
+    """An array of `{name: ..., "weight": w}` objects."""
+    pair = _object({name: kind, "weight": NUMBER}, [name, "weight"], False)
+    return {"type": "array", "items": pair}
+
+
+ATTENTION_FIELDS: dict[str, dict[str, Any]] = {
+    "entropy": NUMBER,
+    "entropy_by_horizon": FLOATS,
+    "last_5": NUMBER,
+    "last_15": NUMBER,
+    "older": NUMBER,
+    "future": NUMBER,
+    "top_lags": _pairs("lag", INT),
+}
+EXPLAIN_FIELDS: dict[str, dict[str, Any]] = {
+    "symbol": RAW_FIELDS["symbol"],
+    "ts_event": _field(INT, "the explained forecast's `ts_event`, UNIX ns"),
+    "model_id": FORECAST_FIELDS["model_id"],
+    "fingerprint": FORECAST_FIELDS["fingerprint"],
+    "schema_version": _field(INT, "1"),
+    "historical": _field(
+        _pairs("feature", {"type": "string"}),
+        "the top `BARCAST_EXPLAIN_TOP_K` historical features by variable-selection weight, "
+        "averaged over the window's bars, heaviest first: `{feature, weight}` each",
+    ),
+    "historical_top_k": _field(NUMBER, "their weights' sum (all features' sum to 1)"),
+    "static": _field(_weights_of(STATIC_NAMES), "static variable-selection weight per variable"),
+    "future": _field(
+        _weights_of(FUTURE_NAMES),
+        "known-future variable-selection weight per calendar variable, averaged over the horizon",
+    ),
+    "attention": _field(
+        _object(ATTENTION_FIELDS, list(ATTENTION_FIELDS), False),
+        "where the attention looked: `entropy` (nats, of each head's weights, mean over heads "
+        "and horizons; 0 = one position) and `entropy_by_horizon`; of the heads' mean weights, "
+        f"the mass on the last {RECENT[0]} bars (`last_{RECENT[0]}`), on the last {RECENT[1]} "
+        f"(`last_{RECENT[1]}`), on the bars before those (`older`) and on the horizon's own "
+        f"steps (`future`), mean over horizons, and `top_lags`: the {TOP_LAGS} bars with the "
+        "most, `{lag, weight}` (lag 0 = the forecast's bar). Weights are rounded to 5 decimals",
+    ),
+}
 CONTROL_SCHEMA = {
     "type": "object",
     "description": f"a control record, key `{CONTROL_KEY.decode()}`",
@@ -128,15 +193,6 @@ CONTROL_SCHEMA = {
     "required": ["control", "ts_event"],
     "additionalProperties": False,
 }
-
-
-def _object(fields: dict[str, dict[str, Any]], required: list[str], extra: bool) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {name: spec for name, spec in fields.items() if "," not in name},
-        "required": required,
-        "additionalProperties": extra,
-    }
 
 
 def _with_control(bar: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +229,11 @@ TOPICS: dict[str, tuple[str, dict[str, Any]]] = {
     "forecasts.scores": (
         "the score of one forecast once the bars of its horizons are in (key = symbol)",
         _object(SCORE_FIELDS, list(SCORE_FIELDS), False),
+    ),
+    "forecasts.explain": (
+        "with `BARCAST_EXPLAIN=true`, what explains one forecast, from the forward pass that "
+        "made it (key = symbol)",
+        _object(EXPLAIN_FIELDS, list(EXPLAIN_FIELDS), False),
     ),
 }
 
@@ -226,6 +287,7 @@ def markdown_tables() -> str:
         ("features", "", FEATURES_FIELDS),
         ("forecasts", "", FORECAST_FIELDS),
         ("forecasts.scores", "", SCORE_FIELDS),
+        ("forecasts.explain", "", EXPLAIN_FIELDS),
     ]
     parts = [
         f"**`{topic}` values**: {lead}{TOPICS[topic][0]}\n\n{field_table(fields)}"

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
+from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from streams import schema as s
 from streams.corrections import correct_history
 from streams.topic_schemas import TOPICS, markdown_tables, schema, schema_file, schema_text
@@ -68,6 +69,26 @@ SCORE: dict[str, Any] = {
     "below_q10": [False, True],
     "above_q90": [False, False],
 }
+EXPLANATION: dict[str, Any] = {
+    "symbol": "6EH4",
+    "ts_event": RAW["ts_event"],
+    "model_id": "m",
+    "fingerprint": "0123456789abcdef",
+    "schema_version": 1,
+    "historical": [{"feature": "ret_1", "weight": 0.0123}, {"feature": "rsi_14", "weight": 0.01}],
+    "historical_top_k": 0.0223,
+    "static": dict.fromkeys(STATIC_NAMES, 0.1),
+    "future": dict.fromkeys(FUTURE_NAMES, 0.1),
+    "attention": {
+        "entropy": 3.9,
+        "entropy_by_horizon": [3.8, 4.0],
+        "last_5": 0.2,
+        "last_15": 0.4,
+        "older": 0.5,
+        "future": 0.1,
+        "top_lags": [{"lag": 0, "weight": 0.05}, {"lag": 3, "weight": 0.04}],
+    },
+}
 UNSCORED = {
     **SCORE,
     **dict.fromkeys(("realized", "pinball", "inside", "below_q10", "above_q90")),
@@ -96,6 +117,7 @@ def test_values_round_trip_byte_for_byte() -> None:
     assert s.encode_clean(s.decode_clean(s.encode_clean(bar))) == s.encode_clean(bar)
     assert s.decode_features(s.encode_features(FEATURES)) == FEATURES
     assert s.decode_forecast(s.encode_forecast(FORECAST)) == FORECAST
+    assert s.decode_explanation(s.encode_explanation(EXPLANATION)) == EXPLANATION
     values = np.array([1.5, np.nan, -0.0])
     assert s.decode_feature_values(s.encode_feature_values(values)).tobytes() == values.tobytes()
 
@@ -120,6 +142,8 @@ def test_keys_and_headers_round_trip() -> None:
         (s.decode_clean, orjson.dumps({**RAW, "close": 1.1}), "not a bars.clean bar"),
         (s.decode_features, orjson.dumps({**FEATURES, "warm": 1}), "warm"),
         (s.decode_forecast, b'"text"', "JSON object"),
+        (s.decode_explanation, orjson.dumps({**EXPLANATION, "static": None}), "static"),
+        (s.decode_explanation, orjson.dumps({**FORECAST, "schema_version": 1}), "historical"),
     ],
 )
 def test_decoders_refuse_other_records_saying_what_is_wrong(
@@ -156,6 +180,7 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("forecasts", FORECAST),
         ("forecasts.scores", SCORE),
         ("forecasts.scores", UNSCORED),
+        ("forecasts.explain", EXPLANATION),
         ("forecasts", {**FORECAST, "raw_q10": [0.0, 0.0], "schema_version": 2}),  # calibrated
         *((topic, control) for topic in ("bars.raw", "bars.clean", "features")),
     ]:
@@ -170,6 +195,10 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("forecasts.scores", {**SCORE, "unscored": "unknown"}),
         ("forecasts.scores", {key: v for key, v in SCORE.items() if key != "inside"}),
         ("features", {**control, "control": "other"}),
+        ("forecasts.explain", {**EXPLANATION, "static": {"symbol_embedding": 1.0}}),
+        ("forecasts.explain", {**EXPLANATION, "historical": [{"feature": "ret_1"}]}),
+        ("forecasts.explain", {**EXPLANATION, "attention": {"entropy": 1.0}}),
+        ("forecasts.explain", {key: v for key, v in EXPLANATION.items() if key != "model_id"}),
     ]:
         assert not valid(topic, value), (topic, value)
 

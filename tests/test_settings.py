@@ -22,6 +22,8 @@ def test_defaults_match_the_documented_topics() -> None:
     assert (settings.topic_features, settings.topic_forecasts) == ("features", "forecasts")
     assert settings.topic_scores == "forecasts.scores"
     assert settings.online_calibration and settings.score_window == 240
+    assert settings.topic_explain == "forecasts.explain"
+    assert not settings.explain and settings.explain_top_k == 10
 
 
 def test_environment_overrides_are_typed() -> None:
@@ -50,6 +52,10 @@ def test_environment_overrides_are_typed() -> None:
         ({"BARCAST_CHECKPOINT_MAX_S": "0"}, "BARCAST_CHECKPOINT_MAX_S=0.0 is out of range"),
         ({"BARCAST_SCORE_WINDOW": "0"}, "BARCAST_SCORE_WINDOW=0 is out of range"),
         ({"BARCAST_ONLINE_CALIBRATION": "sometimes"}, "is not a boolean"),
+        ({"BARCAST_EXPLAIN": "sometimes"}, "BARCAST_EXPLAIN='sometimes' is not a boolean"),
+        ({"BARCAST_EXPLAIN_TOP_K": "0"}, "BARCAST_EXPLAIN_TOP_K=0 is out of range; use 1-225"),
+        ({"BARCAST_EXPLAIN_TOP_K": "226"}, "BARCAST_EXPLAIN_TOP_K=226 is out of range"),
+        ({"BARCAST_EXPLAIN_TOP_K": "ten"}, "BARCAST_EXPLAIN_TOP_K='ten' is not a number"),
         (
             {"BARCAST_SSL_CAFILE": "/no/such/ca.pem"},
             "BARCAST_SSL_CAFILE='/no/such/ca.pem' is not a file",

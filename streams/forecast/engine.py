@@ -4,13 +4,15 @@ In a TFT the variable-selection encoding of a past bar depends only on that bar'
 the symbol's static context, so when a window slides by one bar, 59 of its 60 step encodings
 are already known. They are cached per symbol and only the new bar is encoded; the LSTM,
 attention and head still run over the whole window. Pure torch: no Faust, no Kafka; `predict`
-runs in the worker's inference thread.
+runs in the worker's inference thread. `predict_explained` is `predict` with each forecast's
+explanation (streams.forecast.explain) from the same forward pass.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +22,7 @@ from features import engine as feature_engine
 from model.covariates import future_covariates
 from model.forecaster import Forecaster, autocast_for
 from model.tft import StaticContext, TemporalFusionTransformer
+from streams.forecast.explain import ExplainArrays, explanations
 from streams.forecast.programs import ChunkPrograms, chunk_programs
 from streams.settings import Settings
 
@@ -59,6 +62,9 @@ class WindowRequest:
 class _Cached:
     count: int
     encoded: Tensor  # (lookback, hidden), oldest first
+    # (lookback, n_hist) selection weights, kept only by explained batches: 54 KB a symbol in
+    # fp32 (the encodings take 30 KB at hidden 128), so a worker that never explains pays none
+    weights: Tensor | None = None
 
 
 @dataclass
@@ -70,6 +76,15 @@ class Served:
     programs: ChunkPrograms
     cache: dict[str, _Cached] = field(default_factory=dict)
     static: dict[str, StaticContext] = field(default_factory=dict)
+    explaining: ChunkPrograms | None = None  # `programs` that also return explain outputs
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One forward pass over a batch: its model outputs and, explaining, what explains them."""
+
+    quantiles: Tensor
+    arrays: ExplainArrays | None = None
 
 
 def _chunked(rows: int, fn, *inputs: Tensor):  # type: ignore[no-untyped-def]
@@ -84,27 +99,37 @@ def _chunked(rows: int, fn, *inputs: Tensor):  # type: ignore[no-untyped-def]
         out = fn(*part)
         outputs.append(out if not short else _head(out, rows - short))
     if isinstance(outputs[0], tuple):
-        return type(outputs[0])(*(torch.cat(items) for items in zip(*outputs, strict=True)))
+        return _like(outputs[0], [torch.cat(items) for items in zip(*outputs, strict=True)])
     return torch.cat(outputs)
 
 
 def _head(out, n: int):  # type: ignore[no-untyped-def]
     if isinstance(out, tuple):
-        return type(out)(*(o[:n] for o in out))
+        return _like(out, [o[:n] for o in out])
     return out[:n]
 
 
+def _like(out: tuple, items: list[Tensor]) -> tuple:
+    """`items` as the kind of tuple `out` is: a NamedTuple, or the plain one a trace returns."""
+    return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+
+
 class ForecastEngine:
-    def __init__(self, path: Path, device: str = "cpu", padded: bool = True) -> None:
+    def __init__(
+        self, path: Path, device: str = "cpu", padded: bool = True, explain: bool = False
+    ) -> None:
         """`padded`: fixed chunks of FORWARD_ROWS windows and ENCODE_ROWS steps, so that any
-        batch composition gives the same forecasts; else chunks of one (one window per call)."""
+        batch composition gives the same forecasts; else chunks of one (one window per call).
+        `explain`: prepare the explaining programs with each checkpoint, not on the first
+        `predict_explained` (tracing them takes the inference thread a while)."""
         self.device_setting = device
         self.padded = padded
+        self.explain = explain
         self.served = self.prepare(path)
 
     @classmethod
     def from_settings(cls, path: Path, settings: Settings) -> ForecastEngine:
-        return cls(path, settings.device, padded=settings.max_batch > 1)
+        return cls(path, settings.device, padded=settings.max_batch > 1, explain=settings.explain)
 
     def prepare(self, path: Path) -> Served:
         """Load and validate a checkpoint (refusing another feature set) onto our device."""
@@ -115,7 +140,17 @@ class ForecastEngine:
         )
         rows = (FORWARD_ROWS[forecaster.device.type], ENCODE_ROWS) if self.padded else (1, 1)
         programs = chunk_programs(forecaster.model, forecaster.device, forecaster.precision, *rows)
-        return Served(forecaster, path, programs)
+        served = Served(forecaster, path, programs)
+        if self.explain:
+            self._explaining(served)
+        return served
+
+    def _explaining(self, served: Served) -> ChunkPrograms:
+        if served.explaining is None:
+            f, plain = served.forecaster, served.programs
+            rows = (plain.forward_rows, plain.encode_rows)
+            served.explaining = chunk_programs(f.model, f.device, f.precision, *rows, explain=True)
+        return served.explaining
 
     def swap(self, served: Served) -> None:
         self.served = served  # the new one starts with an empty step-encoding cache
@@ -154,25 +189,47 @@ class ForecastEngine:
         A symbol may appear several times in one batch (a replay catching up); every row that
         any of its windows needs is encoded once, then the windows are gathered from them.
         """
+        return self._returns(batch, self._pass(batch, incremental, explain=False).quantiles)
+
+    def predict_explained(
+        self, batch: list[WindowRequest], incremental: bool = True, top_k: int = 10
+    ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """`predict`'s quantiles (bit-identical) and one explanation per window, from the same
+        forward pass: its `top_k` historical features and the fields streams.forecast.explain
+        documents. Incremental, cached rows' selection weights come from the cache (a symbol
+        cached by `predict`, which keeps none, has its window encoded again once)."""
+        run = self._pass(batch, incremental, explain=True)
+        assert run.arrays is not None
+        return self._returns(batch, run.quantiles), explanations(run.arrays, top_k)
+
+    def _pass(self, batch: list[WindowRequest], incremental: bool, explain: bool) -> _Pass:
         served = self.served
         model = served.forecaster.model
-        meta = served.forecaster.meta
+        programs = self._explaining(served) if explain else served.programs
         with torch.inference_mode(), autocast_for(self.device):
             static = self._static(model, served, [r.symbol for r in batch])
-            encoded = self._windows(model, served, batch, incremental)
+            encoded, weights = self._windows(served, programs, batch, incremental, explain)
             ts = np.array([r.ts_event for r in batch])
             unique, inverse = np.unique(ts, return_inverse=True)  # a burst shares one minute
             future = future_covariates(unique, self.horizon)[inverse]
-            quantiles = _chunked(
-                served.programs.forward_rows,
-                lambda e, f, *s: served.programs.forward(e, *s[:4], f),
+            out = _chunked(
+                programs.forward_rows,
+                lambda e, f, *s: programs.forward(e, *s[:4], f),
                 encoded,
                 self._tensor(future),
                 *static,
             )
+            if not explain:
+                return _Pass(out)
+            assert weights is not None
+            return _Pass(out[0], _reduced(weights, static.weights, *out[1:]))
+
+    def _returns(self, batch: list[WindowRequest], quantiles: Tensor) -> np.ndarray:
+        meta = self.served.forecaster.meta
         outputs = quantiles.float().cpu().numpy().astype(np.float64)
         columns = list(meta.volatility.columns)
         inputs = np.stack([r.values[:, columns] for r in batch])
+        ts = np.array([r.ts_event for r in batch])
         return meta.to_returns(outputs, ts, inputs)
 
     def _static(
@@ -191,18 +248,23 @@ class ForecastEngine:
 
     def _windows(
         self,
-        model: TemporalFusionTransformer,
         served: Served,
+        programs: ChunkPrograms,
         batch: list[WindowRequest],
         incremental: bool,
-    ) -> Tensor:
-        """(B, lookback, hidden): each row a window needs comes from its symbol's cached window
-        or, when not there, is encoded now (once, in one call across symbols); the windows are
-        then one gather from those rows."""
+        explain: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """(B, lookback, hidden) and, explaining, the rows' selection weights (B, lookback,
+        n_hist): each row a window needs comes from its symbol's cached window or, when not
+        there, is encoded now (once, in one call across symbols); the windows are then one
+        gather from those rows."""
         lookback = self.lookback
         symbols = list(dict.fromkeys(r.symbol for r in batch))
         cached = [served.cache.get(s) if incremental else None for s in symbols]
+        if explain:  # a window cached without its weights is encoded again
+            cached = [None if c is None or c.weights is None else c for c in cached]
         blocks = [c.encoded for c in cached if c is not None]
+        weight_blocks = [c.weights for c in cached if c is not None and c.weights is not None]
         # Per symbol: the row numbers its cache holds (an empty range if none) and where they
         # start once the cached windows are stacked.
         first = np.array([1 if c is None else c.count - lookback + 1 for c in cached])
@@ -224,23 +286,45 @@ class ForecastEngine:
             selection = torch.cat([served.static[symbols[k]].selection for k in unique // stride])
             x = self._tensor(served.forecaster.meta.normalizer.apply(values[:, None, :]))
             index[new] = lookback * len(blocks) + np.searchsorted(unique, keys)
-            blocks.append(self._encode(served, x, selection)[:, 0])
-        windows = torch.cat(blocks)[self._tensor(index)]
+            encoded = _encode(programs, x, selection)
+            if explain:
+                encoded, weights = encoded
+                weight_blocks.append(weights[:, 0])
+            blocks.append(encoded[:, 0])
+        at = self._tensor(index)
+        windows = torch.cat(blocks)[at]
+        selected = torch.cat(weight_blocks)[at] if explain else None
         latest = {r.symbol: i for i, r in enumerate(batch)}  # a symbol's last window stays
         for i in latest.values():  # copied, so that it does not keep the whole batch alive
-            served.cache[batch[i].symbol] = _Cached(batch[i].count, windows[i].clone())
-        return windows
-
-    def _encode(self, served: Served, x: Tensor, selection: Tensor) -> Tensor:
-        """(n, T, F) -> (n, T, hidden), every step encoded on its own in fixed-size chunks."""
-        n, t, f = x.shape
-        steps = x.reshape(n * t, 1, f)
-        context = selection.repeat_interleave(t, dim=0)
-        encoded = _chunked(served.programs.encode_rows, served.programs.encode, steps, context)
-        return encoded.reshape(n, t, -1)
+            kept = None if selected is None else selected[i].clone()
+            served.cache[batch[i].symbol] = _Cached(batch[i].count, windows[i].clone(), kept)
+        return windows, selected
 
     def _tensor(self, array: np.ndarray) -> Tensor:
         tensor = torch.from_numpy(np.ascontiguousarray(array))
         if tensor.is_floating_point():
             tensor = tensor.float()
         return tensor.to(self.device)
+
+
+def _encode(programs: ChunkPrograms, x: Tensor, selection: Tensor) -> Tensor | tuple:
+    """(n, 1, F) -> (n, 1, hidden), every step encoded on its own in fixed-size chunks
+    (explaining, and its weights (n, 1, F))."""
+    return _chunked(programs.encode_rows, programs.encode, x, selection)
+
+
+def _reduced(hist: Tensor, static: Tensor, attention: Tensor, future: Tensor) -> ExplainArrays:
+    """Explanation inputs reduced on the model's device, so that only a few numbers per
+    forecast cross to the host: hist (B, lookback, n_hist), static (B, n_static), attention
+    (B, heads, horizon, lookback + horizon), future (B, horizon, n_future)."""
+    attention = attention.float()
+    # model.metrics.attention_entropy per head and horizon: masked positions hold 0
+    entropy = -(attention * attention.clamp(1e-12, 1.0).log()).sum(-1).mean(1)
+    parts = (
+        hist.float().mean(1),
+        static.float(),
+        future.float().mean(1),
+        entropy,
+        attention.mean((1, 2)),
+    )
+    return ExplainArrays(*(p.cpu().numpy().astype(np.float64) for p in parts))

@@ -24,34 +24,41 @@ from model.tft import StaticContext, TemporalFusionTransformer
 
 
 class ChunkPrograms(NamedTuple):
-    # (encoded, selection, enrichment, state_h, state_c, future) -> quantiles
+    # (encoded, selection, enrichment, state_h, state_c, future) -> quantiles (explaining: and
+    # attention, future weights)
     forward: Callable[..., Tensor]
-    encode: Callable[[Tensor, Tensor], Tensor]  # steps (n, 1, n_hist), selection -> (n, 1, h)
+    # steps (n, 1, n_hist), selection -> (n, 1, h) (explaining: and weights (n, 1, n_hist))
+    encode: Callable[[Tensor, Tensor], Tensor]
     forward_rows: int  # the windows and steps of every call: inputs are padded to them
     encode_rows: int
 
 
 class _Forward(nn.Module):
     """`forward_encoded`'s quantiles, with the static context as plain tensors (a trace takes
-    tensors only); the static weights only pass through to an output this drops."""
+    tensors only); the static weights only pass through to an output this drops. Explaining,
+    also the attention and known-future weights the same pass computed."""
 
-    def __init__(self, model: TemporalFusionTransformer) -> None:
+    def __init__(self, model: TemporalFusionTransformer, explain: bool = False) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.explain = model, explain
 
-    def forward(self, encoded: Tensor, *static_and_future: Tensor) -> Tensor:
+    def forward(self, encoded: Tensor, *static_and_future: Tensor) -> Tensor | tuple[Tensor, ...]:
         selection, enrichment, state_h, state_c, future = static_and_future
         static = StaticContext(selection, enrichment, state_h, state_c, selection)
-        return self.model.forward_encoded(encoded, static, future).quantiles
+        out = self.model.forward_encoded(encoded, static, future)
+        return (out.quantiles, out.attention, out.future_weights) if self.explain else out.quantiles
 
 
 class _Encode(nn.Module):
-    def __init__(self, model: TemporalFusionTransformer) -> None:
-        super().__init__()
-        self.model = model
+    """Step encodings; explaining, with their variable-selection weights."""
 
-    def forward(self, steps: Tensor, selection: Tensor) -> Tensor:
-        return self.model.encode_history(steps, selection)[0]
+    def __init__(self, model: TemporalFusionTransformer, explain: bool = False) -> None:
+        super().__init__()
+        self.model, self.explain = model, explain
+
+    def forward(self, steps: Tensor, selection: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        encoded, weights = self.model.encode_history(steps, selection)
+        return (encoded, weights) if self.explain else encoded
 
 
 def chunk_programs(
@@ -60,8 +67,12 @@ def chunk_programs(
     precision: str,
     forward_rows: int,
     encode_rows: int,
+    explain: bool = False,
 ) -> ChunkPrograms:
-    forward, encode = _Forward(model).eval(), _Encode(model).eval()
+    """`explain`: programs that also return what an explanation needs (forward: quantiles,
+    attention, future weights; encode: encodings, selection weights). They run the same ops,
+    so their quantiles and encodings are bit-identical to the plain programs'."""
+    forward, encode = _Forward(model, explain).eval(), _Encode(model, explain).eval()
     if device.type != "cpu" or precision != "fp32":
         return ChunkPrograms(forward, encode, forward_rows, encode_rows)
     c = model.config
