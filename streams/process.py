@@ -26,28 +26,35 @@ class WorkerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self._log_start = 0
 
-    def start(self, ready_timeout_s: float = 120.0) -> WorkerProcess:
+    def command(self) -> list[str]:
+        return [
+            str(FAUST),
+            "-A",
+            "streams",
+            "worker",
+            "-l",
+            "info",
+            "--web-port",
+            str(self.settings.web_port),
+        ]
+
+    def spawn(self) -> None:
+        """Start the process, its output appended to `log_path`; `log` shows only this run's."""
         env = {**os.environ, **self.settings.to_env(), "PYTHONUNBUFFERED": "1"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [
-                    str(FAUST),
-                    "-A",
-                    "streams",
-                    "worker",
-                    "-l",
-                    "info",
-                    "--web-port",
-                    str(self.settings.web_port),
-                ],
+                self.command(),
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def start(self, ready_timeout_s: float = 120.0) -> WorkerProcess:
+        self.spawn()
         try:
             self.wait_for_log("Ready", ready_timeout_s)
         except BaseException:

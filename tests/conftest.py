@@ -12,6 +12,7 @@ import pytest
 from streams.broker import EmbeddedBroker
 from streams.settings import Settings
 from tests.checkpoints import torch_threads_of_a_worker
+from tests.worker import RESTARTS, release_workers
 
 SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
 
@@ -85,3 +86,22 @@ def worker_threads() -> Iterator[int]:
     """The test's forecasts on the worker's torch thread count (torch_threads_of_a_worker)."""
     with torch_threads_of_a_worker() as threads:
         yield threads
+
+
+@pytest.fixture(autouse=True)
+def _workers_end_with_their_test() -> Iterator[None]:
+    """A worker a test left running (it failed first) is killed, not restarted for the next."""
+    yield
+    release_workers()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Every restart of the tests' orchestrator (tests/worker.py), passed tests' too."""
+    if RESTARTS:
+        terminalreporter.section("workers restarted after exit 69, as an orchestrator would")
+        for restart in RESTARTS:
+            last = (restart.log_tail.splitlines() or [""])[-1][:200]
+            terminalreporter.line(
+                f"{restart.test}: worker {restart.worker!r} exited {restart.code}"
+            )
+            terminalreporter.line(f"    its last log line: {last}")

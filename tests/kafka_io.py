@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator
 
 from streams.kafka import wait_for_metadata
 from streams.schema import decode_dlq_headers
+from tests.worker import check_workers
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "deploy" / "schemas" / "topics"
 TOPICS = ("bars.raw", "bars.clean", "bars.dlq", "features", "forecasts", "forecasts.scores")
@@ -79,6 +80,7 @@ def read_topic(
                 break
             if expected is None and time.monotonic() - last > idle_s:
                 break
+            check_workers()  # a dead worker publishes nothing more: fail now, not at the timeout
             msg = consumer.poll(0.2)
             if msg is None or msg.error():
                 continue

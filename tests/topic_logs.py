@@ -5,6 +5,7 @@ per de-duplication key; a repeated key must carry byte-identical bytes ("a resta
 output, never change one") and must be what its topic's JSON Schema says. `wait_for_metric`
 polls a worker's `/metrics`: the kill points of restart tests are such observed events, never
 a time. `read_all` reads a topic to its end, known from the broker, not from a quiet spell.
+Every wait fails at once when a worker of the test has exited for good (`check_workers`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from streams.process import WorkerProcess
 from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
 from streams.stats_cli import default_url, scrape
 from tests.kafka_io import Message, check_message, read_topic
+from tests.worker import Worker, check_workers
 
 
 class TopicLog:
@@ -65,6 +67,7 @@ class TopicLog:
         return len(self.values)
 
     def _consume(self) -> None:
+        check_workers()  # a dead worker publishes nothing more: fail now, not at the timeout
         for msg in self.consumer.consume(10000, timeout=0.2):
             if msg.error():
                 continue
@@ -150,7 +153,10 @@ def wait_for_metric(
         value = metric(worker, name)
         if value is not None and value >= at_least:
             return value
-        assert worker.process is not None and worker.process.poll() is None, worker.log()[-5000:]
+        check_workers()
+        if not isinstance(worker, Worker):  # a Worker's /metrics may be down for a restart
+            alive = worker.process is not None and worker.process.poll() is None
+            assert alive, worker.log()[-5000:]
         time.sleep(0.1)
     raise AssertionError(
         f"{name} never reached {at_least} in {timeout_s}s:\n{worker.log()[-5000:]}"
