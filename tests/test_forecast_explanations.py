@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from jsonschema import Draft202012Validator
 
 from features.registry import FEATURE_NAMES
@@ -17,6 +18,7 @@ from model.forecaster import ForecastBatch, Forecaster
 from model.metrics import attention_entropy
 from streams.forecast.engine import ForecastEngine, Served, WindowRequest
 from streams.forecast.explain import SCHEMA_VERSION, explain_records
+from streams.forecast.programs import chunk_programs
 from streams.kafka import pipeline_topics
 from streams.schema import BAR_HEADERS, decode_explanation
 from streams.settings import N_FEATURES, Settings
@@ -240,3 +242,23 @@ def test_the_explain_topic_is_a_pipeline_topic_only_when_explaining() -> None:
 
 def test_the_top_k_bound_is_the_feature_sets_width() -> None:
     assert len(FEATURE_NAMES) == N_FEATURES
+
+
+def test_the_eager_programs_a_gpu_runs_explain_as_the_traced_ones(engines, rows) -> None:
+    """On CUDA the programs run eagerly (streams.forecast.programs): the same explanation, here
+    on the CPU, where a trace records exactly the ops eager mode runs."""
+    batch = requests(rows, range(0, 3))
+    traced = fresh(engines[1])
+    eager = fresh(engines[1])
+    plain, model = eager.served.programs, eager.served.forecaster.model
+    rows_of = (plain.forward_rows, plain.encode_rows)
+    eager.served.explaining = chunk_programs(
+        model, torch.device("cuda"), "bf16", *rows_of, explain=True
+    )
+    assert not isinstance(eager.served.explaining.forward, torch.jit.ScriptModule)
+    for step in (batch[:6], batch[6:]):  # the second incremental, from the cache
+        (q_traced, e_traced), (q_eager, e_eager) = (
+            traced.predict_explained(step),
+            eager.predict_explained(step),
+        )
+        assert np.array_equal(q_traced, q_eager) and e_traced == e_eager
