@@ -20,10 +20,10 @@ from streams import schema
 from streams.agents import BATCH_MAX
 from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
-from streams.forecast.engine import ForecastEngine
+from streams.forecast.engine import ForecastEngine, inference_threads
 from streams.forecast.scoring import SymbolScoring
 from streams.metrics import Metrics
-from streams.runtime.forecaster import Forecaster, inference_threads
+from streams.runtime.forecaster import Forecaster
 from streams.runtime.records import Out, Record
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
@@ -153,7 +153,8 @@ class ProbeWorker:
         """What a checkpoint does: drain the forecasts, flush every store, then the acks."""
         await self.forecaster.drain()
         for store in self.stores.values():
-            await store.flush()
+            store.put_changed()
+            await store.changelog.flush()
         self.runtime.acked()
 
     async def replay(self, series: Series, minutes: range, probe: Probe) -> None:

@@ -22,10 +22,11 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
 - (d) the burst with BARCAST_MAX_BATCH=1: the best unbatched path (each window alone in an
   unpadded chunk of one, incremental encoding on), the batching anchor; (e) with
   BARCAST_INCREMENTAL_ENCODING=false, (g) with BARCAST_ONLINE_CALIBRATION=false (scoring still
-  runs: its cost is in every row), each after a restart; (f) secondary: the random-weight
-  model, hot-reloaded into the running worker. (d)-(g) measure after one unmeasured burst: the
-  step-encoding cache and the static contexts live in memory only, and a restarted worker reads
-  its windows back lazily.
+  runs), (h) with scoring and calibration off (BARCAST_ONLINE_SCORING=false: the cost of both),
+  (i) with BARCAST_EXPLAIN=true (the explanations' cost), each after a restart; (f) secondary:
+  the random-weight model, hot-reloaded into the running worker. (d)-(i) measure after one
+  unmeasured burst: the step-encoding cache and the static contexts live in memory only, and a
+  restarted worker reads its windows back lazily.
 - the worker's peak RSS with every symbol's state held, and what it is made of
   (benchmarks/pipeline_memory.py).
 
@@ -48,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -64,10 +64,11 @@ import orjson
 import torch
 
 from benchmarks.pipeline_client import FETCH_WAIT_MS, Bench, ForecastCollector, topic_records
-from benchmarks.pipeline_data import Reference, build_series, reference
+from benchmarks.pipeline_data import build_series, reference
 from benchmarks.pipeline_hops import probe
 from benchmarks.pipeline_memory import breakdown, status_mb
 from benchmarks.pipeline_models import random_checkpoint, serve
+from benchmarks.pipeline_report import results, table
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from streams.broker import EmbeddedBroker
@@ -76,14 +77,7 @@ from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "pipeline.json"
-# At the product model (trained); the latency goals at the live pace of (b), 64 symbols.
-VARIANTS = ("nobatch", "full", "nocalibration", "random")  # the bursts besides (c)
-GOALS = {
-    "burst_1000_ms": 700.0,
-    "batching_speedup": 10.0,
-    "latency_p50_ms": 30.0,
-    "latency_p99_ms": 100.0,
-}
+VARIANTS = ("nobatch", "full", "nocalibration", "noscoring", "explain", "random")  # besides (c)
 
 
 def inference_anchor(
@@ -191,12 +185,15 @@ def first_worker(
 def restarted_workers(
     bench: Bench, args: argparse.Namespace, plan: Plan, serving: Path, out: Measured
 ) -> None:
-    """(d), (e) and (g), each in a worker restarted with its setting."""
+    """(d), (e), (g), (h) and (i), each in a worker restarted with its setting."""
     variants = [
         ("nobatch", "(d) max_batch=1 (unpadded)", {"max_batch": 1}),
         ("full", "(e) full encoding", {"incremental_encoding": False}),
         ("nocalibration", "(g) online calibration off", {"online_calibration": False}),
-    ]
+        ("noscoring", "(h) scoring and calibration off", {"online_scoring": False}
+         | {"online_calibration": False}),
+        ("explain", "(i) explanations on", {"explain": True}),
+    ]  # fmt: skip
     for name, label, changes in [v for v in variants if v[0] in args.variants]:
         try:
             worker, out.restarts[f"{name}_restart_s"] = bench.start_worker(
@@ -245,7 +242,7 @@ def run(args: argparse.Namespace) -> dict:
                 work_dir=folder,
                 connect_timeout_s=30.0,
             )
-            ensure_topics(settings, pipeline_topics(settings))
+            ensure_topics(settings, pipeline_topics(replace(settings, explain=True)))  # for (i)
             collector = ForecastCollector(settings)
             collector.start()
             bench = Bench(series, ref, collector, settings, args.timeout_s)
@@ -265,125 +262,6 @@ def run(args: argparse.Namespace) -> dict:
         "provenance": provenance | {"loadavg_end": loadavg()},
         "command": " ".join(["benchmarks/pipeline.py", *sys.argv[1:]]),
     }
-
-
-def results(
-    args: argparse.Namespace,
-    measured: Measured,
-    anchor: dict[str, float],
-    config: TFTConfig,
-    weights: dict[str, Any],
-    duplicates: list[list],
-    ref: Reference,
-) -> dict[str, Any]:
-    bursts = measured.bursts
-
-    def median(name: str) -> float | None:
-        runs = [b["ms"] for b in bursts.get(name, []) if not b.get("warm_up")]
-        return round(statistics.median(runs), 1) if runs else None
-
-    batched, nobatch, full = median("batched"), median("nobatch"), median("full")
-    uncalibrated = median("nocalibration")
-    headline = {
-        "e2e_bars_per_s": measured.e2e["e2e_bars_per_s"],
-        "latency_p50_ms": measured.live["latency_p50_ms"],
-        "latency_p99_ms": measured.live["latency_p99_ms"],
-        "burst_1000_ms": batched,
-        "burst_symbols": args.symbols,
-        "burst_1000_nobatch_ms": nobatch,
-        "batching_speedup": ratio(nobatch, batched),
-        "burst_1000_full_ms": full,
-        "incremental_speedup": ratio(full, batched),
-        "burst_1000_nocalibration_ms": uncalibrated,
-        "calibration_cost": ratio(batched, uncalibrated),
-        "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
-    }
-    nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
-    return headline | {
-        "goals": GOALS,
-        "goals_met": goals_met(headline),
-        "secondary": {
-            "burst_1000_random_ms": median("random"),
-            "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
-            "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
-            "engine_batching_speedup_padded": ratio(nobatch_engine[1], anchor["inference_1000_ms"]),
-        },
-        "worker_memory": measured.memory,
-        "throughput": measured.e2e,
-        "latency": measured.live,
-        "bursts": bursts,
-        "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
-        "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
-        "errors": measured.errors,
-        "duplicate_forecasts": len(duplicates),
-        "duplicate_examples": duplicates[:10],
-        "reference_statuses": ref.statuses,
-        "model": {
-            "hidden": config.hidden,
-            "heads": config.heads,
-            "lstm_layers": config.lstm_layers,
-            "var_dim": config.var_dim,
-            "lookback": config.lookback,
-        }
-        | weights,
-    }
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 2) if a and b else None
-
-
-def goals_met(headline: dict[str, Any]) -> dict[str, bool | None]:
-    """Each goal against its figure; None where the run did not measure it."""
-    at_most = {"burst_1000_ms", "latency_p50_ms", "latency_p99_ms"}
-    return {
-        name: None
-        if headline[name] is None
-        else headline[name] <= goal
-        if name in at_most
-        else headline[name] >= goal
-        for name, goal in GOALS.items()
-    }
-
-
-def table(result: dict) -> str:
-    m, second, memory = result["model"], result["secondary"], result["worker_memory"]
-    anchor = result["inference_anchor"]
-    rows = [
-        ("model", f"{m['hidden']}/{m['heads']}", f"hidden/heads, {m['weights']} weights"),
-        ("e2e_bars_per_s", result["e2e_bars_per_s"], "bars/s"),
-        ("latency_p50_ms", result["latency_p50_ms"],
-         f"ms (client: send -> received; goal <= {GOALS['latency_p50_ms']:.0f})"),
-        ("latency_p99_ms", result["latency_p99_ms"], f"ms (goal <= {GOALS['latency_p99_ms']:.0f})"),
-        ("Kafka hops p50/p99",
-         "/".join(f"{h['p50_ms']}/{h['p99_ms']}" for h in result["latency"]["kafka_hops"].values()),
-         "ms (bar -> worker, forecast -> client, probed alone)"),
-        ("worker latency p50/p99",
-         f"{result['latency']['worker_latency_p50_ms']}/"
-         f"{result['latency']['worker_latency_p99_ms']}", "ms (receipt -> publish)"),
-        ("burst_1000_ms", result["burst_1000_ms"], f"ms (goal <= {GOALS['burst_1000_ms']:.0f})"),
-        ("burst_1000_nobatch_ms", result["burst_1000_nobatch_ms"], "ms (max_batch=1, unpadded)"),
-        ("batching_speedup", result["batching_speedup"],
-         f"x (goal >= {GOALS['batching_speedup']:.0f})"),
-        ("burst_1000_full_ms", result["burst_1000_full_ms"], "ms (incremental encoding off)"),
-        ("incremental_speedup", result["incremental_speedup"], "x"),
-        ("burst_1000_nocalibration_ms", result["burst_1000_nocalibration_ms"],
-         "ms (online calibration off)"),
-        ("calibration_cost", result["calibration_cost"], "x (burst with / without)"),
-        ("engine alone, 1000 windows", anchor["inference_1000_ms"], "ms (anchor, this process)"),
-        ("burst / engine alone", result["burst_over_inference"], "x"),
-        ("engine alone, one by one", anchor["inference_1000_nobatch_ms"], "ms (unpadded)"),
-        ("engine alone, one by one", anchor["inference_1000_nobatch_padded_ms"],
-         "ms (each padded to a whole chunk)"),
-        ("worker peak RSS", memory["peak_rss_mb"],
-         f"MB ({memory['symbols']:,} symbols; ready {memory['ready_rss_mb']} MB)"),
-        ("  of it, per-symbol state", sum(memory["per_symbol_mb"].values()),
-         f"MB {memory['per_symbol_mb']}"),
-        ("secondary: burst_1000_ms", second["burst_1000_random_ms"],
-         f"ms (hidden {second['random_model']['hidden']}, heads "
-         f"{second['random_model']['heads']}, random weights)"),
-    ]  # fmt: skip
-    return "\n".join(f"{name:30}{value!s:>14}  {unit}" for name, value, unit in rows)
 
 
 def main() -> None:
@@ -411,7 +289,7 @@ def main() -> None:
         "--variants",
         type=lambda text: set(text.split(",")) if text else set(),
         default=set(VARIANTS),
-        help="comma-separated subset of nobatch,full,nocalibration,random (default: all)",
+        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)",
     )
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase and restart")
     parser.add_argument("--out", type=Path, default=RESULTS)

@@ -150,6 +150,14 @@ def model_rows(r: dict[str, Any]) -> list[Row]:
     return out
 
 
+def ms(value: float | None) -> str:
+    return "not run" if value is None else f"{value:,.0f} ms"
+
+
+def times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
+
+
 def pipeline_rows(r: dict[str, Any]) -> list[Row]:
     m, t, live, goals, met = r["model"], r["throughput"], r["latency"], r["goals"], r["goals_met"]
     bursts = [b["ms"] for b in r["bursts"]["batched"] if not b.get("warm_up")]
@@ -183,6 +191,18 @@ def pipeline_rows(r: dict[str, Any]) -> list[Row]:
             f"p50 <= {goals['latency_p50_ms']:.0f} ms {mark(met['latency_p50_ms'])}; "
             f"p99 <= {goals['latency_p99_ms']:.0f} ms {mark(met['latency_p99_ms'])}; "
             f"batching >= {goals['batching_speedup']:.0f}x {mark(met['batching_speedup'])}",
+        ),
+        (
+            "`pipeline.py`: the same burst, each variant in a restarted worker: scoring and "
+            "online calibration off (`BARCAST_ONLINE_SCORING=false`), calibration off alone, "
+            "explanations on (`BARCAST_EXPLAIN=true`)",
+            "the default burst (scoring and calibration on, no explanations), same run",
+            f"scoring and calibration off {ms(r.get('burst_1000_noscoring_ms'))}: with them "
+            f"**{times(r.get('scoring_cost'))}**; calibration off alone "
+            f"{ms(r.get('burst_1000_nocalibration_ms'))}; explanations on "
+            f"{ms(r.get('burst_1000_explain_ms'))}: **{times(r.get('explain_cost'))}**",
+            f"scoring <= {goals.get('scoring_cost', 1.1)}x "
+            + (mark(met["scoring_cost"]) if met.get("scoring_cost") is not None else "not run"),
         ),
         (
             f"`pipeline.py`, secondary: random weights, hidden {random['hidden']}, "

@@ -122,8 +122,14 @@ def wait_for_metadata(
             time.sleep(0.1)
 
 
-def ensure_topics(settings: Settings, topics: list[str], partitions: int | None = None) -> None:
-    """Create missing topics with the configured partitions and replication."""
+def ensure_topics(
+    settings: Settings,
+    topics: list[str],
+    partitions: int | None = None,
+    config: dict[str, str] | None = None,
+) -> None:
+    """Create missing topics with the configured partitions and replication (and `config`,
+    e.g. a compacted cleanup policy)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     bootstrap = bootstrap_servers(settings)
@@ -134,10 +140,7 @@ def ensure_topics(settings: Settings, topics: list[str], partitions: int | None 
     admin = AdminClient(confluent_config(settings))
     count = partitions or settings.partitions
     futures = admin.create_topics(
-        [
-            NewTopic(t, num_partitions=count, replication_factor=settings.replication)
-            for t in missing
-        ]
+        [NewTopic(t, count, settings.replication, config=config or {}) for t in missing]
     )
     for topic, future in futures.items():
         try:

@@ -95,6 +95,13 @@ class Settings:
     fill_gaps: bool = field(
         default=True, metadata={"doc": "Fill missing minutes with flagged synthetic bars."}
     )
+    online_scoring: bool = field(
+        default=True,
+        metadata={
+            "doc": "Score each forecast once its horizons' bars are in (`forecasts.scores`, the "
+            "coverage and pinball metrics); `false` also needs BARCAST_ONLINE_CALIBRATION=false."
+        },
+    )
     online_calibration: bool = field(
         default=True,
         metadata={
@@ -206,6 +213,11 @@ class Settings:
         if not 0.1 <= self.checkpoint_max_s <= 60:
             raise SettingError(
                 f"{PREFIX}CHECKPOINT_MAX_S={self.checkpoint_max_s} is out of range; use 0.1-60 (s)"
+            )
+        if self.online_calibration and not self.online_scoring:
+            raise SettingError(
+                f"{PREFIX}ONLINE_CALIBRATION=true calibrates from the scores, which "
+                f"{PREFIX}ONLINE_SCORING=false turns off; set both to false, or scoring to true"
             )
         if self.score_window < 1:
             raise SettingError(

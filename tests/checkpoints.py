@@ -15,7 +15,7 @@ from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
 from model.tft import TemporalFusionTransformer
-from streams.runtime.forecaster import inference_threads
+from streams.forecast.engine import inference_threads
 
 
 def untrained_model(config: TFTConfig) -> TemporalFusionTransformer:

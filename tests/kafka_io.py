@@ -20,7 +20,15 @@ from streams.schema import decode_dlq_headers
 from tests.worker import check_workers
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "deploy" / "schemas" / "topics"
-TOPICS = ("bars.raw", "bars.clean", "bars.dlq", "features", "forecasts", "forecasts.scores")
+TOPICS = (
+    "bars.raw",
+    "bars.clean",
+    "bars.dlq",
+    "features",
+    "forecasts",
+    "forecasts.scores",
+    "forecasts.explain",
+)
 
 
 @dataclass(frozen=True)

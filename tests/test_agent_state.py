@@ -23,11 +23,17 @@ from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog,
 from streams.runtime.records import Record
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
-from streams.runtime.stores import Changelog, StateStore, WindowStore
+from streams.runtime.stores import Changelog, StateStore, Store, WindowStore
 from streams.schema import DLQ_TOPIC
 from streams.settings import Settings
 from tests.bar_streams import expected_features, faulty_stream
 from tests.kafka_io import read_topic
+
+
+async def flush(store: Store) -> None:
+    """What a checkpoint does to a store: its changed states encoded, then written."""
+    store.put_changed()
+    await store.changelog.flush()
 
 
 class MemoryChangelogs:
@@ -60,10 +66,10 @@ def test_a_restore_takes_each_key_as_of_the_boundary() -> None:
         store = counter_store(io)
         for offset, (key, n) in enumerate([(b"a", 1), (b"b", 2), (b"a", 3)]):
             store.write(key, 0, offset, [n])
-        await store.flush()  # a checkpoint that completed: boundary 3
+        await flush(store)  # a checkpoint that completed: boundary 3
         store.write(b"a", 0, 3, [4])
         store.write(b"c", 1, 4, [5])
-        await store.flush()  # one that never completed
+        await flush(store)  # one that never completed
         restored = counter_store(io)
         await restored.restore(0, boundary=3)
         await restored.restore(1, boundary=0)
@@ -88,7 +94,7 @@ def test_keys_in_a_partition_are_the_stored_and_the_changed() -> None:
         store = counter_store(io)
         store.write(b"a", 0, 0, [1])
         store.write(b"b", 1, 1, [1])
-        await store.flush()
+        await flush(store)
         store.write(b"c", 0, 2, [1])
         return store.keys_in(0)
 
@@ -110,12 +116,12 @@ def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restore
             window.append(offset, 1.0, False, True, np.full(features, float(offset)))
             store.write(b"s", 0, offset, window)
             if offset in (2, 6):
-                await store.flush()
+                await flush(store)
         committed = window_rows(window)
-        await store.flush()  # offsets up to 9: boundary 10
+        await flush(store)  # offsets up to 9: boundary 10
         window.append(10, 1.0, False, True, np.full(features, 10.0))
         store.write(b"s", 0, 10, window)
-        await store.flush()  # never completed
+        await flush(store)  # never completed
         again = WindowStore(Changelog("t-windows-changelog", io), lookback, features)
         await again.restore(0, boundary=10)
         return committed, window_rows(again.read(b"s", 0)), window.ordered_values()

@@ -20,7 +20,7 @@ from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring, scoring_decoder
 from streams.runtime.stores import Changelog, StateStore
 from streams.schema import PRICE_SCALE
-from tests.test_agent_state import MemoryChangelogs
+from tests.test_agent_state import MemoryChangelogs, flush
 from tests.test_forecast_scoring import random_history
 
 SYMBOLS = ("6EH4", "ESU4")
@@ -167,9 +167,9 @@ def test_a_restore_as_of_a_checkpoint_replays_the_same_bytes() -> None:
     outputs = list(run(stage, drained[:at]))
 
     async def crash_and_restore() -> Scoring:
-        await asyncio.gather(*(store.flush() for store in stage.stores))  # the checkpoint
+        await asyncio.gather(*(flush(store) for store in stage.stores))  # the checkpoint
         outputs.extend(run(stage, drained[at : at + 300]))
-        await asyncio.gather(*(store.flush() for store in stage.stores))  # one never marked
+        await asyncio.gather(*(flush(store) for store in stage.stores))  # one never marked
         restored = scoring(io)
         for store in restored.stores:
             await store.restore(0, 700)
@@ -179,3 +179,15 @@ def test_a_restore_as_of_a_checkpoint_replays_the_same_bytes() -> None:
     replayed = list(run(restored, drained[at:]))
     assert sum(kind == "score" for kind, _ in replayed) > 400
     assert by_key(outputs + replayed) == uninterrupted
+
+
+def test_with_scoring_off_forecasts_pass_untouched_and_nothing_is_stored_or_scored() -> None:
+    stream, _ = events(lag=0)
+    stores = scoring(MemoryChangelogs())
+    off = Scoring(stores.scores, stores.calibrations, CONFIG, TOPIC, enabled=False)
+    published = list(run(off, stream))
+    sent = [orjson.loads(value) for kind, value in published if kind == "forecast"]
+    expected = [orjson.loads(orjson.dumps(item[1])) for kind, _, item in stream if kind != "bar"]
+    assert sent == expected and len(sent) > 0
+    assert all(kind == "forecast" for kind, _ in published)
+    assert off.stores == [] and not off.scores.states and not off.calibrations.states

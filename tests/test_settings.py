@@ -52,6 +52,10 @@ def test_environment_overrides_are_typed() -> None:
         ({"BARCAST_CHECKPOINT_MAX_S": "0"}, "BARCAST_CHECKPOINT_MAX_S=0.0 is out of range"),
         ({"BARCAST_SCORE_WINDOW": "0"}, "BARCAST_SCORE_WINDOW=0 is out of range"),
         ({"BARCAST_ONLINE_CALIBRATION": "sometimes"}, "is not a boolean"),
+        (
+            {"BARCAST_ONLINE_SCORING": "false"},
+            "BARCAST_ONLINE_CALIBRATION=true calibrates from the scores",
+        ),
         ({"BARCAST_EXPLAIN": "sometimes"}, "BARCAST_EXPLAIN='sometimes' is not a boolean"),
         ({"BARCAST_EXPLAIN_TOP_K": "0"}, "BARCAST_EXPLAIN_TOP_K=0 is out of range; use 1-225"),
         ({"BARCAST_EXPLAIN_TOP_K": "226"}, "BARCAST_EXPLAIN_TOP_K=226 is out of range"),

@@ -15,12 +15,13 @@ from features.engine import N_FEATURES
 from model.checkpoint import CheckpointError
 from model.config import TFTConfig
 from streams.corrections import CorrectionConfig, SymbolState
-from streams.forecast.checkpoints import CheckpointWatcher
+from streams.forecast.checkpoints import CheckpointWatcher, load_engine
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
+from streams.forecast.engine import inference_threads
 from streams.forecast.scoring import SymbolScoring
 from streams.metrics import MetricsFeed
 from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
-from streams.runtime.forecaster import Forecaster, inference_threads
+from streams.runtime.forecaster import Forecaster
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted, readable
 from streams.runtime.records import CleanBar, Out, Record
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from streams.forecast.engine import ForecastEngine
 
 BATCH_MAX = 2000
-BATCH_WITHIN_S = 0.002
+BATCH_WITHIN_S = 0.01
 SUMMARY_INTERVAL_S = 30.0
 RELOAD_INTERVAL_S = 2.0
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
@@ -120,15 +121,14 @@ def scoring(app: BarcastApp) -> Scoring:
     scores = store(app, "scoring-state", SymbolScoring, decode, new)
     calibrations = store(app, "calibration-state", SymbolCalibration)
     calibration = CalibrationConfig(enabled=settings.online_calibration)
-    stage = Scoring(scores, calibrations, calibration, settings.topic_scores)
+    topic, enabled = settings.topic_scores, settings.online_scoring
+    stage = Scoring(scores, calibrations, calibration, topic, enabled)
     app.metrics.scoring_figures = stage.figures
     return stage
 
 
 def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngine | None:
     """The newest checkpoint's engine, or None (said once) while the directory holds none."""
-    from streams.forecast.engine import ForecastEngine
-
     path = watcher.newest()
     if path is None:
 
@@ -143,7 +143,7 @@ def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngin
 
         return None
     try:
-        engine = ForecastEngine.from_settings(path, app.barcast)
+        engine, _ = load_engine(path, app.barcast, None, None)
     except CheckpointError as exc:  # never serve a model of other features: refuse to start
         raise SystemExit(f"barcast forecast worker: {exc}") from None
     watcher.accept(path)
@@ -159,6 +159,8 @@ def forecaster(app: BarcastApp) -> Forecaster:
     settings = app.barcast
     torch.set_num_threads(inference_threads())
     raw_topic(app, settings.topic_forecasts)
+    if settings.explain:
+        raw_topic(app, settings.topic_explain)
     watcher = CheckpointWatcher(settings.model_dir)
     engine = initial_engine(app, watcher)
     lookback = TFTConfig.lookback if engine is None else engine.lookback

@@ -8,8 +8,13 @@ Rolling out a model = copying a new checkpoint directory in; rolling back = remo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from model.checkpoint import CONFIG, WEIGHTS
+from model.checkpoint import CONFIG, WEIGHTS, CheckpointError
+
+if TYPE_CHECKING:
+    from streams.forecast.engine import ForecastEngine, Served
+    from streams.settings import Settings
 
 
 class CheckpointWatcher:
@@ -53,3 +58,25 @@ class CheckpointWatcher:
 def _signature(path: Path) -> tuple[int, int, int]:
     config, weights = (path / CONFIG).stat(), (path / WEIGHTS).stat()
     return config.st_mtime_ns, weights.st_mtime_ns, weights.st_size
+
+
+def load_engine(
+    path: Path, settings: Settings, engine: ForecastEngine | None, lookback: int | None
+) -> tuple[ForecastEngine, Served]:
+    """The checkpoint at `path` validated and on the device (blocking), with the engine to
+    swap it into (`engine`, or a new one); one of another lookback than the worker's windows
+    (`lookback`, None before any) refused: CheckpointError."""
+    from streams.forecast.engine import ForecastEngine
+
+    if engine is None:
+        engine = ForecastEngine.from_settings(path, settings)
+        served = engine.served
+    else:
+        served = engine.prepare(path)
+    served_lookback = served.forecaster.config.lookback
+    if lookback is not None and served_lookback != lookback:
+        raise CheckpointError(
+            f"it looks back {served_lookback} bars and this worker's windows hold {lookback}: "
+            "restart the worker to serve it"
+        )
+    return engine, served

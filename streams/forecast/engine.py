@@ -10,6 +10,7 @@ explanation (streams.forecast.explain) from the same forward pass.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,10 @@ def _reduced(hist: Tensor, static: Tensor, attention: Tensor, future: Tensor) ->
         attention.mean((1, 2)),
     )
     return ExplainArrays(*(p.cpu().numpy().astype(np.float64) for p in parts))
+
+
+def inference_threads() -> int:
+    """torch's intra-op threads in a worker: one core stays with the event loop, which torch's
+    threads spinning on it would slow. Forecasts are bit-identical for one thread count only
+    (reductions split differently): an offline reference must run with as many."""
+    return max(1, (os.cpu_count() or 2) - 1)

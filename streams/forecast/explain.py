@@ -169,8 +169,10 @@ def explain_records(
     explanations: Sequence[dict[str, Any]],
     topic: str,
 ) -> list[Out]:
-    """A micro-batch's explanation records (from `predict_explained`), to publish next to its
-    forecasts: same key, partition and timestamp as each forecast's record."""
+    """A micro-batch's explanation records (from `predict_explained`; none without), to
+    publish next to its forecasts: same key, partition and timestamp as each forecast's record."""
+    if not explanations:
+        return []
     return [
         Out(
             topic,

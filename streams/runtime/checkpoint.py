@@ -100,7 +100,7 @@ class Checkpointer:
         self.held: list[Ackable] = []
         self.held_since = 0.0
         self.sent: list[asyncio.Future] = []
-        self.in_flight: list[asyncio.Future] = []  # the last batch's outputs (see `_pace`)
+        self.completing: list[asyncio.Future] = []  # the last checkpoint's `_complete`
 
     async def run(self, records: Sequence[Record], held: Sequence[Ackable], stages: Handle) -> None:
         """The `stages` on a batch's records of assigned partitions, in order, each once; the
@@ -113,33 +113,36 @@ class Checkpointer:
             owned = self.runtime.assigned(self.topic)
             admitted = await self._admit([r for r in records if r.partition in owned])
             if admitted:
-                first = len(self.sent)
                 await stages(admitted)
                 self.runtime.worked = time.monotonic()
-                await self._pace(self.sent[first:])
             if self._due():
                 await self.checkpoint()
-
-    async def _pace(self, sent: list[asyncio.Future]) -> None:
-        """The previous batch's acks awaited before the next batch: an idle worker finds them
-        in, a busy one buffers more records meanwhile, so fewer, larger produce requests."""
-        await asyncio.gather(*self.in_flight)
-        self.in_flight = sent
 
     async def publish(self, records: Sequence[Out]) -> None:
         """Hand a batch's outputs to the producer; the next checkpoint waits for their acks."""
         self.sent += await self.runtime.send(records)
 
     async def checkpoint(self) -> None:
-        """The contract's one function (streams.runtime); a failure exits uncommitted."""
+        """The contract's one function (streams.runtime); a failure exits uncommitted. The
+        agent goes on once the stores' states are encoded (their acks, the marks and the commit
+        follow in `_complete`), so a busy worker's checkpoint costs it only the encoding."""
         held, self.held = self.held, []
         sent, self.sent = self.sent, []
         try:
-            await asyncio.gather(*sent)
+            await asyncio.gather(*self.completing)  # a checkpoint's records commit in order
             if self.drain is not None:
                 await self.drain()
-            await asyncio.gather(*(store.flush() for store in self.stores))
-            await self._mark()
+            for store in self.stores:
+                store.put_changed()
+        except Exception as exc:
+            exit_uncommitted(f"a checkpoint of {self.topic} failed", exc)
+        self.completing = [asyncio.ensure_future(self._complete(held, sent, dict(self.next)))]
+
+    async def _complete(self, held: list[Ackable], sent: list, offsets: dict[int, int]) -> None:
+        try:
+            await asyncio.gather(*sent)
+            await asyncio.gather(*(store.changelog.flush() for store in self.stores))
+            await self._mark(offsets)
             for event in held:
                 event.ack()
             await self.runtime.commit()
@@ -160,6 +163,7 @@ class Checkpointer:
         partition next, this worker too, restores it)."""
         async with self.lock:
             await self.checkpoint()
+            await asyncio.gather(*self.completing)
             for store in self.stores:
                 store.forget()
             self.next.clear()
@@ -200,10 +204,10 @@ class Checkpointer:
             )  # fmt: skip
         return records
 
-    async def _mark(self) -> None:
+    async def _mark(self, offsets: dict[int, int]) -> None:
         """After the stores' flush: per partition, the offset it covers up to."""
         if self.stores:
-            for partition, offset in self.next.items():
+            for partition, offset in offsets.items():
                 if self.marked.get(partition) != offset:
                     self.marks.put(MARK + b"%d" % partition, partition, offset, b"")
                     self.marked[partition] = offset

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from asyncio import Future
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from model.checkpoint import CheckpointError
 from streams.forecast.batcher import MicroBatcher
-from streams.forecast.engine import ForecastEngine, Served, WindowRequest
+from streams.forecast.checkpoints import load_engine
+from streams.forecast.engine import ForecastEngine, WindowRequest
+from streams.forecast.explain import explain_records
 from streams.forecast.messages import forecast_value
 from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
@@ -84,27 +84,59 @@ class Forecaster:
         return out
 
     async def flush(self) -> None:
+        """Every waiting request through the model; a batch's forecasts are built and sent
+        while the next batch's inference runs."""
         async with self.lock:
-            runtime, sends, received = self.runtime, [], []
-            while len(self.batcher):
-                batch = self.batcher.take()
-                started = time.perf_counter()
-                quantiles = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, self.engine.predict, batch, self.incremental
-                )
-                runtime.worked = time.monotonic()
-                runtime.metrics.inference_seconds.observe(time.perf_counter() - started)
-                runtime.metrics.batch_size.observe(len(batch))
-                scored = Scores()
-                values, forecasts = self._forecasts(batch, quantiles, scored)
-                sends += await runtime.send([*forecasts, *scored.outputs])
-                if runtime.observers:
-                    notify(runtime.observers, "observe_forecast", values)
-                    notify(runtime.observers, "observe_score", scored.values)
+            sends, received = [], []
+            running = self._infer()
+            while running is not None:
+                batch, inference = running
+                quantiles, explanations = await inference
+                running = self._infer()
+                self.runtime.worked = time.monotonic()
+                sends += await self._publish(batch, quantiles, explanations)
                 received += [request.received_ns for request in batch]
             if sends:
                 finishing = self._finish(self.finishing, sends, received)
                 self.finishing = asyncio.ensure_future(finishing)
+
+    def _infer(self) -> tuple[list[WindowRequest], Future] | None:
+        """The next batch, its inference started in the inference thread (None: none waits)."""
+        if not len(self.batcher):
+            return None
+        batch, loop = self.batcher.take(), asyncio.get_running_loop()
+        return batch, loop.run_in_executor(self.executor, self._predict, batch)
+
+    def _predict(self, batch: list[WindowRequest]) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """In the inference thread: the batch's quantiles, and with BARCAST_EXPLAIN their
+        explanations from the same forward pass (none without)."""
+        started, settings, metrics = time.perf_counter(), self.settings, self.runtime.metrics
+        if settings.explain:
+            out = self.engine.predict_explained(batch, self.incremental, settings.explain_top_k)
+        else:
+            out = self.engine.predict(batch, self.incremental), []
+        metrics.inference_seconds.observe(time.perf_counter() - started)
+        metrics.batch_size.observe(len(batch))
+        return out
+
+    async def _publish(
+        self, batch: list[WindowRequest], quantiles: np.ndarray, explanations: list[dict[str, Any]]
+    ) -> list[Future]:
+        """A micro-batch's forecasts, calibrated, to the producer with the scores they complete
+        and their explanations; then to the observers."""
+        now, n, scored, runtime = time.time_ns(), len(batch), Scores(), self.runtime
+        values = [forecast_value(self.engine, r, quantiles[i], n, now) for i, r in enumerate(batch)]
+        values = self.scoring.forecasts(batch, values, scored)
+        forecasts = [
+            Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
+            for r, v in zip(batch, values, strict=True)
+        ]
+        why = explain_records(self.engine, batch, explanations, self.settings.topic_explain)
+        sends = await runtime.send([*forecasts, *why, *scored.outputs])
+        if runtime.observers:
+            notify(runtime.observers, "observe_forecast", values)
+            notify(runtime.observers, "observe_score", scored.values)
+        return sends
 
     async def _finish(
         self, previous: Future[None] | None, sends: list[Future], received: list[int]
@@ -126,19 +158,6 @@ class Forecaster:
         await self.flush()
         if self.finishing is not None:
             await self.finishing
-
-    def _forecasts(
-        self, batch: list[WindowRequest], quantiles: np.ndarray, scored: Scores
-    ) -> tuple[list[dict[str, Any]], list[Out]]:
-        """A micro-batch's forecast values, calibrated (the scores they complete put in
-        `scored`), and their records."""
-        now, n = time.time_ns(), len(batch)
-        values = [forecast_value(self.engine, r, quantiles[i], n, now) for i, r in enumerate(batch)]
-        values = self.scoring.forecasts(batch, values, scored)
-        return values, [
-            Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
-            for r, v in zip(batch, values, strict=True)
-        ]
 
     async def flush_when_due(self) -> None:
         """Flushes the batcher once due, while the agent is waiting for more."""
@@ -164,7 +183,9 @@ class Forecaster:
             return
         first = self.engine is None
         try:
-            engine, served = await asyncio.to_thread(self._load, path, self.engine)
+            engine, served = await asyncio.to_thread(
+                load_engine, path, self.settings, self.engine, self.lookback
+            )
         except CheckpointError as exc:
             watcher.reject(path)
             log.error("not serving %s: %s", path, exc)
@@ -177,26 +198,3 @@ class Forecaster:
         self.runtime.metrics.set_model(engine.model_id, engine.fingerprint)
         what = "serving the first checkpoint" if first else "hot-reloaded checkpoint"
         log.info("%s %s from %s", what, engine.model_id, watcher.current)
-
-    def _load(self, path: Path, engine: ForecastEngine | None) -> tuple[ForecastEngine, Served]:
-        """The checkpoint at `path` validated and on the device (blocking), with the engine to
-        swap it into (`engine`, or a new one); one of another lookback than the windows refused."""
-        if engine is None:
-            engine = ForecastEngine.from_settings(path, self.settings)
-            served = engine.served
-        else:
-            served = engine.prepare(path)
-        lookback = served.forecaster.config.lookback
-        if lookback != self.lookback:
-            raise CheckpointError(
-                f"it looks back {lookback} bars and this worker's windows hold {self.lookback}: "
-                "restart the worker to serve it"
-            )
-        return engine, served
-
-
-def inference_threads() -> int:
-    """torch's intra-op threads in a worker: one core stays with the event loop, which torch's
-    threads spinning on it would slow. Forecasts are bit-identical for one thread count only
-    (reductions split differently): an offline reference must run with as many."""
-    return max(1, (os.cpu_count() or 2) - 1)

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams.kafka import aiokafka_config, confluent_config
+from streams.kafka import aiokafka_config, confluent_config, ensure_topics
 from streams.runtime.records import Out, Record
 
 if TYPE_CHECKING:
@@ -166,18 +165,5 @@ class KafkaChangelogs:
 
     async def _create(self, topic: str) -> None:
         if topic not in self.created:
-            await asyncio.to_thread(create_compacted, self.settings, topic)
+            await asyncio.to_thread(ensure_topics, self.settings, [topic], None, COMPACTED)
             self.created.add(topic)
-
-
-def create_compacted(settings: Settings, topic: str) -> None:
-    """Create `topic` compacted, with the pipeline's partitions, unless it exists."""
-    admin = AdminClient(confluent_config(settings))
-    if topic in admin.list_topics(timeout=settings.connect_timeout_s).topics:
-        return
-    new = NewTopic(topic, settings.partitions, settings.replication, config=COMPACTED)
-    try:
-        admin.create_topics([new])[topic].result(timeout=settings.connect_timeout_s)
-    except Exception as exc:
-        if "already exists" not in str(exc).lower():
-            raise RuntimeError(f"could not create the changelog topic {topic!r}: {exc}") from exc

@@ -76,11 +76,11 @@ class Store(ABC, Generic[S]):
         self.states[key] = state
         self.changed[key] = (partition, offset)
 
-    async def flush(self) -> None:
+    def put_changed(self) -> None:
+        """The keys changed since, into the changelog's records to flush next."""
         changed, self.changed = self.changed, {}
         for key in sorted(changed):
             self._put(key, *changed[key])
-        await self.changelog.flush()
 
     async def restore(self, partition: int, boundary: int) -> None:
         await self.changelog.restore(partition, boundary)

@@ -56,13 +56,17 @@ class Scoring:
         calibrations: StateStore[SymbolCalibration],
         config: CalibrationConfig,
         topic: str,
+        enabled: bool = True,  # False (BARCAST_ONLINE_SCORING): forecasts pass untouched
     ) -> None:
         self.scores, self.calibrations, self.config = scores, calibrations, config
-        self.topic, self.stores = topic, [scores, calibrations]
+        self.topic, self.enabled = topic, enabled
+        self.stores: list[StateStore] = [scores, calibrations] if enabled else []
         self.latest: dict[bytes, int] = {}  # key -> source offset of its latest row
 
     def bar(self, row: FeatureRow, out: Scores) -> None:
         """A row's bar into its symbol's labels; the forecasts it completes scored into `out`."""
+        if not self.enabled:
+            return
         self.latest[row.key] = row.offset
         state = self.scores.read(row.key, row.partition)
         records = state.add_bar(LabelBar(row.ts_event, row.close, row.synthetic))
@@ -74,6 +78,8 @@ class Scoring:
     ) -> list[dict[str, Any]]:
         """A micro-batch's forecasts calibrated (if enabled), to publish; each then pending in its
         symbol's scoring state (scored into `out` if its bars are in already)."""
+        if not self.enabled:
+            return list(values)
         published = []
         for request, value in zip(batch, values, strict=True):
             key, partition = request.key, request.partition

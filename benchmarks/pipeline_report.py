@@ -1,0 +1,154 @@
+"""benchmarks/pipeline.py's results file and table, from what its run measured."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import TYPE_CHECKING, Any
+
+from model.config import TFTConfig
+
+if TYPE_CHECKING:
+    from benchmarks.pipeline import Measured
+    from benchmarks.pipeline_data import Reference
+
+# At the product model (trained); the latency goals at the live pace of (b), 64 symbols.
+GOALS = {
+    "burst_1000_ms": 700.0,
+    "batching_speedup": 10.0,
+    "latency_p50_ms": 30.0,
+    "latency_p99_ms": 100.0,
+    "scoring_cost": 1.1,  # issue #16: the burst with scoring and calibration / without them
+}
+
+
+def results(
+    args: argparse.Namespace,
+    measured: Measured,
+    anchor: dict[str, float],
+    config: TFTConfig,
+    weights: dict[str, Any],
+    duplicates: list[list],
+    ref: Reference,
+) -> dict[str, Any]:
+    bursts = measured.bursts
+
+    def median(name: str) -> float | None:
+        runs = [b["ms"] for b in bursts.get(name, []) if not b.get("warm_up")]
+        return round(statistics.median(runs), 1) if runs else None
+
+    batched, nobatch, full = median("batched"), median("nobatch"), median("full")
+    uncalibrated, unscored, explained = (
+        median("nocalibration"),
+        median("noscoring"),
+        median("explain"),
+    )
+    headline = {
+        "e2e_bars_per_s": measured.e2e["e2e_bars_per_s"],
+        "latency_p50_ms": measured.live["latency_p50_ms"],
+        "latency_p99_ms": measured.live["latency_p99_ms"],
+        "burst_1000_ms": batched,
+        "burst_symbols": args.symbols,
+        "burst_1000_nobatch_ms": nobatch,
+        "batching_speedup": ratio(nobatch, batched),
+        "burst_1000_full_ms": full,
+        "incremental_speedup": ratio(full, batched),
+        "burst_1000_nocalibration_ms": uncalibrated,
+        "calibration_cost": ratio(batched, uncalibrated),
+        "burst_1000_noscoring_ms": unscored,
+        "scoring_cost": ratio(batched, unscored),
+        "burst_1000_explain_ms": explained,
+        "explain_cost": ratio(explained, batched),
+        "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
+    }
+    nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
+    return headline | {
+        "goals": GOALS,
+        "goals_met": goals_met(headline),
+        "secondary": {
+            "burst_1000_random_ms": median("random"),
+            "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
+            "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
+            "engine_batching_speedup_padded": ratio(nobatch_engine[1], anchor["inference_1000_ms"]),
+        },
+        "worker_memory": measured.memory,
+        "throughput": measured.e2e,
+        "latency": measured.live,
+        "bursts": bursts,
+        "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
+        "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
+        "errors": measured.errors,
+        "duplicate_forecasts": len(duplicates),
+        "duplicate_examples": duplicates[:10],
+        "reference_statuses": ref.statuses,
+        "model": {
+            "hidden": config.hidden,
+            "heads": config.heads,
+            "lstm_layers": config.lstm_layers,
+            "var_dim": config.var_dim,
+            "lookback": config.lookback,
+        }
+        | weights,
+    }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def goals_met(headline: dict[str, Any]) -> dict[str, bool | None]:
+    """Each goal against its figure; None where the run did not measure it."""
+    at_most = {"burst_1000_ms", "latency_p50_ms", "latency_p99_ms", "scoring_cost"}
+    return {
+        name: None
+        if headline[name] is None
+        else headline[name] <= goal
+        if name in at_most
+        else headline[name] >= goal
+        for name, goal in GOALS.items()
+    }
+
+
+def table(result: dict) -> str:
+    m, second, memory = result["model"], result["secondary"], result["worker_memory"]
+    anchor = result["inference_anchor"]
+    rows = [
+        ("model", f"{m['hidden']}/{m['heads']}", f"hidden/heads, {m['weights']} weights"),
+        ("e2e_bars_per_s", result["e2e_bars_per_s"], "bars/s"),
+        ("latency_p50_ms", result["latency_p50_ms"],
+         f"ms (client: send -> received; goal <= {GOALS['latency_p50_ms']:.0f})"),
+        ("latency_p99_ms", result["latency_p99_ms"], f"ms (goal <= {GOALS['latency_p99_ms']:.0f})"),
+        ("Kafka hops p50/p99",
+         "/".join(f"{h['p50_ms']}/{h['p99_ms']}" for h in result["latency"]["kafka_hops"].values()),
+         "ms (bar -> worker, forecast -> client, probed alone)"),
+        ("worker latency p50/p99",
+         f"{result['latency']['worker_latency_p50_ms']}/"
+         f"{result['latency']['worker_latency_p99_ms']}", "ms (receipt -> publish)"),
+        ("burst_1000_ms", result["burst_1000_ms"], f"ms (goal <= {GOALS['burst_1000_ms']:.0f})"),
+        ("burst_1000_nobatch_ms", result["burst_1000_nobatch_ms"], "ms (max_batch=1, unpadded)"),
+        ("batching_speedup", result["batching_speedup"],
+         f"x (goal >= {GOALS['batching_speedup']:.0f})"),
+        ("burst_1000_full_ms", result["burst_1000_full_ms"], "ms (incremental encoding off)"),
+        ("incremental_speedup", result["incremental_speedup"], "x"),
+        ("burst_1000_nocalibration_ms", result["burst_1000_nocalibration_ms"],
+         "ms (online calibration off)"),
+        ("calibration_cost", result["calibration_cost"], "x (burst with / without)"),
+        ("burst_1000_noscoring_ms", result["burst_1000_noscoring_ms"],
+         "ms (scoring and online calibration off)"),
+        ("scoring_cost", result["scoring_cost"], "x (burst with / without; goal <= 1.1)"),
+        ("burst_1000_explain_ms", result["burst_1000_explain_ms"], "ms (BARCAST_EXPLAIN=true)"),
+        ("explain_cost", result["explain_cost"], "x (burst with / without)"),
+        ("engine alone, 1000 windows", anchor["inference_1000_ms"], "ms (anchor, this process)"),
+        ("burst / engine alone", result["burst_over_inference"], "x"),
+        ("engine alone, one by one", anchor["inference_1000_nobatch_ms"], "ms (unpadded)"),
+        ("engine alone, one by one", anchor["inference_1000_nobatch_padded_ms"],
+         "ms (each padded to a whole chunk)"),
+        ("worker peak RSS", memory["peak_rss_mb"],
+         f"MB ({memory['symbols']:,} symbols; ready {memory['ready_rss_mb']} MB)"),
+        ("  of it, per-symbol state", sum(memory["per_symbol_mb"].values()),
+         f"MB {memory['per_symbol_mb']}"),
+        ("secondary: burst_1000_ms", second["burst_1000_random_ms"],
+         f"ms (hidden {second['random_model']['hidden']}, heads "
+         f"{second['random_model']['heads']}, random weights)"),
+    ]  # fmt: skip
+    return "\n".join(f"{name:30}{value!s:>14}  {unit}" for name, value, unit in rows)
