@@ -5,9 +5,9 @@ a `Checkpointer` (checkpoint.py), which admits its records in offset order, rest
 of a partition it sees first, and runs the agent's stages (stages/: typed code over the records
 of records.py, no Faust, no Kafka). Their outputs go to the producer (kafka_io.py) without
 waiting; too large ones become bounded dead letters (policy.py). The records stay unacked until
-a checkpoint, one function: outputs acked -> downstream stages drained (forecaster.py) ->
-stores flushed -> per source partition, a mark of the offset the flush covers up to -> source
-offsets committed.
+a checkpoint: downstream stages drained (forecaster.py), the stores' changes encoded; then, the
+agent going on, outputs acked -> stores flushed -> per source partition, a mark of the offset
+the flush covers up to -> source offsets committed.
 
 Stores (stores.py) tag every changelog record with the source partition and offset of the
 input that wrote it. A restore takes a partition's last mark as its boundary: a record at or
