@@ -75,10 +75,14 @@ class WorkerProcess:
         while time.monotonic() < deadline:
             if text in self.log():
                 return
-            if self.process is not None and self.process.poll() is not None:
-                raise AssertionError(f"worker exited ({self.process.returncode}):\n{self.log()}")
+            self.check_alive()
             time.sleep(0.2)
         raise AssertionError(f"worker did not log {text!r} in {timeout_s}s:\n{self.log()[-5000:]}")
+
+    def check_alive(self) -> None:
+        """Raise, with the log, if the process has exited (a wait for its log is then over)."""
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"worker exited ({self.process.returncode}):\n{self.log()}")
 
     @property
     def pid(self) -> int:
