@@ -120,6 +120,34 @@ def test_every_bar_past_warm_up_gets_exactly_one_forecast(
     assert np.allclose(sample["price_q50"], sample["close"] * np.exp(sample["q50"]))
 
 
+def assert_same(what: str, published: dict[Any, Any], expected: dict[Any, Any]) -> None:
+    """`published` is `expected`; if not, say which keys are missing or extra, and which
+    fields of the first few others differ (a whole-dict diff of thousands of records is noise)."""
+    if published == expected:
+        return
+    missing, extra = (
+        sorted(expected.keys() - published.keys()),
+        sorted(published.keys() - expected.keys()),
+    )
+    changed = [k for k in sorted(expected.keys() & published.keys()) if published[k] != expected[k]]
+    fields = [
+        (
+            k,
+            {
+                f: (published[k].get(f), v)
+                for f, v in expected[k].items()
+                if published[k].get(f) != v
+            },
+        )
+        for k in changed[:3]
+    ]
+    raise AssertionError(
+        f"{what}: {len(missing)} missing {missing[:5]}, {len(extra)} extra {extra[:5]}, "
+        f"{len(changed)} changed (keys {changed[:10]}); the first ones' fields "
+        f"(published, expected): {fields}"
+    )
+
+
 def kill_and_resume(
     settings: Settings,
     bars: list[dict[str, Any]],
@@ -205,8 +233,10 @@ def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
         scores.close()
     assert "Restoring state from changelog topics" in second.log()
     published = {k[:2]: orjson.loads(forecasts.identity(v)) for k, v in forecasts.values.items()}
-    assert published == {(v["symbol"], v["ts_event"]): v for v in calibrated}
-    assert {key: orjson.loads(v) for key, v in scores.values.items()} == expected_scores
+    assert_same("forecasts", published, {(v["symbol"], v["ts_event"]): v for v in calibrated})
+    assert_same(
+        "scores", {key: orjson.loads(v) for key, v in scores.values.items()}, expected_scores
+    )
     model_id = orjson.loads(next(iter(forecasts.values.values())))["model_id"]
     assert_matches(
         reference,
