@@ -17,6 +17,13 @@ def pinball(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.nd
     return np.maximum(levels * err, (levels - 1.0) * err).mean(axis=0)
 
 
+def pinball_point(y: float, q: float, level: float) -> float:
+    """`pinball`'s loss of one realized value and one quantile, in plain floats (the same
+    arithmetic, so the same bits): for the worker's scoring of one forecast at a time."""
+    err = y - q
+    return max(level * err, (level - 1.0) * err)
+
+
 def pinball_per_window(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
     """Pinball loss of each window `(n,)`, averaged over horizons and quantiles."""
     err = y[..., None] - q

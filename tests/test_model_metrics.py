@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.metrics import attention_entropy, coverage, pinball, q_risk, summarize
+from model.metrics import attention_entropy, coverage, pinball, pinball_point, q_risk, summarize
 from model.train import pinball_loss
 
 QS = (0.1, 0.5, 0.9)
@@ -47,6 +47,19 @@ def test_torch_training_loss_matches_the_metric() -> None:
     y, q = g.normal(size=(30, 4)), g.normal(size=(30, 4, 3))
     loss = pinball_loss(torch.from_numpy(q), torch.from_numpy(y), torch.tensor(QS))
     assert loss.item() == pytest.approx(pinball(y, q, QS).mean())
+
+
+def test_pinball_of_one_value_is_the_metric_bit_for_bit() -> None:
+    """The worker scores one forecast at a time in plain floats (pinball_point): the same bits
+    as the metric on arrays, so live and offline scores agree exactly."""
+    rng = np.random.default_rng(3)
+    y, q = rng.normal(size=(1, 10)) * 1e-3, rng.normal(size=(1, 10, 3)) * 1e-3
+    levels = (0.1, 0.5, 0.9)
+    expected = pinball(y, q, levels)
+    points = [
+        [pinball_point(y[0, h], q[0, h, j], t) for j, t in enumerate(levels)] for h in range(10)
+    ]
+    assert np.array_equal(np.array(points), expected)
 
 
 def test_q_risk_refuses_all_zero_outcomes() -> None:

@@ -29,7 +29,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Gauge
 
 from model.covariates import NS_PER_MIN
-from model.metrics import pinball
+from model.metrics import pinball_point
 from streams.schema import PRICE_SCALE
 
 QUANTILES = {"q10": 0.1, "q50": 0.5, "q90": 0.9}  # the `forecasts` value's quantile fields
@@ -121,28 +121,34 @@ def unscored(forecast: dict[str, Any], reason: Unscored) -> ScoreValue:
 
 
 def score(forecast: dict[str, Any], bars: list[LabelBar | None]) -> ScoreValue:
-    """The record of a forecast given its bars at t+1..t+H minutes (None: no bar that minute)."""
+    """The record of a forecast given its bars at t+1..t+H minutes (None: no bar that minute).
+    Plain floats but for the logarithms (numpy's, as the training labels' `forward_returns`):
+    on a handful of horizons numpy's per-call cost is most of the time (`pinball_point` is the
+    training metric's arithmetic, `model.metrics.pinball`)."""
     present = [b for b in bars if b is not None]
     if len(present) < len(bars):
         return unscored(forecast, Unscored.SESSION_BREAK)
     if any(b.synthetic for b in present):
         return unscored(forecast, Unscored.GAP_FILL)
-    log_close = np.log(np.array([forecast["close"], *(b.close for b in present)]))
-    y = log_close[1:] - log_close[0]
-    q = np.stack([np.asarray(forecast[name], dtype=np.float64) for name in QUANTILES], axis=-1)
-    loss = pinball(y[None], q[None], tuple(QUANTILES.values()))  # (H, Q), the training metric
-    below, above = y < q[:, 0], y > q[:, -1]
+    base, *logs = np.log([forecast["close"], *(b.close for b in present)]).tolist()
+    y = [log - base for log in logs]
+    lower, upper = forecast[LOWER], forecast[UPPER]
+    below = [r < q for r, q in zip(y, lower, strict=True)]
+    above = [r > q for r, q in zip(y, upper, strict=True)]
     return ScoreValue(
         symbol=forecast["symbol"],
         ts_event=forecast["ts_event"],
         model_id=forecast["model_id"],
         horizons=list(forecast["horizons"]),
         unscored=None,
-        realized=y.tolist(),
-        pinball={name: loss[:, j].tolist() for j, name in enumerate(QUANTILES)},
-        inside=(~below & ~above).tolist(),
-        below_q10=below.tolist(),
-        above_q90=above.tolist(),
+        realized=y,
+        pinball={
+            name: [pinball_point(r, q, level) for r, q in zip(y, forecast[name], strict=True)]
+            for name, level in QUANTILES.items()
+        },
+        inside=[not (b or a) for b, a in zip(below, above, strict=True)],
+        below_q10=below,
+        above_q90=above,
     )
 
 
@@ -162,12 +168,15 @@ class Rolling:
         if record["unscored"] is not None:
             return
         inside, losses = record["inside"] or [], record["pinball"] or {}
-        keep = 1.0 - 1.0 / self.window
+        keep, columns = 1.0 - 1.0 / self.window, [losses[name] for name in QUANTILES]
         for h, covered in enumerate(inside):
             if h == len(self.sums):
                 self.sums.append([0.0] * (2 + len(QUANTILES)))
-            new = [1.0, float(covered), *(losses[name][h] for name in QUANTILES)]
-            self.sums[h] = [keep * s + x for s, x in zip(self.sums[h], new, strict=True)]
+            sums = self.sums[h]
+            sums[0] = keep * sums[0] + 1.0
+            sums[1] = keep * sums[1] + float(covered)
+            for j, column in enumerate(columns, start=2):
+                sums[j] = keep * sums[j] + column[h]
 
 
 @dataclass
@@ -177,6 +186,9 @@ class SymbolScoring:
     window: int = DEFAULT_WINDOW
     retention: int = DEFAULT_RETENTION
     pending: list[dict[str, Any]] = field(default_factory=list)  # forecast_fields, ts order
+    # Each pending forecast's JSON, encoded once: a forecast stays pending for H minutes, and
+    # every checkpoint between re-encodes the state.
+    encoded: list[orjson.Fragment] = field(default_factory=list, compare=False, repr=False)
     bars: dict[int, LabelBar] = field(default_factory=dict)
     last_bar_ts: int | None = None
     last_forecast_ts: int | None = None
@@ -185,6 +197,8 @@ class SymbolScoring:
 
     def __post_init__(self) -> None:
         self.rolling.window = self.window
+        if len(self.encoded) != len(self.pending):
+            self.encoded = [orjson.Fragment(orjson.dumps(f)) for f in self.pending]
 
     def add_bar(self, bar: LabelBar) -> list[ScoreValue]:
         if self.last_bar_ts is not None and bar.ts_event <= self.last_bar_ts:
@@ -202,6 +216,7 @@ class SymbolScoring:
         if self.dropped_through is not None and ts + NS_PER_MIN <= self.dropped_through:
             return [unscored(forecast, Unscored.LATE)]
         self.pending.append(forecast)
+        self.encoded.append(orjson.Fragment(orjson.dumps(forecast)))
         return self._decide()
 
     def _decide(self) -> list[ScoreValue]:
@@ -215,6 +230,7 @@ class SymbolScoring:
             self.rolling.add(record)
             out.append(record)
             self.pending.pop(0)
+            self.encoded.pop(0)
         self._evict()
         return out
 
@@ -229,17 +245,17 @@ class SymbolScoring:
             self.dropped_through = next(iter(self.bars))
             del self.bars[self.dropped_through]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({
             "window": self.window,
             "retention": self.retention,
-            "pending": self.pending,
+            "pending": self.encoded,
             "bars": [[b.ts_event, b.close, b.synthetic] for b in self.bars.values()],
             "last_bar_ts": self.last_bar_ts,
             "last_forecast_ts": self.last_forecast_ts,
             "dropped_through": self.dropped_through,
             "rolling": self.rolling.sums,
-        }
+        })  # fmt: skip
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> SymbolScoring:
@@ -254,9 +270,6 @@ class SymbolScoring:
         )
         state.rolling.sums = values["rolling"]
         return state
-
-    def to_bytes(self) -> bytes:
-        return orjson.dumps(self.to_dict())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolScoring:

@@ -65,8 +65,8 @@ class Forecaster:
         out, dead, serving, metrics = Scores(), [], self.engine is not None, self.runtime.metrics
         for item in items:
             if isinstance(item, FeatureRow):
-                self.scoring.bar(item, out)
                 request = slide(self.windows, item, serving)
+                self.scoring.bar(item, request is not None, out)
                 if request is not None:
                     self.batcher.add(request)
             elif isinstance(item, Control):

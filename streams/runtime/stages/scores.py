@@ -2,16 +2,20 @@
 forecast through its symbol's scoring and calibration states (streams.forecast.scoring,
 conformal), stores keyed by symbol; the score records go to `forecasts.scores`.
 
-A bar's writes are tagged with its row's source offset, a forecast's with that of its symbol's
-latest row, which lies between the same two checkpoint marks as the forecast's own row (a
-checkpoint drains the forecaster first). So a restore as of a mark holds exactly the bars and
-forecasts of the records before it, and the replay publishes the same again: a score depends
-on its forecast and its label's bars, a calibrated forecast on the scores due by its bar, never
-on how bars and forecasts interleaved.
+Bars and forecasts meet a symbol's states in lockstep, as `calibrate_offline` replays them: bar
+t, then the forecast of t, then bar t + 1. A bar that comes while an earlier row's forecast is
+still in the model waits (in memory) until that forecast is in. Why: however far the model lags
+the input (a take() batch may hold thousands of one symbol's rows), the states then evolve as a
+function of the bars and forecasts alone, the retention included (bars running ahead by more
+than `retention` would otherwise make the lagging forecasts `late`). A checkpoint drains the
+forecaster, so nothing waits at a checkpoint and every write is tagged with the source offset
+of the row it applies (a forecast: its own row's); a restore as of a mark then holds exactly the
+rows and forecasts before it, and the replay publishes the same again.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,39 +65,67 @@ class Scoring:
         self.scores, self.calibrations, self.config = scores, calibrations, config
         self.topic, self.enabled = topic, enabled
         self.stores: list[StateStore] = [scores, calibrations] if enabled else []
-        self.latest: dict[bytes, int] = {}  # key -> source offset of its latest row
+        self.applied: dict[bytes, int] = {}  # key -> source offset of its last bar applied
+        self.waiting: dict[bytes, deque[tuple[FeatureRow, bool]]] = {}  # bars behind a forecast
 
-    def bar(self, row: FeatureRow, out: Scores) -> None:
-        """A row's bar into its symbol's labels; the forecasts it completes scored into `out`."""
+    def bar(self, row: FeatureRow, requested: bool, out: Scores) -> None:
+        """A row's bar into its symbol's labels (`requested`: its forecast is on its way); the
+        forecasts it completes scored into `out`. It waits while an earlier forecast is out."""
         if not self.enabled:
             return
-        self.latest[row.key] = row.offset
-        state = self.scores.read(row.key, row.partition)
-        records = state.add_bar(LabelBar(row.ts_event, row.close, row.synthetic))
-        self.scores.write(row.key, row.partition, row.offset, state)
-        self._scored(row.key, row.partition, row.offset, records, out)
+        waiting = self.waiting.get(row.key)
+        if waiting is not None:
+            waiting.append((row, requested))
+            return
+        self._apply(row, out)
+        if requested:
+            self.waiting[row.key] = deque()
 
     def forecasts(
         self, batch: Sequence[WindowRequest], values: Sequence[dict[str, Any]], out: Scores
     ) -> list[dict[str, Any]]:
         """A micro-batch's forecasts calibrated (if enabled), to publish; each then pending in its
-        symbol's scoring state (scored into `out` if its bars are in already)."""
+        symbol's scoring state (scored into `out` if its bars are in already), and the bars that
+        waited for it applied."""
         if not self.enabled:
             return list(values)
         published = []
         for request, value in zip(batch, values, strict=True):
-            key, partition = request.key, request.partition
-            offset = self.latest[key]
-            calibration = self.calibrations.read(key, partition)
-            value = calibration.apply(value, self.config)
-            if self.config.enabled:
-                self.calibrations.write(key, partition, offset, calibration)
-            state = self.scores.read(key, partition)
-            records = state.add_forecast(value)
-            self.scores.write(key, partition, offset, state)
-            self._scored(key, partition, offset, records, out)
-            published.append(value)
+            published.append(self._forecast(request, value, out))
+            self._release(request.key, out)
         return published
+
+    def _apply(self, row: FeatureRow, out: Scores) -> None:
+        self.applied[row.key] = row.offset
+        state = self.scores.read(row.key, row.partition)
+        records = state.add_bar(LabelBar(row.ts_event, row.close, row.synthetic))
+        self.scores.write(row.key, row.partition, row.offset, state)
+        self._scored(row.key, row.partition, row.offset, records, out)
+
+    def _forecast(
+        self, request: WindowRequest, value: dict[str, Any], out: Scores
+    ) -> dict[str, Any]:
+        key, partition = request.key, request.partition
+        offset = self.applied[key]  # its own row's: the last bar applied before it
+        calibration = self.calibrations.read(key, partition)
+        value = calibration.apply(value, self.config)
+        if self.config.enabled:
+            self.calibrations.write(key, partition, offset, calibration)
+        state = self.scores.read(key, partition)
+        records = state.add_forecast(value)
+        self.scores.write(key, partition, offset, state)
+        self._scored(key, partition, offset, records, out)
+        return value
+
+    def _release(self, key: bytes, out: Scores) -> None:
+        """The bars that waited for a forecast of `key`, up to the next one requested."""
+        waiting = self.waiting.pop(key, deque())
+        while waiting:
+            row, requested = waiting.popleft()
+            self._apply(row, out)
+            if requested:
+                self.waiting[key] = waiting
+                return
 
     def figures(self) -> dict[tuple[int, str], float]:
         """Rolling coverage and pinball per horizon over the symbols this worker holds."""
