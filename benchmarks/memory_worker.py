@@ -27,7 +27,7 @@ from streams.runtime.forecaster import Forecaster
 from streams.runtime.records import Out, Record
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
-from streams.runtime.stages.scores import Scoring, scoring_decoder
+from streams.runtime.stages.scores import Scoring
 from streams.runtime.stores import Changelog, StateStore, WindowStore
 from streams.settings import Settings
 
@@ -84,9 +84,7 @@ class ProbeWorker:
         )
         self.features = Features(self._store("features-state", SymbolFeatures), "features", "dlq")
         window = settings.score_window
-        scores = self._store(
-            "scoring-state", SymbolScoring, scoring_decoder(window), lambda: SymbolScoring(window)
-        )
+        scores = self._store("scoring-state", SymbolScoring(window), lambda: SymbolScoring(window))
         calibrations = self._store("calibration-state", SymbolCalibration)
         calibration = CalibrationConfig(enabled=settings.online_calibration)
         self.scoring = Scoring(scores, calibrations, calibration, "scores")

@@ -17,7 +17,7 @@ from streams.forecast.conformal import CalibrationConfig, SymbolCalibration, cal
 from streams.forecast.engine import WindowRequest
 from streams.forecast.scoring import SymbolScoring, decode_score, score_offline
 from streams.runtime.records import FeatureRow
-from streams.runtime.stages.scores import Scores, Scoring, scoring_decoder
+from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stores import Changelog, StateStore
 from streams.schema import PRICE_SCALE
 from tests.test_agent_state import MemoryChangelogs, flush
@@ -33,7 +33,7 @@ def scoring(
 ) -> Scoring:
     scores = StateStore(
         Changelog("t-scoring-state-changelog", io),
-        scoring_decoder(window),
+        SymbolScoring.decoder(window),
         SymbolScoring.to_bytes,
         lambda: SymbolScoring(window, retention),
     )

@@ -27,7 +27,7 @@ from streams.runtime.policy import exit_uncommitted, readable
 from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
-from streams.runtime.stages.scores import Scoring, scoring_decoder
+from streams.runtime.stages.scores import Scoring
 from streams.runtime.stages.windows import feature_row
 from streams.runtime.stores import StateStore, Store, WindowStore
 
@@ -117,7 +117,7 @@ def scoring(app: BarcastApp) -> Scoring:
     settings = app.barcast
     raw_topic(app, settings.topic_scores)
     window = settings.score_window
-    decode, new = scoring_decoder(window), lambda: SymbolScoring(window)
+    decode, new = SymbolScoring.decoder(window), lambda: SymbolScoring(window)
     scores = store(app, "scoring-state", SymbolScoring, decode, new)
     calibrations = store(app, "calibration-state", SymbolCalibration)
     calibration = CalibrationConfig(enabled=settings.online_calibration)

@@ -20,6 +20,7 @@ shortest float repr that reads back to the same double).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypedDict
@@ -274,6 +275,17 @@ class SymbolScoring:
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolScoring:
         return cls.from_dict(orjson.loads(data))
+
+    @classmethod
+    def decoder(cls, window: int) -> Callable[[bytes], SymbolScoring]:
+        """Decode a stored state with the rolling window of this worker's setting."""
+
+        def decode(data: bytes) -> SymbolScoring:
+            state = cls.from_bytes(data)
+            state.window = state.rolling.window = window
+            return state
+
+        return decode
 
 
 class Scorer:

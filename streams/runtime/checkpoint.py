@@ -82,8 +82,6 @@ class Runtime:
 
 
 Handle = Callable[[list[Record]], Awaitable[None]]  # an agent's stages on a batch
-
-
 Drain = Callable[[], Awaitable[None]] | None  # of a stage publishing on its own schedule
 
 
