@@ -84,7 +84,8 @@ class ProbeWorker:
         )
         self.features = Features(self._store("features-state", SymbolFeatures), "features", "dlq")
         window = settings.score_window
-        scores = self._store("scoring-state", SymbolScoring(window), lambda: SymbolScoring(window))
+        decode, new = SymbolScoring.decoder(window), lambda: SymbolScoring(window)
+        scores = self._store("scoring-state", SymbolScoring, decode, new)
         calibrations = self._store("calibration-state", SymbolCalibration)
         calibration = CalibrationConfig(enabled=settings.online_calibration)
         self.scoring = Scoring(scores, calibrations, calibration, "scores")
@@ -205,9 +206,10 @@ class ProbeWorker:
         served = self.engine.served
         drop("engine: step-encoding cache", served.cache.clear)
         drop("engine: static contexts", served.static.clear)
-        drop("scoring's latest offsets, windows' flushed counts", self._forget_rest)
+        drop("scoring's offsets and waiting bars, windows' flushed counts", self._forget_rest)
         return released
 
     def _forget_rest(self) -> None:
-        self.scoring.latest.clear()
+        self.scoring.applied.clear()
+        self.scoring.waiting.clear()
         self.stores["forecast-window-slots"].flushed.clear()

@@ -46,9 +46,8 @@ def scoring(
     return Scoring(scores, calibrations, CalibrationConfig(enabled=enabled), TOPIC)
 
 
-Event = tuple[
-    str, int, Any
-]  # ("bar", offset, (row, requested)) or ("forecast", offset, (request, value))
+# ("bar", offset, (row, requested)) or ("forecast", offset, (request, value))
+Event = tuple[str, int, Any]
 
 
 def events(lag: int, seed: int = 0) -> tuple[list[Event], list[dict[str, Any]]]:
