@@ -21,12 +21,14 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
   median reported.
 - (d) the burst with BARCAST_MAX_BATCH=1: the best unbatched path (each window alone in an
   unpadded chunk of one, incremental encoding on), the batching anchor; (e) with
-  BARCAST_INCREMENTAL_ENCODING=false, (g) with BARCAST_ONLINE_CALIBRATION=false (scoring still
-  runs), (h) with scoring and calibration off (BARCAST_ONLINE_SCORING=false: the cost of both),
-  (i) with BARCAST_EXPLAIN=true (the explanations' cost), each after a restart; (f) secondary:
-  the random-weight model, hot-reloaded into the running worker. (d)-(i) measure after one
-  unmeasured burst: the step-encoding cache and the static contexts live in memory only, and a
-  restarted worker reads its windows back lazily.
+  BARCAST_INCREMENTAL_ENCODING=false, (c') the defaults, (g) with BARCAST_ONLINE_CALIBRATION=false
+  (scoring still runs), (h) with scoring and calibration off (BARCAST_ONLINE_SCORING=false: the
+  cost of both), (i) with BARCAST_EXPLAIN=true (the explanations' cost), each after a restart;
+  (f) secondary: the random-weight model, hot-reloaded into the running worker. (d)-(i) measure
+  `--variant-repeats` bursts after one unmeasured burst: the step-encoding cache and the static
+  contexts live in memory only, and a restarted worker reads its windows back lazily. The
+  costs of scoring, calibration and explanations are ratios to (c'), a worker restarted the same
+  way, not to (c); (c') and (h) run `--pairs` times each, alternated, medians compared.
 - the worker's peak RSS with every symbol's state held, and what it is made of
   (benchmarks/pipeline_memory.py).
 
@@ -77,7 +79,7 @@ from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "pipeline.json"
-VARIANTS = ("nobatch", "full", "nocalibration", "noscoring", "explain", "random")  # besides (c)
+VARIANTS = ("nobatch", "full", "defaults", "nocalibration", "noscoring", "explain", "random")
 
 
 def inference_anchor(
@@ -186,26 +188,33 @@ def restarted_workers(
     bench: Bench, args: argparse.Namespace, plan: Plan, serving: Path, out: Measured
 ) -> None:
     """(d), (e), (g), (h) and (i), each in a worker restarted with its setting."""
-    variants = [
-        ("nobatch", "(d) max_batch=1 (unpadded)", {"max_batch": 1}),
-        ("full", "(e) full encoding", {"incremental_encoding": False}),
-        ("nocalibration", "(g) online calibration off", {"online_calibration": False}),
-        ("noscoring", "(h) scoring and calibration off", {"online_scoring": False}
-         | {"online_calibration": False}),
-        ("explain", "(i) explanations on", {"explain": True}),
-    ]  # fmt: skip
-    for name, label, changes in [v for v in variants if v[0] in args.variants]:
+    variants = {
+        "nobatch": ("(d) max_batch=1 (unpadded)", {"max_batch": 1}),
+        "full": ("(e) full encoding", {"incremental_encoding": False}),
+        "defaults": ("(c') the defaults, restarted", {}),
+        "nocalibration": ("(g) online calibration off", {"online_calibration": False}),
+        "noscoring": ("(h) scoring and calibration off", {"online_scoring": False}
+                      | {"online_calibration": False}),
+        "explain": ("(i) explanations on", {"explain": True}),
+    }  # fmt: skip
+    # The cost ratios compare restarted workers only, defaults and noscoring alternated.
+    paired = ["defaults", "noscoring"] * args.pairs
+    order = ["nobatch", "full", *paired[:2], "nocalibration", "explain", *paired[2:]]
+    for run, name in enumerate([v for v in order if v in args.variants]):
+        label, changes = variants[name]
         try:
-            worker, out.restarts[f"{name}_restart_s"] = bench.start_worker(
-                f"worker-{name}", model_dir=serving, **changes
+            worker, out.restarts[f"{name}_{run}_restart_s"] = bench.start_worker(
+                f"worker-{name}-{run}", model_dir=serving, **changes
             )
         except AssertionError as exc:  # report the others rather than nothing
             out.errors[name] = str(exc).splitlines()[0]
             bench.say(f"{label}: {out.errors[name]}")
             continue
         try:
-            out.bursts[name] = bench.bursts(
-                plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, warm_up=True
+            out.bursts.setdefault(name, []).extend(
+                bench.bursts(
+                    plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, warm_up=True
+                )
             )
         finally:
             worker.stop()
@@ -272,7 +281,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--round-interval", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=3, help="batched bursts")
-    parser.add_argument("--variant-repeats", type=int, default=1, help="bursts per variant")
+    parser.add_argument("--variant-repeats", type=int, default=2, help="bursts per variant")
+    parser.add_argument(
+        "--pairs", type=int, default=2, help="restarts of (c') and (h) each, alternated"
+    )
     parser.add_argument("--random-hidden", type=int, default=64, help="secondary model")
     parser.add_argument("--random-heads", type=int, default=4)
     parser.add_argument(

@@ -38,7 +38,8 @@ def results(
         return round(statistics.median(runs), 1) if runs else None
 
     batched, nobatch, full = median("batched"), median("nobatch"), median("full")
-    uncalibrated, unscored, explained = (
+    restarted, uncalibrated, unscored, explained = (
+        median("defaults"),
         median("nocalibration"),
         median("noscoring"),
         median("explain"),
@@ -53,12 +54,13 @@ def results(
         "batching_speedup": ratio(nobatch, batched),
         "burst_1000_full_ms": full,
         "incremental_speedup": ratio(full, batched),
+        "burst_1000_restarted_ms": restarted,  # (c'): the base of the three costs below
         "burst_1000_nocalibration_ms": uncalibrated,
-        "calibration_cost": ratio(batched, uncalibrated),
+        "calibration_cost": ratio(restarted, uncalibrated),
         "burst_1000_noscoring_ms": unscored,
-        "scoring_cost": ratio(batched, unscored),
+        "scoring_cost": ratio(restarted, unscored),
         "burst_1000_explain_ms": explained,
-        "explain_cost": ratio(explained, batched),
+        "explain_cost": ratio(explained, restarted),
         "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
     }
     nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
@@ -130,6 +132,8 @@ def table(result: dict) -> str:
          f"x (goal >= {GOALS['batching_speedup']:.0f})"),
         ("burst_1000_full_ms", result["burst_1000_full_ms"], "ms (incremental encoding off)"),
         ("incremental_speedup", result["incremental_speedup"], "x"),
+        ("burst_1000_restarted_ms", result["burst_1000_restarted_ms"],
+         "ms (the defaults, restarted: the base of the costs below)"),
         ("burst_1000_nocalibration_ms", result["burst_1000_nocalibration_ms"],
          "ms (online calibration off)"),
         ("calibration_cost", result["calibration_cost"], "x (burst with / without)"),

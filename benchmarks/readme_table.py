@@ -196,8 +196,9 @@ def pipeline_rows(r: dict[str, Any]) -> list[Row]:
             "`pipeline.py`: the same burst, each variant in a restarted worker: scoring and "
             "online calibration off (`BARCAST_ONLINE_SCORING=false`), calibration off alone, "
             "explanations on (`BARCAST_EXPLAIN=true`); each after one unmeasured burst",
-            "the default burst (scoring and calibration on, no explanations), same run; its "
-            "worker has run the whole benchmark, a variant's restored its state lazily",
+            "the defaults (scoring and calibration on, no explanations) in a worker restarted "
+            "the same way, same run; it and scoring off alternated, medians compared",
+            f"defaults restarted {ms(r.get('burst_1000_restarted_ms'))}; "
             f"scoring and calibration off {ms(r.get('burst_1000_noscoring_ms'))}: with them "
             f"**{times(r.get('scoring_cost'))}**; calibration off alone "
             f"{ms(r.get('burst_1000_nocalibration_ms'))}; explanations on "

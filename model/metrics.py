@@ -5,6 +5,7 @@ Pinball loss, the TFT paper's q-risk, MAE of the median, coverage; attention ent
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,13 @@ def pinball(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.nd
     return np.maximum(levels * err, (levels - 1.0) * err).mean(axis=0)
 
 
-def pinball_point(y: float, q: float, level: float) -> float:
-    """`pinball`'s loss of one realized value and one quantile, in plain floats (the same
-    arithmetic, so the same bits): for the worker's scoring of one forecast at a time."""
-    err = y - q
-    return max(level * err, (level - 1.0) * err)
+def pinball_row(y: Sequence[float], q: Sequence[float], level: float) -> list[float]:
+    """`pinball`'s loss of each realized value against its quantile at one level, in plain
+    floats (the same arithmetic, and `max`'s choice, so the same bits): for the worker's scoring
+    of one forecast at a time, where numpy's per-call cost would be most of the time."""
+    below = level - 1.0
+    errors = [r - x for r, x in zip(y, q, strict=True)]
+    return [below * e if below * e > level * e else level * e for e in errors]
 
 
 def pinball_per_window(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:

@@ -103,11 +103,12 @@ class SymbolCalibration:
         while self.waiting and self.waiting[0][0] <= ts:
             _, below, above = self.waiting.pop(0)
             step = config.step_after(self.n)
-            self.log_scale += [[0.0, 0.0] for _ in range(len(below) - len(self.log_scale))]
-            for h, (low, high) in enumerate(zip(below, above, strict=True)):
-                a, b = self.log_scale[h]
-                a, b = a + step * (low - MISS), b + step * (high - MISS)
-                self.log_scale[h] = [_clip(a), _clip(b)]
+            n = len(below)
+            self.log_scale += [[0.0, 0.0] for _ in range(n - len(self.log_scale))]
+            self.log_scale[:n] = [
+                [_clip(a + step * (low - MISS)), _clip(b + step * (high - MISS))]
+                for (a, b), low, high in zip(self.log_scale[:n], below, above, strict=True)
+            ]
             self.n += 1
 
     def to_bytes(self) -> bytes:

@@ -30,7 +30,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Gauge
 
 from model.covariates import NS_PER_MIN
-from model.metrics import pinball_point
+from model.metrics import pinball_row
 from streams.schema import PRICE_SCALE
 
 QUANTILES = {"q10": 0.1, "q50": 0.5, "q90": 0.9}  # the `forecasts` value's quantile fields
@@ -124,7 +124,7 @@ def unscored(forecast: dict[str, Any], reason: Unscored) -> ScoreValue:
 def score(forecast: dict[str, Any], bars: list[LabelBar | None]) -> ScoreValue:
     """The record of a forecast given its bars at t+1..t+H minutes (None: no bar that minute).
     Plain floats but for the logarithms (numpy's, as the training labels' `forward_returns`):
-    on a handful of horizons numpy's per-call cost is most of the time (`pinball_point` is the
+    on a handful of horizons numpy's per-call cost is most of the time (`pinball_row` is the
     training metric's arithmetic, `model.metrics.pinball`)."""
     present = [b for b in bars if b is not None]
     if len(present) < len(bars):
@@ -143,10 +143,7 @@ def score(forecast: dict[str, Any], bars: list[LabelBar | None]) -> ScoreValue:
         horizons=list(forecast["horizons"]),
         unscored=None,
         realized=y,
-        pinball={
-            name: [pinball_point(r, q, level) for r, q in zip(y, forecast[name], strict=True)]
-            for name, level in QUANTILES.items()
-        },
+        pinball={name: pinball_row(y, forecast[name], level) for name, level in QUANTILES.items()},
         inside=[not (b or a) for b, a in zip(below, above, strict=True)],
         below_q10=below,
         above_q90=above,
