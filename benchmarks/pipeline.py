@@ -128,7 +128,8 @@ class Plan:
     def of(cls, args: argparse.Namespace) -> Plan:
         n_burst, n_live = args.symbols, args.live_symbols
         bursts_from = args.minutes  # the burst symbols' next minute after the throughput phase
-        n_bursts = args.repeats + len(VARIANTS) * (1 + args.variant_repeats)  # + warm-ups
+        workers = len(VARIANTS) + 2 * (args.pairs - 1)  # (c') and (h) run `pairs` times
+        n_bursts = args.repeats + workers * (1 + args.variant_repeats)  # + warm-ups
         return cls(
             burst_rows=range(n_burst),
             live_rows=range(n_burst, n_burst + n_live),

@@ -156,6 +156,24 @@ def load(
                 "--checkpoint at a directory written by `barcast train`"
             )
     values = json.loads(config_path.read_text())
+    meta = _meta(values, config_path, expected_fingerprint)
+    digest = file_sha256(weights)
+    recorded = values.get("weights", {}).get("sha256")
+    if digest != recorded:
+        raise CheckpointError(
+            f"{weights}: sha256 {digest[:16]} does not match {recorded!s:.16} "
+            f"in {CONFIG}; the weights were replaced or partly written — "
+            "copy the checkpoint directory again"
+        )
+    model = TemporalFusionTransformer(meta.config)
+    model.load_state_dict(_tensors(weights, model.state_dict()), strict=True)
+    return model.eval(), meta, digest[:16]
+
+
+def _meta(
+    values: dict[str, Any], config_path: Path, expected_fingerprint: str | None
+) -> CheckpointMeta:
+    """config.json's metadata, refused unless this barcast can serve it."""
     if values.get("format") != FORMAT:
         raise CheckpointError(
             f"{config_path}: not a barcast TFT checkpoint (format {values.get('format')!r})"
@@ -168,21 +186,16 @@ def load(
     meta = CheckpointMeta.from_dict(values)
     if expected_fingerprint is not None and meta.feature_fingerprint != expected_fingerprint:
         raise CheckpointError(
-            f"checkpoint {directory} was trained on feature set {meta.feature_fingerprint}, but "
-            f"the feature engine here computes {expected_fingerprint}; retrain with "
-            "`barcast train` on this feature engine (or run the features version it was "
-            "trained with)"
+            f"checkpoint {config_path.parent} was trained on feature set "
+            f"{meta.feature_fingerprint}, but the feature engine here computes "
+            f"{expected_fingerprint}; retrain with `barcast train` on this feature engine (or "
+            "run the features version it was trained with)"
         )
-    digest = file_sha256(weights)
-    recorded = values.get("weights", {}).get("sha256")
-    if digest != recorded:
-        raise CheckpointError(
-            f"{weights}: sha256 {digest[:16]} does not match {recorded!s:.16} "
-            f"in {CONFIG}; the weights were replaced or partly written — "
-            "copy the checkpoint directory again"
-        )
-    model = TemporalFusionTransformer(meta.config)
-    expected = model.state_dict()
+    return meta
+
+
+def _tensors(weights: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The stored tensors, refused unless they are exactly the model's names and shapes."""
     with safe_open(str(weights), framework="pt") as f:
         stored = set(f.keys())
         missing = sorted(set(expected) - stored)
@@ -203,8 +216,7 @@ def load(
                     f"{CONFIG} builds {tuple(target.shape)}; retrain the checkpoint"
                 )
             tensors[name] = tensor
-    model.load_state_dict(tensors, strict=True)
-    return model.eval(), meta, digest[:16]
+    return tensors
 
 
 def file_sha256(path: Path) -> str:

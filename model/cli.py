@@ -16,6 +16,11 @@ T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    _register_train(subparsers)
+    _register_evaluate(subparsers)
+
+
+def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     defaults = TFTConfig()
     train = subparsers.add_parser(
         "train",
@@ -74,6 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     train.add_argument("--dropout", type=float, default=defaults.dropout)
     train.set_defaults(func=run_train)
 
+
+def _register_evaluate(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     evaluate = subparsers.add_parser(
         "evaluate",
         help="evaluate a checkpoint against baselines on held-out windows",

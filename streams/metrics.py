@@ -80,7 +80,18 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        reg = self.registry
+        self._stream_metrics(self.registry)
+        self._forecast_metrics(self.registry)
+        # The scoring stage's rolling figures, read from its states at each render: the
+        # worker's forecast stage points `scoring_figures` at them (other roles export none).
+        self.scoring = ScoringMetrics(self.registry)
+        self.scoring_figures: Callable[[], dict[tuple[int, str], float]] = dict
+        for stage, outcomes in BAR_OUTCOMES.items():
+            for outcome in outcomes:
+                self.bars.labels(stage=stage.value, outcome=outcome.value)
+
+    def _stream_metrics(self, reg: CollectorRegistry) -> None:
+        """What the consumer, the corrections and the checkpoints count."""
         self.consumer_lag = Gauge(
             "barcast_consumer_lag",
             "Messages not yet committed by this worker: highwater - committed offset.",
@@ -114,6 +125,19 @@ class Metrics:
         self.gap_minutes = Counter(
             "barcast_gap_minutes_total", "Minutes missing across all detected gaps.", registry=reg
         )
+        self.checkpoints = Counter(
+            "barcast_checkpoints_total",
+            "Checkpoints done: states stored and the consumed offsets they cover released.",
+            registry=reg,
+        )
+        self.fetch_max_wait_ms = Gauge(
+            "barcast_fetch_max_wait_ms",
+            "Longest wait of the live consumer's fetches (ms), read back from it.",
+            registry=reg,
+        )
+
+    def _forecast_metrics(self, reg: CollectorRegistry) -> None:
+        """What the forecast stage and its model count."""
         self.batch_size = Histogram(
             "barcast_batch_size",
             "Windows per inference micro-batch.",
@@ -133,16 +157,6 @@ class Metrics:
             registry=reg,
         )
         self.forecasts = Counter("barcast_forecasts_total", "Forecasts published.", registry=reg)
-        self.checkpoints = Counter(
-            "barcast_checkpoints_total",
-            "Checkpoints done: states stored and the consumed offsets they cover released.",
-            registry=reg,
-        )
-        self.fetch_max_wait_ms = Gauge(
-            "barcast_fetch_max_wait_ms",
-            "Longest wait of the live consumer's fetches (ms), read back from it.",
-            registry=reg,
-        )
         self.model_info = Gauge(
             "barcast_model_info",
             "The checkpoint serving forecasts (value is always 1).",
@@ -152,13 +166,6 @@ class Metrics:
         self.model_reloads = Counter(
             "barcast_model_reloads_total", "Checkpoints hot-reloaded since start.", registry=reg
         )
-        # The scoring stage's rolling figures, read from its states at each render: the
-        # worker's forecast stage points `scoring_figures` at them (other roles export none).
-        self.scoring = ScoringMetrics(reg)
-        self.scoring_figures: Callable[[], dict[tuple[int, str], float]] = dict
-        for stage, outcomes in BAR_OUTCOMES.items():
-            for outcome in outcomes:
-                self.bars.labels(stage=stage.value, outcome=outcome.value)
 
     def bar(self, stage: Stage, outcome: Outcome, count: int = 1) -> None:
         if outcome not in BAR_OUTCOMES[stage]:

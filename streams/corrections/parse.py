@@ -24,6 +24,7 @@ REQUIRED = (
     "volume",
     "source",
 )
+REQUIRED_SET = frozenset(REQUIRED)
 TS_MIN = 946_684_800 * 10**9  # 2000-01-01: no CME bar in DBN is older
 TS_MAX = 4_102_444_800 * 10**9  # 2100-01-01
 INT64_MIN = -(2**63)
@@ -101,18 +102,34 @@ def validate(
             "control record (END_OF_INTERVAL) given as a bar: route it with "
             "schema.is_control() and call corrections.flush() instead"
         )
-    try:
-        symbol = data["symbol"]
-        ts = data["ts_event"]
-        rtype = data["rtype"]
-        instrument_id = data["instrument_id"]
-        publisher_id = data["publisher_id"]
-        o, h, low, c = data["open"], data["high"], data["low"], data["close"]
-        volume = data["volume"]
-        source = data["source"]
-    except KeyError:
+    if not data.keys() >= REQUIRED_SET:
         missing = [name for name in REQUIRED if name not in data]
         return f"missing field(s) {', '.join(missing)}; bars.raw values need {', '.join(REQUIRED)}"
+    problem = _field_problem(data, config, now_ns)
+    if problem is not None:
+        return problem
+    prices = _prices(data["open"], data["high"], data["low"], data["close"])
+    if isinstance(prices, str):
+        return prices
+    defined = prices if None not in prices else [UNDEF_PRICE if p is None else p for p in prices]
+    identity = (data["instrument_id"], data["publisher_id"], *defined, data["volume"])
+    if len(data) != len(REQUIRED):  # unknown fields: bars.clean carries the known ones only
+        data = {name: data[name] for name in REQUIRED}
+    # Content identity for duplicates. Hashes of int tuples are deterministic in CPython (no
+    # PYTHONHASHSEED); a test pins one value so an interpreter change cannot slip by.
+    return Bar(value, data, data["symbol"], data["ts_event"], data["rtype"], prices, hash(identity))
+
+
+def _field_problem(
+    data: dict[str, Any], config: CorrectionConfig, now_ns: int | None
+) -> str | None:
+    """What is wrong with a bar's fields other than its prices, or None."""
+    symbol, source, ts, rtype = data["symbol"], data["source"], data["ts_event"], data["rtype"]
+    instrument_id, publisher_id, volume = (
+        data["instrument_id"],
+        data["publisher_id"],
+        data["volume"],
+    )
     # One chained test for the common case; the slow path below names the first bad field.
     if not (
         type(symbol) is str
@@ -147,6 +164,11 @@ def validate(
     interval = INTERVAL_NS.get(rtype)
     if interval is not None and ts % interval:
         return f"ts_event {ts} is not on the {interval // 10**9} s grid of rtype {rtype}"
+    return None
+
+
+def _prices(o: Any, h: Any, low: Any, c: Any) -> list[int | None] | str:
+    """The fixed-point prices (None: undefined), or what is wrong with the first bad one."""
     if (
         type(o) is int
         and type(h) is int
@@ -157,25 +179,17 @@ def validate(
         and INT64_MIN <= low < UNDEF_PRICE
         and INT64_MIN <= c < UNDEF_PRICE
     ):
-        prices: list[int | None] = [o, h, low, c]
-        identity = (instrument_id, publisher_id, o, h, low, c, volume)
-    else:
-        prices = []
-        for name, price in zip(PRICE_FIELDS, (o, h, low, c), strict=True):
-            if type(price) is int and INT64_MIN <= price <= UNDEF_PRICE:
-                prices.append(None if price == UNDEF_PRICE else price)
-            elif price is None or (type(price) is float and math.isnan(price)):
-                prices.append(None)
-            else:
-                return (
-                    f"field {name!r} must be an int64 fixed-point price (units of 1e-9; "
-                    f"UNDEF_PRICE or null when undefined), got {type(price).__name__} "
-                    f"{price!r:.40}; convert with round(price * 1e9)"
-                )
-        defined = (UNDEF_PRICE if p is None else p for p in prices)
-        identity = (instrument_id, publisher_id, *defined, volume)
-    if len(data) != len(REQUIRED):  # unknown fields: bars.clean carries the known ones only
-        data = {name: data[name] for name in REQUIRED}
-    # Content identity for duplicates. Hashes of int tuples are deterministic in CPython (no
-    # PYTHONHASHSEED); a test pins one value so an interpreter change cannot slip by.
-    return Bar(value, data, symbol, ts, rtype, prices, hash(identity))
+        return [o, h, low, c]
+    prices: list[int | None] = []
+    for name, price in zip(PRICE_FIELDS, (o, h, low, c), strict=True):
+        if type(price) is int and INT64_MIN <= price <= UNDEF_PRICE:
+            prices.append(None if price == UNDEF_PRICE else price)
+        elif price is None or (type(price) is float and math.isnan(price)):
+            prices.append(None)
+        else:
+            return (
+                f"field {name!r} must be an int64 fixed-point price (units of 1e-9; "
+                f"UNDEF_PRICE or null when undefined), got {type(price).__name__} "
+                f"{price!r:.40}; convert with round(price * 1e9)"
+            )
+    return prices
