@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
-from benchmarks.memory_parts import Heap, groups, release_table, status_mb, steps_table, summarize
+from benchmarks.memory_parts import (
+    RELEASED,
+    Heap,
+    groups,
+    release_table,
+    status_mb,
+    steps_table,
+    summarize,
+)
 
 
 def step(name: str, rss: float, peak: float) -> dict:
@@ -54,3 +64,20 @@ def test_the_tables_name_every_step_and_release() -> None:
     assert "burst" in steps_table(steps)
     table = release_table(result)
     assert "cache" in table and "pipeline.json" in table
+
+
+def test_the_probe_runs_the_products_worker_end_to_end(tmp_path: Path) -> None:
+    """The probe's worker is wired from the product's own stages and stores: a rename there
+    must break this test, not only the next probe run (it once did, unnoticed)."""
+    from benchmarks import memory_probe
+    from benchmarks.pipeline_models import random_checkpoint
+
+    checkpoint = random_checkpoint(tmp_path / "model", hidden=16, heads=2)
+    out = tmp_path / "probe.json"
+    sizes = ["--symbols", "6", "--minutes", "140", "--burst", "6", "--bursts", "1"]
+    memory_probe.main([*sizes, "--checkpoint", str(checkpoint), "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["changelog_bytes_written"] > 0
+    assert result["most_requests_waiting"] >= 6  # the burst's forecasts went to the model
+    released = {step["step"] for step in result["steps"]}
+    assert f"{RELEASED}scoring-state: decoded states" in released
