@@ -188,7 +188,7 @@ def first_worker(
 def restarted_workers(
     bench: Bench, args: argparse.Namespace, plan: Plan, serving: Path, out: Measured
 ) -> None:
-    """(d), (e), (g), (h) and (i), each in a worker restarted with its setting."""
+    """(d), (e), (c'), (g), (h) and (i), each in a worker restarted with its setting."""
     variants = {
         "nobatch": ("(d) max_batch=1 (unpadded)", {"max_batch": 1}),
         "full": ("(e) full encoding", {"incremental_encoding": False}),

@@ -6,7 +6,8 @@ the cumulative log return, NaN where a baseline has too little history.
 - EWMA volatility (RiskMetrics): the variance of a k-bar return is the EWMA of squared 1-bar
   returns summed over the k bars, with Gaussian or empirical standardized-residual quantiles;
 - time-of-day EWMA: the same EWMA on returns divided by the training time-of-day profile, scaled
-  forward by the profile of the k minutes ahead, so it knows the US open is coming.
+  forward by the profile of the k minutes ahead, so it knows the US open is coming; geometrically
+  blended with the plain EWMA (`profile_blend`), the weight chosen on the calibration split.
 
 Each is then calibrated like the TFT (`model.calibration`) by `model.evaluate`.
 """
@@ -62,6 +63,13 @@ def ewma_sigma(
         variance[lo:hi] = np.where(seen >= halflife, v, np.nan)
     ahead = profile.forward_rms(minute_of_day(panel.ts[ends]), panel.targets.shape[1])
     return np.sqrt(variance[ends])[:, None] * ahead
+
+
+def profile_blend(flat: np.ndarray, tod: np.ndarray, weight: float) -> np.ndarray:
+    """flat^(1 - weight) x tod^weight of the plain and the time-of-day EWMA's `ewma_sigma`: the
+    profile's shape taken to the power `weight`, for when a few weeks of training bars overstate
+    (or the day at hand does not follow) the daily shape; 1 is the time-of-day EWMA itself."""
+    return flat ** (1.0 - weight) * tod**weight
 
 
 def gaussian(sigma: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the engine module is imported when evaluating, not with thi
 
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
 HALFLIVES = (10, 20, 30, 60, 120)  # bars; each EWMA baseline keeps its best on calibration
+PROFILE_WEIGHTS = (0.2, 0.4, 0.6, 0.8, 1.0)  # the time-of-day EWMA's too (baselines.profile_blend)
 NEW_DATA_CALIBRATION = 0.2  # share of a file's windows that calibrate the baselines (--split all)
 PARTS = ("test", "val", "all")
 
@@ -225,31 +226,34 @@ def baseline_forecasts(
         "persistence": baselines.persistence(meta.persistence_quantiles, len(both)),
         "rolling_quantiles": baselines.rolling_quantiles(panel, both, quantiles, window),
     }
-    candidates: dict[str, list[tuple[float, np.ndarray]]] = {}
-    profiles = {"ewma": TimeOfDayProfile.flat(), "tod_ewma": meta.volatility.profile}
-    for family, profile in profiles.items():
-        for halflife in HALFLIVES:
-            sigma = baselines.ewma_sigma(panel, both, profile, halflife)
-            shapes = {
-                "gaussian": baselines.gaussian(sigma, quantiles),
-                "empirical": baselines.standardized_residuals(
-                    sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
-                ),
-            }
-            for shape, q in shapes.items():
-                candidates.setdefault(f"{family}_{shape}", []).append((halflife, q))
+    candidates: dict[str, list[tuple[dict[str, float], np.ndarray]]] = {}
+    for halflife in HALFLIVES:
+        flat = baselines.ewma_sigma(panel, both, TimeOfDayProfile.flat(), halflife)
+        tod = baselines.ewma_sigma(panel, both, meta.volatility.profile, halflife)
+        families = {"ewma": {0.0: flat}} | {
+            "tod_ewma": {w: baselines.profile_blend(flat, tod, w) for w in PROFILE_WEIGHTS}
+        }
+        for family, sigmas in families.items():
+            for weight, sigma in sigmas.items():
+                shapes = {
+                    "gaussian": baselines.gaussian(sigma, quantiles),
+                    "empirical": baselines.standardized_residuals(
+                        sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
+                    ),
+                }
+                choice = {"halflife_bars": halflife, "profile_weight": weight}
+                for shape, q in shapes.items():
+                    candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
     y_fit = panel.targets[fit_ends]
     out, fitted = {}, {}
-    for name, options in ({k: [(None, q)] for k, q in raw.items()} | candidates).items():
+    for name, options in ({k: [({}, q)] for k, q in raw.items()} | candidates).items():
         scored = []
-        for halflife, q in options:
+        for choice, q in options:
             scale, fit_loss = calibrate(q[:n_fit], y_fit, quantiles)
-            scored.append((fit_loss, halflife, scale, q[n_fit:]))
-        fit_loss, halflife, scale, q = min(scored, key=lambda item: item[0])
+            scored.append((fit_loss, choice, scale, q[n_fit:]))
+        fit_loss, choice, scale, q = min(scored, key=lambda item: item[0])
         out[name] = apply_interval_scale(q, scale, quantiles.index(0.5))
-        fitted[name] = {"interval_scale": scale.tolist(), "calibration_pinball": fit_loss}
-        if halflife is not None:
-            fitted[name]["halflife_bars"] = halflife
+        fitted[name] = {"interval_scale": scale.tolist(), "calibration_pinball": fit_loss} | choice
     return out, fitted
 
 

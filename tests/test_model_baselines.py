@@ -8,6 +8,7 @@ from model import baselines
 from model.calibration import apply_interval_scale, fit_interval_scale
 from model.covariates import NS_PER_MIN
 from model.dataset import Panel, fit_profile, panel_from_arrays
+from model.evaluate import PROFILE_WEIGHTS, calibrate
 from model.metrics import coverage, pinball_per_window
 from model.significance import block_bootstrap
 from model.volatility import MINUTES_PER_DAY, TimeOfDayProfile, minute_of_day
@@ -28,16 +29,17 @@ def test_interval_scale_recovers_a_known_miscalibration() -> None:
     assert np.allclose(inside, 0.8, atol=0.015)
 
 
-def intraday_panel(days: int, seed: int = 0) -> tuple[Panel, np.ndarray]:
+def intraday_panel(days: int, seed: int = 0, daily: bool = True) -> tuple[Panel, np.ndarray]:
     """Gaussian 1-minute returns whose volatility follows a known daily shape (quiet nights, a
-    busy US morning) times a slowly cycling level; returns the panel and the true shape."""
+    busy US morning; none if not `daily`) times a slowly cycling level; returns the panel and
+    the true shape."""
     rng = np.random.default_rng(seed)
     n = days * MINUTES_PER_DAY
     ts = START + np.arange(n, dtype=np.int64) * NS_PER_MIN
     minute = minute_of_day(ts)
     shape = 0.5 + 2.5 * np.exp(-(((np.arange(MINUTES_PER_DAY) - 8.5 * 60) / 90.0) ** 2))
     level = np.exp(0.2 * np.sin(np.arange(n) / (3 * MINUTES_PER_DAY)))
-    r = 1e-4 * level * shape[minute] * rng.standard_normal(n)
+    r = 1e-4 * level * (shape[minute] if daily else 1.0) * rng.standard_normal(n)
     close = 100 * np.exp(np.cumsum(r))
     rows = [(ts, close, np.zeros((n, 1)), np.ones(n, dtype=bool))]
     return panel_from_arrays(["6EH4"], rows, 10), shape
@@ -66,6 +68,28 @@ def test_time_of_day_ewma_is_nominal_and_beats_plain_ewma_on_an_intraday_profile
             assert np.allclose(below[:, [0, 2]], [0.1, 0.9], atol=0.04)
     assert abs(inside["tod"].mean() - 0.8) < 0.02
     assert losses["tod"] < 0.97 * losses["flat"]
+
+
+def test_the_profile_weight_the_calibration_picks_is_the_datas() -> None:
+    """Returns that follow the daily shape get the whole profile; returns without one, handed
+    the same profile, get the least of it (the plain EWMA is a baseline of its own)."""
+    panel, _ = intraday_panel(days=16)
+    profile = fit_profile(panel, int(panel.ts[10 * MINUTES_PER_DAY]))
+    fit = np.arange(10 * MINUTES_PER_DAY, 16 * MINUTES_PER_DAY - 10, 3)
+    for daily, expected in ((True, 1.0), (False, min(PROFILE_WEIGHTS))):
+        data, _ = intraday_panel(days=16, seed=1, daily=daily)
+        flat = baselines.ewma_sigma(data, fit, TimeOfDayProfile.flat(), 60)
+        tod = baselines.ewma_sigma(data, fit, profile, 60)
+        losses = {
+            w: calibrate(
+                baselines.gaussian(baselines.profile_blend(flat, tod, w), QUANTILES),
+                data.targets[fit],
+                QUANTILES,
+            )[1]
+            for w in PROFILE_WEIGHTS
+        }
+        assert min(losses, key=losses.__getitem__) == expected, losses
+    assert np.array_equal(baselines.profile_blend(flat, tod, 1.0), tod)
 
 
 def test_empirical_residual_quantiles_follow_fat_tails() -> None:
