@@ -2,7 +2,7 @@
 through the scoring stage and the online calibrator, without a broker.
 
     nice -n 10 .venv/bin/python benchmarks/online_calibration.py [--checkpoint DIR]
-        [--window 240] [--forecast-only]
+        [--window 240] [--seeds 10] [--forecast-only]
 
 - (a) mechanism: the checkpoint's q10/q90 miscalibrated on purpose (the interval around q50
   scaled by 0.5, as `interval_scale` x 0.5 in its config would make the engine serve): 80 %
@@ -13,9 +13,11 @@ through the scoring stage and the online calibrator, without a broker.
   static calibration;
 - (c) regime replay: every log return after mid-month scaled by 3, rolling coverage with and
   without online calibration over time (benchmarks/results/online_calibration.png, with (a)).
-- (d) reference: the same bands for a forecaster calibrated by construction (a Gaussian random
-  walk forecast with its true quantiles, horizons 1..10 pooled as the dashboard pools them), over
-  as many forecasts: how far sampling alone moves a rolling or a cumulative coverage.
+- (d) reference (`benchmarks/calibration_reference.py`): the same bands for a forecaster
+  calibrated by construction (a Gaussian random walk forecast with its true quantiles), over as
+  many forecasts, through the same scoring stage and rolling figures: how far sampling alone
+  moves a rolling or a cumulative coverage; and with the product's tracking and with fixed
+  steps, what holding the rolling coverage nearer 80 % costs in pinball.
 
 Figures and acceptance checks go to benchmarks/results/online_calibration.json.
 Forecasting the month at hidden 128 takes a while on a small CPU, so the forecast values (exactly
@@ -40,22 +42,20 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from benchmarks.calibration_reference import reference
+from benchmarks.calibration_replay import START, band, coverage_series, replay, summary
 from benchmarks.provenance import loadavg, run_metadata
 from model.dataset import Split
 from streams.corrections import bars_from_frame
-from streams.forecast.conformal import CalibrationConfig, Calibrator
+from streams.forecast.conformal import CalibrationConfig
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_value
 from streams.forecast.offline import clean_history, forecast_history
 from streams.forecast.scoring import (
     DEFAULT_WINDOW,
     LOWER,
-    QUANTILES,
     UPPER,
-    Rolling,
-    Scorer,
     ScoreValue,
-    pooled_figures,
 )
 from streams.ingest.convert import SIXE_CSV, read_bar_csv
 from streams.schema import PRICE_SCALE
@@ -68,7 +68,6 @@ RESULTS = REPO_ROOT / "benchmarks" / "results"
 PRICES = ("open", "high", "low", "close")
 REGIME_FACTOR = 3.0
 MISCALIBRATION = 0.5
-START = 300  # scored forecasts before the mechanism check begins
 
 
 def month_frame(settings: Settings) -> pd.DataFrame:
@@ -123,71 +122,6 @@ def miscalibrated(value: dict[str, Any], factor: float = MISCALIBRATION) -> dict
         q = median + factor * (np.asarray(value[name]) - median)
         out[name], out["price_" + name] = q.tolist(), (value["close"] * np.exp(q)).tolist()
     return out
-
-
-def replay(
-    clean: list[dict[str, Any]], forecasts: list[dict[str, Any]], online: bool
-) -> list[ScoreValue]:
-    """The worker's order: bar t reaches the scorer before the forecast of t is calibrated,
-    published and handed to the scorer. The scored records, in order."""
-    calibrator = Calibrator(CalibrationConfig(enabled=online))
-    scorer, records = Scorer(), []
-    by_ts = {v["ts_event"]: v for v in forecasts}
-    for bar in clean:
-        new = scorer.on_bar(bar)
-        calibrator.update(new)
-        value = by_ts.get(bar["ts_event"])
-        if value is not None:
-            later = scorer.on_forecast(calibrator.apply(value))
-            calibrator.update(later)
-            new += later
-        records += new
-    return [r for r in records if r["unscored"] is None]
-
-
-def coverage_series(records: list[ScoreValue], window: int) -> dict[str, np.ndarray]:
-    """After each scored forecast: the rolling coverage the dashboard shows (mean over
-    horizons of `barcast_forecast_coverage`) and the cumulative coverage since the start."""
-    rolling, shown = Rolling(window=window), []
-    for record in records:
-        rolling.add(record)
-        figures = pooled_figures([rolling])
-        shown.append(np.mean([v for (_, name), v in figures.items() if name == "coverage"]))
-    inside = np.array([np.mean(r["inside"] or []) for r in records])
-    return {
-        "ts": np.array([r["ts_event"] for r in records]),
-        "rolling": np.array(shown),
-        "cumulative": np.cumsum(inside) / np.arange(1, len(inside) + 1),
-    }
-
-
-def summary(records: list[ScoreValue]) -> dict[str, float]:
-    """Coverage, tails and mean pinball (bp, over horizons and quantiles) of scored records."""
-
-    def mean(name: str) -> float:
-        return float(np.mean([r[name] for r in records]))  # type: ignore[literal-required]
-
-    pinball = [np.mean([r["pinball"][q] for q in QUANTILES]) for r in records if r["pinball"]]
-    return {
-        "n": len(records),
-        "coverage": mean("inside"),
-        "below_q10": mean("below_q10"),
-        "above_q90": mean("above_q90"),
-        "mean_pinball_bp": float(np.mean(pinball) * 1e4),
-    }
-
-
-def band(series: dict[str, np.ndarray], start: int, key: str) -> dict[str, Any]:
-    """Range of a coverage series from `start` scored forecasts on, and the first count from
-    which it stays within 80 +- 3 % (None: it leaves the band at the end)."""
-    values = series[key]
-    outside = np.flatnonzero(np.abs(values - 0.8) > 0.03)
-    settled = 0 if not len(outside) else int(outside[-1]) + 1
-    return {
-        "min": float(values[start:].min()),
-        "max": float(values[start:].max()),
-        "within_80pm3_from": settled if settled < len(values) else None,
-    }
 
 
 def week_records(
@@ -247,7 +181,7 @@ def cases(
     for case, (clean, forecasts) in inputs.items():
         for online in (True, False):
             name = f"{case}_{'online' if online else 'static'}"
-            records = replay(clean, forecasts, online)
+            records = replay(clean, forecasts, CalibrationConfig(enabled=online))
             series[name] = coverage_series(records, window)
             figures[name] = summary(records) | {
                 "after_start": summary(records[START:]),
@@ -260,38 +194,6 @@ def cases(
                 late = [r for r in records if r["ts_event"] >= regime["middle"]]
                 figures[name]["after_middle"] = summary(late)
     return figures, series
-
-
-def ideal_reference(n: int, window: int, horizons: int = 10, seeds: int = 50) -> dict[str, Any]:
-    """(d): the rolling and cumulative bands of an exactly calibrated 80 % interval, one random
-    walk per seed: its inside flags per horizon pooled per forecast, as `coverage_series` pools
-    the scored records."""
-    z = 1.2815515655446004  # the standard normal's 90th percentile
-    rolling, cumulative = [], []
-    for seed in range(seeds):
-        path = np.concatenate(
-            [[0.0], np.cumsum(np.random.default_rng(seed).normal(size=n + horizons))]
-        )
-        inside = np.mean(
-            [np.abs(path[h : h + n] - path[:n]) <= z * np.sqrt(h) for h in range(1, horizons + 1)],
-            axis=0,
-        )
-        rolling.append(np.convolve(inside, np.ones(window) / window, "valid")[START:])
-        series = {"cumulative": np.cumsum(inside) / np.arange(1, n + 1)}
-        cumulative.append(band(series, START, "cumulative"))
-    settled = [c["within_80pm3_from"] for c in cumulative]
-    return {
-        "forecasts": n,
-        "seeds": seeds,
-        "rolling_min_median": float(np.median([r.min() for r in rolling])),
-        "rolling_max_median": float(np.median([r.max() for r in rolling])),
-        "rolling_within_80pm3_share": float(
-            np.mean([np.abs(r - 0.8).max() <= 0.03 for r in rolling])
-        ),
-        "cumulative_within_80pm3_from_start_share": float(
-            np.mean([s is not None and s <= START for s in settled])
-        ),
-    }
 
 
 def verdicts(figures: dict[str, Any]) -> dict[str, bool]:
@@ -319,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="rolling window")
+    parser.add_argument("--seeds", type=int, default=10, help="random walks of reference (d)")
     parser.add_argument("--forecast-only", action="store_true", help="fill the cache and stop")
     args = parser.parse_args(argv)
     provenance = run_metadata()
@@ -345,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "miscalibration": MISCALIBRATION,
         "regime_factor": REGIME_FACTOR,
         "figures": figures,
-        "ideal_reference": ideal_reference(figures["mechanism_online"]["n"], args.window),
+        "ideal_reference": reference(figures["mechanism_online"]["n"], args.window, args.seeds),
         "acceptance": verdicts(figures),
         "provenance": provenance | {"loadavg_end": loadavg()},
     }
