@@ -314,7 +314,8 @@ def train_epoch(
 def fit_volatility(
     panel: Panel, split: Split, train_ends: np.ndarray, lookback: int
 ) -> VolatilityScale:
-    """The output scale, from training bars (profile) and training windows (floor) only."""
+    """The output scale, from training bars (profile) and training windows (its power,
+    half-life and floor) only."""
     missing = [name for name in SCALE_INPUTS if name not in panel.feature_names]
     if missing:
         raise TrainingError(
@@ -324,7 +325,9 @@ def fit_volatility(
     profile = fit_profile(panel, split.train_end)
     columns = [panel.feature_names.index(name) for name in SCALE_INPUTS]
     inputs = window_rows(panel.features[:, columns], lookback)[train_ends]
-    return VolatilityScale.fit(profile, panel.feature_names, inputs)
+    return VolatilityScale.fit(
+        profile, panel.feature_names, inputs, panel.ts[train_ends], panel.targets[train_ends]
+    )
 
 
 def epoch_order(ends: np.ndarray, chunk: int, rng: np.random.Generator) -> np.ndarray:

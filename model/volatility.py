@@ -24,6 +24,10 @@ SCALE_LAMBDA = 0.99  # that feature's decay: the profile is averaged with the sa
 # What the scale reads of each window row: the return, the minute of day, gaps, the slow EWMA.
 SCALE_INPUTS = ("ret_1", "tod_sin", "tod_cos", "bar_gap_log", SCALE_FEATURE)
 SCALE_HALFLIFE = 30.0  # bars, of the EWMA over the window's own standardized returns
+# What `VolatilityScale.fit` chooses from: the EWMA's half-life (bars) and the power of the
+# profile's shape (1: the whole daily shape; a few weeks of bars overstate it).
+SCALE_HALFLIVES = (30.0, 60.0, 120.0)
+SCALE_POWERS = (0.2, 0.4, 0.6, 0.8, 1.0)
 SCALE_FLOOR = 0.1  # fraction of the training median standardized volatility
 
 
@@ -76,6 +80,11 @@ class TimeOfDayProfile:
         """No daily shape: plain EWMA volatility, scaled by sqrt(h)."""
         return cls(MINUTES_PER_DAY, np.ones(1))
 
+    def powered(self, power: float) -> TimeOfDayProfile:
+        """The daily shape to the power `power`, RMS over the day 1 again."""
+        shaped = self.relative**power
+        return TimeOfDayProfile(self.bucket_minutes, shaped / np.sqrt(np.mean(shaped**2)))
+
     def per_minute_square(self) -> np.ndarray:
         """(1440,) squared relative volatility of each minute of the day."""
         return np.repeat(self.relative**2, self.bucket_minutes)
@@ -124,31 +133,66 @@ class VolatilityScale:
     """The TFT's output unit: the model forecasts returns in units of a causal time-of-day
     volatility forecast per window and horizon, and this rescales them. It reads only the
     window's own feature rows (`SCALE_INPUTS`), so the worker computes it with no state of its
-    own. Over the window, an EWMA of squared returns divided by the profile of their minute (the
-    time-of-day EWMA baseline's estimate), started from the oldest row's slow EWMA over the
-    profile it averaged; then scaled forward by the profile of the h minutes ahead:
+    own. Over the window, an EWMA (half-life `halflife`) of squared returns divided by the
+    shape of their minute (the training profile to the power `power`: the time-of-day EWMA
+    baseline's estimate), started from the oldest row's slow EWMA over the shape it averaged;
+    then scaled forward by the shape of the h minutes ahead:
 
-        scale(t, h) = max(sqrt(v(t)), floor) * forward profile(t, h)
+        scale(t, h) = max(sqrt(v(t)), floor) * forward shape(t, h)
     """
 
-    profile: TimeOfDayProfile
+    profile: TimeOfDayProfile  # as fitted on the training bars (the baselines read it too)
     columns: tuple[int, ...]  # of SCALE_INPUTS in the feature rows
     floor: float
-    trailing: np.ndarray = field(init=False, repr=False)  # (1440,) from the profile
+    power: float = 1.0
+    halflife: float = SCALE_HALFLIFE
+    shape: TimeOfDayProfile = field(init=False, repr=False)  # the profile to the power
+    trailing: np.ndarray = field(init=False, repr=False)  # (1440,) from the shape
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "trailing", self.profile.trailing_rms(SCALE_LAMBDA))
+        object.__setattr__(self, "shape", self.profile.powered(self.power))
+        object.__setattr__(self, "trailing", self.shape.trailing_rms(SCALE_LAMBDA))
 
     @classmethod
     def fit(
-        cls, profile: TimeOfDayProfile, feature_names: tuple[str, ...], inputs: np.ndarray
+        cls,
+        profile: TimeOfDayProfile,
+        feature_names: tuple[str, ...],
+        inputs: np.ndarray,
+        ts_event: np.ndarray,
+        targets: np.ndarray,
     ) -> VolatilityScale:
-        """From the training windows' `inputs` `(n, lookback, len(SCALE_INPUTS))`."""
+        """From the training windows' `inputs` `(n, lookback, len(SCALE_INPUTS))`, last bars'
+        `ts_event` and labels `targets` `(n, horizon)`: the power and half-life whose scale
+        fits the labels best as a Gaussian's, its level left free (the head and the interval
+        calibration set the level; what is chosen is how the scale moves)."""
         columns = tuple(feature_names.index(name) for name in SCALE_INPUTS)
-        level = float(np.nanmedian(cls(profile, columns, 0.0).standardized(inputs)))
+        labelled = np.isfinite(targets).all(axis=1)
+        fits = {
+            (power, halflife): cls(profile, columns, 0.0, power, halflife).misfit(
+                inputs[labelled], ts_event[labelled], targets[labelled]
+            )
+            for power in SCALE_POWERS
+            for halflife in SCALE_HALFLIVES
+        }
+        power, halflife = min(fits, key=fits.__getitem__)
+        chosen = cls(profile, columns, 0.0, power, halflife)
+        level = float(np.nanmedian(chosen.standardized(inputs)))
         if not level > 0:
             raise ValueError("the windows' returns are all 0: no volatility to scale by")
-        return cls(profile, columns, SCALE_FLOOR * level)
+        return cls(profile, columns, SCALE_FLOOR * level, power, halflife)
+
+    def misfit(self, inputs: np.ndarray, ts_event: np.ndarray, targets: np.ndarray) -> float:
+        """Gaussian negative log-likelihood per label of `targets` under this scale times the
+        best single level (mean log s^2 + log mean (y/s)^2), over windows with a scale."""
+        sigma = self.standardized(inputs)[:, None] * self.shape.forward_rms(
+            minute_of_day(ts_event), targets.shape[1]
+        )
+        ok = np.isfinite(sigma).all(axis=1) & (sigma > 0).all(axis=1)
+        if not ok.any():
+            raise ValueError("no training window has a volatility to scale by; give more bars")
+        s, y = sigma[ok], targets[ok]
+        return float(np.mean(np.log(s**2)) + np.log(np.mean((y / s) ** 2)))
 
     def standardized(self, inputs: np.ndarray) -> np.ndarray:
         """`(B,)` the windows' volatility in units of the profile, from `inputs` `(B, T, 5)`.
@@ -157,8 +201,8 @@ class VolatilityScale:
         minute = np.rint(np.arctan2(sin, cos) * (MINUTES_PER_DAY / (2 * np.pi))).astype(np.int64)
         minute %= MINUTES_PER_DAY
         variance = (slow[:, 0] / self.trailing[minute[:, 0]]) ** 2
-        square = r**2 / self.profile.per_minute_square()[minute]
-        decay = 0.5 ** (1 / SCALE_HALFLIFE)
+        square = r**2 / self.shape.per_minute_square()[minute]
+        decay = 0.5 ** (1 / self.halflife)
         for k in range(1, inputs.shape[1]):  # a gap's return is a session's jump: no news
             x = np.where((gap[:, k] > 0) | ~np.isfinite(square[:, k]), variance, square[:, k])
             variance = decay * variance + (1 - decay) * x
@@ -168,27 +212,35 @@ class VolatilityScale:
         """`(B, horizon)` log-return units of windows ending at `ts_event`."""
         vol = self.standardized(inputs)
         vol = np.where(np.isfinite(vol), np.maximum(vol, self.floor), self.floor)
-        return vol[:, None] * self.profile.forward_rms(minute_of_day(ts_event), horizon)
+        return vol[:, None] * self.shape.forward_rms(minute_of_day(ts_event), horizon)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile.to_dict(),
             "inputs": list(SCALE_INPUTS),
             "columns": list(self.columns),
-            "halflife": SCALE_HALFLIFE,
+            "halflife": self.halflife,
+            "power": self.power,
             "floor": self.floor,
         }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> VolatilityScale:
-        if values.get("inputs") != list(SCALE_INPUTS) or values.get("halflife") != SCALE_HALFLIFE:
+        halflife = values.get("halflife")
+        # A checkpoint from before the fitted power scaled by the whole profile: power 1.
+        power = values.get("power", 1.0)
+        if values.get("inputs") != list(SCALE_INPUTS) or not all(
+            isinstance(v, int | float) and v > 0 for v in (halflife, power)
+        ):
             raise ValueError(
-                f"checkpoint scales by {values.get('inputs')!r} (half-life "
-                f"{values.get('halflife')}), this barcast by {list(SCALE_INPUTS)!r} "
-                f"({SCALE_HALFLIFE}); retrain the checkpoint"
+                f"checkpoint scales by {values.get('inputs')!r} (half-life {halflife}, profile "
+                f"power {power}), this barcast by {list(SCALE_INPUTS)!r} with a positive "
+                "half-life and power; retrain the checkpoint"
             )
         return cls(
             TimeOfDayProfile.from_dict(values["profile"]),
             tuple(int(c) for c in values["columns"]),
             float(values["floor"]),
+            float(power),
+            float(halflife),
         )

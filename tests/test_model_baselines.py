@@ -7,11 +7,20 @@ import numpy as np
 from model import baselines
 from model.calibration import apply_interval_scale, fit_interval_scale
 from model.covariates import NS_PER_MIN
-from model.dataset import Panel, fit_profile, panel_from_arrays
+from model.dataset import Panel, fit_profile, panel_from_arrays, window_rows
 from model.evaluate import PROFILE_WEIGHTS, calibrate
 from model.metrics import coverage, pinball_per_window
 from model.significance import block_bootstrap
-from model.volatility import MINUTES_PER_DAY, TimeOfDayProfile, minute_of_day
+from model.synthetic import scale_inputs
+from model.volatility import (
+    MINUTES_PER_DAY,
+    SCALE_HALFLIVES,
+    SCALE_INPUTS,
+    SCALE_POWERS,
+    TimeOfDayProfile,
+    VolatilityScale,
+    minute_of_day,
+)
 
 QUANTILES = (0.1, 0.5, 0.9)
 START = 1_704_150_000_000_000_000  # 2024-01-01 23:00 UTC, a Monday evening in Chicago
@@ -112,3 +121,36 @@ def test_block_bootstrap_sees_a_real_difference_and_not_a_spurious_one() -> None
     assert block_bootstrap(noise + 0.5)["excludes_zero"]
     null = block_bootstrap(noise - noise.mean())
     assert not null["excludes_zero"] and null["ci95"][0] < 0 < null["ci95"][1]
+
+
+def scaled_panel(days: int, seed: int, daily: bool) -> Panel:
+    """`intraday_panel`'s returns with the volatility scale's input columns."""
+    bare, _ = intraday_panel(days, seed, daily)
+    rows = [(bare.ts, bare.close, scale_inputs(bare.ts, bare.close), bare.warm)]
+    return panel_from_arrays(["6EH4"], rows, 10, feature_names=SCALE_INPUTS)
+
+
+def test_the_tft_scale_takes_the_profile_power_its_training_windows_follow() -> None:
+    """The TFT's output scale picks the whole profile for returns that follow it and the least
+    of it for returns without one, as the baseline's calibration does; the choice round-trips."""
+    profile = fit_profile(
+        intraday_panel(days=12)[0], int(START + 10 * MINUTES_PER_DAY * NS_PER_MIN)
+    )
+    for daily, expected in ((True, 1.0), (False, min(SCALE_POWERS))):
+        panel = scaled_panel(days=12, seed=1, daily=daily)
+        ends = np.arange(100, len(panel.ts) - 10, 7)
+        inputs = window_rows(panel.features, 60)[ends]
+        scale = VolatilityScale.fit(
+            profile, SCALE_INPUTS, inputs, panel.ts[ends], panel.targets[ends]
+        )
+        assert scale.power == expected
+        assert scale.halflife in SCALE_HALFLIVES
+        again = VolatilityScale.from_dict(scale.to_dict())
+        assert (again.power, again.halflife, again.floor) == (
+            scale.power,
+            scale.halflife,
+            scale.floor,
+        )
+        assert np.array_equal(
+            again.scale(panel.ts[ends], inputs, 10), scale.scale(panel.ts[ends], inputs, 10)
+        )
