@@ -113,7 +113,10 @@ def train_on_panel(
     target_scale = float(np.std(panel.targets[ends[Part.TRAIN]]))
     if not target_scale > 0:
         raise TrainingError("every training label is the same return; the price never moved")
-    volatility = fit_volatility(panel, split, ends[Part.TRAIN], c.lookback)
+    # The scale's shape is chosen out of the profile's sample: on the training windows, the
+    # profile fitted on them always looks best.
+    chosen_on = ends[Part.VAL] if len(ends[Part.VAL]) else ends[Part.TRAIN]
+    volatility = fit_volatility(panel, split, chosen_on, c.lookback)
     vocab = SymbolVocab.from_symbols(panel.symbols)
     config = replace(c, n_symbols=vocab.size, n_hist=panel.features.shape[1])
     data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale, volatility)
@@ -311,11 +314,9 @@ def train_epoch(
     return loss_sum / len(steps), grad_sum / len(steps)
 
 
-def fit_volatility(
-    panel: Panel, split: Split, train_ends: np.ndarray, lookback: int
-) -> VolatilityScale:
-    """The output scale, from training bars (profile) and training windows (its power,
-    half-life and floor) only."""
+def fit_volatility(panel: Panel, split: Split, ends: np.ndarray, lookback: int) -> VolatilityScale:
+    """The output scale: the profile from the training bars; its power, half-life and floor
+    from the windows `ends` (the validation windows: no test bar is read)."""
     missing = [name for name in SCALE_INPUTS if name not in panel.feature_names]
     if missing:
         raise TrainingError(
@@ -324,9 +325,9 @@ def fit_volatility(
         )
     profile = fit_profile(panel, split.train_end)
     columns = [panel.feature_names.index(name) for name in SCALE_INPUTS]
-    inputs = window_rows(panel.features[:, columns], lookback)[train_ends]
+    inputs = window_rows(panel.features[:, columns], lookback)[ends]
     return VolatilityScale.fit(
-        profile, panel.feature_names, inputs, panel.ts[train_ends], panel.targets[train_ends]
+        profile, panel.feature_names, inputs, panel.ts[ends], panel.targets[ends]
     )
 
 

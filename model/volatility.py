@@ -162,10 +162,10 @@ class VolatilityScale:
         ts_event: np.ndarray,
         targets: np.ndarray,
     ) -> VolatilityScale:
-        """From the training windows' `inputs` `(n, lookback, len(SCALE_INPUTS))`, last bars'
-        `ts_event` and labels `targets` `(n, horizon)`: the power and half-life whose scale
-        fits the labels best as a Gaussian's, its level left free (the head and the interval
-        calibration set the level; what is chosen is how the scale moves)."""
+        """From windows held out of the profile's fit (`inputs` `(n, lookback,
+        len(SCALE_INPUTS))`, last bars' `ts_event`, labels `targets` `(n, horizon)`): the power
+        and half-life whose scale fits the labels best as a Gaussian's, its level left free (the
+        head and the interval calibration set the level; what is chosen is how it moves)."""
         columns = tuple(feature_names.index(name) for name in SCALE_INPUTS)
         labelled = np.isfinite(targets).all(axis=1)
         fits = {

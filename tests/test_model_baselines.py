@@ -130,7 +130,7 @@ def scaled_panel(days: int, seed: int, daily: bool) -> Panel:
     return panel_from_arrays(["6EH4"], rows, 10, feature_names=SCALE_INPUTS)
 
 
-def test_the_tft_scale_takes_the_profile_power_its_training_windows_follow() -> None:
+def test_the_tft_scale_takes_the_profile_power_its_windows_follow() -> None:
     """The TFT's output scale picks the whole profile for returns that follow it and the least
     of it for returns without one, as the baseline's calibration does; the choice round-trips."""
     profile = fit_profile(
