@@ -23,7 +23,7 @@ SCALE_FEATURE = "ewma_vol_slow"  # sqrt(EWMA of r², λ = 0.99), bias-corrected 
 SCALE_LAMBDA = 0.99  # that feature's decay: the profile is averaged with the same weights
 # What the scale reads of each window row: the return, the minute of day, gaps, the slow EWMA.
 SCALE_INPUTS = ("ret_1", "tod_sin", "tod_cos", "bar_gap_log", SCALE_FEATURE)
-SCALE_HALFLIFE = 30.0  # bars, of the EWMA over the window's own standardized returns
+SCALE_HALFLIFE = 30.0  # bars: an untrained checkpoint's (and one from before the fit)
 # What `VolatilityScale.fit` chooses from: the EWMA's half-life (bars) and the power of the
 # profile's shape (1: the whole daily shape; a few weeks of bars overstate it).
 SCALE_HALFLIVES = (30.0, 60.0, 120.0)
@@ -190,12 +190,12 @@ class VolatilityScale:
         )
         ok = np.isfinite(sigma).all(axis=1) & (sigma > 0).all(axis=1)
         if not ok.any():
-            raise ValueError("no training window has a volatility to scale by; give more bars")
+            raise ValueError("no window has a volatility to scale by; give more bars")
         s, y = sigma[ok], targets[ok]
         return float(np.mean(np.log(s**2)) + np.log(np.mean((y / s) ** 2)))
 
     def standardized(self, inputs: np.ndarray) -> np.ndarray:
-        """`(B,)` the windows' volatility in units of the profile, from `inputs` `(B, T, 5)`.
+        """`(B,)` the windows' volatility in units of the shape, from `inputs` `(B, T, 5)`.
         Elementwise only, so a window's value is the same whatever shares its batch."""
         r, sin, cos, gap, slow = (inputs[..., i] for i in range(len(SCALE_INPUTS)))
         minute = np.rint(np.arctan2(sin, cos) * (MINUTES_PER_DAY / (2 * np.pi))).astype(np.int64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from model import baselines
 from model.calibration import apply_interval_scale, fit_interval_scale
@@ -154,3 +155,14 @@ def test_the_tft_scale_takes_the_profile_power_its_windows_follow() -> None:
         assert np.array_equal(
             again.scale(panel.ts[ends], inputs, 10), scale.scale(panel.ts[ends], inputs, 10)
         )
+
+
+def test_a_scale_saved_before_the_fitted_power_loads_as_the_whole_profile() -> None:
+    profile = fit_profile(intraday_panel(days=2)[0], int(START + MINUTES_PER_DAY * NS_PER_MIN))
+    saved = VolatilityScale(profile, (0, 1, 2, 3, 4), 1e-6).to_dict()
+    del saved["power"]
+    loaded = VolatilityScale.from_dict(saved)
+    assert loaded.power == 1.0 and np.array_equal(loaded.shape.relative, profile.relative)
+    saved["power"] = -1.0
+    with pytest.raises(ValueError, match="retrain the checkpoint"):
+        VolatilityScale.from_dict(saved)
