@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.calibration_replay import BAND, START, band, coverage_series, replay
+from benchmarks.calibration_replay import BAND, START, band, coverage_series, replay, summary
 from model.covariates import NS_PER_MIN
 from streams.forecast.conformal import CalibrationConfig
 from streams.forecast.scoring import QUANTILES
@@ -87,10 +87,8 @@ def reference(
                 "max": rolling["max"],
                 "within": float(max(abs(rolling["min"] - 0.8), abs(rolling["max"] - 0.8)) <= BAND),
                 "cumulative_within": float(settled is not None and settled <= START),
-                "pinball": float(np.mean([np.mean(list(r["pinball"].values())) for r in records])),
-                "coverage": float(np.mean([np.mean(r["inside"]) for r in records])),
-            })  # fmt: skip
-    static = np.array([run["pinball"] for run in runs["static"]])
+            } | summary(records))  # fmt: skip
+    static = np.array([run["mean_pinball_bp"] for run in runs["static"]])
     return {
         "forecasts": n,
         "seeds": seeds,
@@ -100,7 +98,7 @@ def reference(
 
 
 def summarize(rows: list[dict[str, float]], static_pinball: np.ndarray) -> dict[str, float]:
-    pinball = np.array([row["pinball"] for row in rows])
+    pinball = np.array([row["mean_pinball_bp"] for row in rows])
     return {
         "rolling_min_median": float(np.median([row["min"] for row in rows])),
         "rolling_max_median": float(np.median([row["max"] for row in rows])),
