@@ -68,14 +68,16 @@ class SymbolCalibration:
     model_id: str | None = None
     log_scale: list[list[float]] = field(default_factory=list)
     n: int = 0  # scored forecasts applied
-    waiting: list[list[Any]] = field(default_factory=list)  # [due ts, below_q10, above_q90]
+    # (due ts, below_q10, above_q90): tuples, which the garbage collector stops tracking
+    # (streams.forecast.scoring); the log scales are updated in place for the same reason.
+    waiting: list[tuple[int, tuple[bool, ...], tuple[bool, ...]]] = field(default_factory=list)
 
     def update(self, record: ScoreValue) -> None:
         """Queue a scored forecast of this symbol; unscored ones and other models' are ignored."""
         if record["unscored"] is not None or record["model_id"] != self.model_id:
             return
         due = record["ts_event"] + max(record["horizons"]) * NS_PER_MIN
-        self.waiting.append([due, record["below_q10"], record["above_q90"]])
+        self.waiting.append((due, tuple(record["below_q10"]), tuple(record["above_q90"])))
 
     def apply(self, value: dict[str, Any], config: CalibrationConfig) -> dict[str, Any]:
         """The `forecasts` value with calibrated quantiles, the raw ones and `schema_version`."""
@@ -87,11 +89,12 @@ class SymbolCalibration:
         horizons = len(value["horizons"])
         self.log_scale += [[0.0, 0.0] for _ in range(horizons - len(self.log_scale))]
         # Plain floats, not numpy: numpy's per-call cost dominates on a handful of horizons.
-        scales = [[math.exp(a) for a in pair] for pair in self.log_scale[:horizons]]
+        pairs = self.log_scale[:horizons]
         median, close, out = value["q50"], value["close"], dict(value)
         for j, name in enumerate((LOWER, UPPER)):
+            scales = [math.exp(pair[j]) for pair in pairs]
             calibrated = [
-                m + s[j] * (r - m) for m, s, r in zip(median, scales, value[name], strict=True)
+                m + s * (r - m) for m, s, r in zip(median, scales, value[name], strict=True)
             ]
             out[name] = calibrated
             out["price_" + name] = [close * math.exp(c) for c in calibrated]
@@ -105,10 +108,9 @@ class SymbolCalibration:
             step = config.step_after(self.n)
             n = len(below)
             self.log_scale += [[0.0, 0.0] for _ in range(n - len(self.log_scale))]
-            self.log_scale[:n] = [
-                [_clip(a + step * (low - MISS)), _clip(b + step * (high - MISS))]
-                for (a, b), low, high in zip(self.log_scale[:n], below, above, strict=True)
-            ]
+            for pair, low, high in zip(self.log_scale[:n], below, above, strict=True):
+                pair[0] = _clip(pair[0] + step * (low - MISS))
+                pair[1] = _clip(pair[1] + step * (high - MISS))
             self.n += 1
 
     def to_bytes(self) -> bytes:
@@ -116,7 +118,9 @@ class SymbolCalibration:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolCalibration:
-        return cls(**orjson.loads(data))
+        values = orjson.loads(data)
+        values["waiting"] = [(due, tuple(low), tuple(high)) for due, low, high in values["waiting"]]
+        return cls(**values)
 
 
 def _clip(log_scale: float) -> float:

@@ -15,6 +15,11 @@ exponentially weighted means with weight (1 - 1/window)^age (mean age about `win
 forecasts): a handful of floats per horizon in the durable store instead of the last `window`
 scores. Every state round-trips exactly through `to_bytes` / `from_bytes` (orjson writes the
 shortest float repr that reads back to the same double).
+
+What a state holds for minutes (pending forecasts, bars) is tuples of numbers, not dicts and
+lists: the garbage collector stops tracking such a tuple once it has seen it, while each list or
+dict that outlives a young generation is promoted and rescanned by every full collection, and a
+thousand symbols a minute of them set off full collections in the middle of a burst.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import orjson
@@ -74,8 +79,7 @@ def decode_score(data: bytes) -> ScoreValue:
     return value  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class LabelBar:
+class LabelBar(NamedTuple):
     """What a label needs of a `bars.clean` bar: its close as the feature engine sees it."""
 
     ts_event: int
@@ -87,8 +91,21 @@ class LabelBar:
         return cls(int(bar["ts_event"]), bar["close"] * PRICE_SCALE, bar["status"] == "synthetic")
 
 
-def forecast_fields(value: dict[str, Any]) -> dict[str, Any]:
+class Forecast(NamedTuple):
     """The fields of a `forecasts` value a score needs (what a pending forecast keeps)."""
+
+    symbol: str
+    ts_event: int
+    close: float
+    horizons: tuple[int, ...]
+    model_id: str
+    q10: tuple[float, ...]
+    q50: tuple[float, ...]
+    q90: tuple[float, ...]
+
+
+def forecast_fields(value: dict[str, Any]) -> Forecast:
+    """What a score needs of a `forecasts` value (or of a stored pending forecast)."""
     missing = {"symbol", "ts_event", "close", "horizons", "model_id", *QUANTILES} - set(value)
     if missing:
         raise ValueError(
@@ -96,22 +113,25 @@ def forecast_fields(value: dict[str, Any]) -> dict[str, Any]:
             f"{sorted(missing)}; the scoring stage reads the README's `forecasts` fields"
         )
     # Plain Python numbers, so the pending forecast serializes as it came off the topic.
-    return {
-        "symbol": value["symbol"],
-        "ts_event": int(value["ts_event"]),
-        "close": float(value["close"]),
-        "horizons": [int(h) for h in value["horizons"]],
-        "model_id": value["model_id"],
-        **{name: [float(q) for q in value[name]] for name in QUANTILES},
-    }
+    q10, q50, q90 = (tuple(float(q) for q in value[name]) for name in QUANTILES)
+    return Forecast(
+        value["symbol"],
+        int(value["ts_event"]),
+        float(value["close"]),
+        tuple(int(h) for h in value["horizons"]),
+        value["model_id"],
+        q10,
+        q50,
+        q90,
+    )
 
 
-def unscored(forecast: dict[str, Any], reason: Unscored) -> ScoreValue:
+def unscored(forecast: Forecast, reason: Unscored) -> ScoreValue:
     return ScoreValue(
-        symbol=forecast["symbol"],
-        ts_event=forecast["ts_event"],
-        model_id=forecast["model_id"],
-        horizons=list(forecast["horizons"]),
+        symbol=forecast.symbol,
+        ts_event=forecast.ts_event,
+        model_id=forecast.model_id,
+        horizons=list(forecast.horizons),
         unscored=reason.value,
         realized=None,
         pinball=None,
@@ -121,7 +141,7 @@ def unscored(forecast: dict[str, Any], reason: Unscored) -> ScoreValue:
     )
 
 
-def score(forecast: dict[str, Any], bars: list[LabelBar | None]) -> ScoreValue:
+def score(forecast: Forecast, bars: list[LabelBar | None]) -> ScoreValue:
     """The record of a forecast given its bars at t+1..t+H minutes (None: no bar that minute).
     Plain floats but for the logarithms (numpy's, as the training labels' `forward_returns`):
     on a handful of horizons numpy's per-call cost is most of the time (`pinball_row` is the
@@ -131,27 +151,29 @@ def score(forecast: dict[str, Any], bars: list[LabelBar | None]) -> ScoreValue:
         return unscored(forecast, Unscored.SESSION_BREAK)
     if any(b.synthetic for b in present):
         return unscored(forecast, Unscored.GAP_FILL)
-    base, *logs = np.log([forecast["close"], *(b.close for b in present)]).tolist()
+    base, *logs = np.log([forecast.close, *(b.close for b in present)]).tolist()
     y = [log - base for log in logs]
-    lower, upper = forecast[LOWER], forecast[UPPER]
+    lower, upper = getattr(forecast, LOWER), getattr(forecast, UPPER)
     below = [r < q for r, q in zip(y, lower, strict=True)]
     above = [r > q for r, q in zip(y, upper, strict=True)]
     return ScoreValue(
-        symbol=forecast["symbol"],
-        ts_event=forecast["ts_event"],
-        model_id=forecast["model_id"],
-        horizons=list(forecast["horizons"]),
+        symbol=forecast.symbol,
+        ts_event=forecast.ts_event,
+        model_id=forecast.model_id,
+        horizons=list(forecast.horizons),
         unscored=None,
         realized=y,
-        pinball={name: pinball_row(y, forecast[name], level) for name, level in QUANTILES.items()},
+        pinball={
+            name: pinball_row(y, getattr(forecast, name), lv) for name, lv in QUANTILES.items()
+        },
         inside=[not (b or a) for b, a in zip(below, above, strict=True)],
         below_q10=below,
         above_q90=above,
     )
 
 
-def label_minutes(forecast: dict[str, Any]) -> list[int]:
-    return [forecast["ts_event"] + h * NS_PER_MIN for h in forecast["horizons"]]
+def label_minutes(forecast: Forecast) -> list[int]:
+    return [forecast.ts_event + h * NS_PER_MIN for h in forecast.horizons]
 
 
 @dataclass
@@ -183,7 +205,7 @@ class SymbolScoring:
 
     window: int = DEFAULT_WINDOW
     retention: int = DEFAULT_RETENTION
-    pending: list[dict[str, Any]] = field(default_factory=list)  # forecast_fields, ts order
+    pending: list[Forecast] = field(default_factory=list)  # ts order
     # Each pending forecast's JSON, encoded once: a forecast stays pending for H minutes, and
     # every checkpoint between re-encodes the state.
     encoded: list[orjson.Fragment] = field(default_factory=list, compare=False, repr=False)
@@ -196,7 +218,7 @@ class SymbolScoring:
     def __post_init__(self) -> None:
         self.rolling.window = self.window
         if len(self.encoded) != len(self.pending):
-            self.encoded = [orjson.Fragment(orjson.dumps(f)) for f in self.pending]
+            self.encoded = [orjson.Fragment(orjson.dumps(f._asdict())) for f in self.pending]
 
     def add_bar(self, bar: LabelBar) -> list[ScoreValue]:
         if self.last_bar_ts is not None and bar.ts_event <= self.last_bar_ts:
@@ -214,7 +236,7 @@ class SymbolScoring:
         if self.dropped_through is not None and ts + NS_PER_MIN <= self.dropped_through:
             return [unscored(forecast, Unscored.LATE)]
         self.pending.append(forecast)
-        self.encoded.append(orjson.Fragment(orjson.dumps(forecast)))
+        self.encoded.append(orjson.Fragment(orjson.dumps(forecast._asdict())))
         return self._decide()
 
     def _decide(self) -> list[ScoreValue]:
@@ -234,7 +256,7 @@ class SymbolScoring:
 
     def _evict(self) -> None:
         needed = min(
-            self.pending[0]["ts_event"] if self.pending else math.inf,
+            self.pending[0].ts_event if self.pending else math.inf,
             self.last_forecast_ts if self.last_forecast_ts is not None else -math.inf,
         )
         while self.bars and next(iter(self.bars)) <= needed:  # bars are held in ts order
@@ -260,7 +282,7 @@ class SymbolScoring:
         state = cls(
             window=values["window"],
             retention=values["retention"],
-            pending=values["pending"],
+            pending=[forecast_fields(f) for f in values["pending"]],
             bars={ts: LabelBar(ts, close, synthetic) for ts, close, synthetic in values["bars"]},
             last_bar_ts=values["last_bar_ts"],
             last_forecast_ts=values["last_forecast_ts"],
@@ -320,7 +342,7 @@ def score_offline(
     out: dict[tuple[str, int], ScoreValue] = {}
     for value in forecasts:
         forecast = forecast_fields(value)
-        key = (forecast["symbol"], int(forecast["ts_event"]))
+        key = (forecast.symbol, forecast.ts_event)
         known = bars.get(key[0], {})
         minutes = label_minutes(forecast)
         if key not in out and known and max(known) >= minutes[-1]:
