@@ -35,7 +35,6 @@ import resource
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ if __package__ in (None, ""):  # run as a file, this folder would shadow the `mo
 import numpy as np
 import torch
 
+from benchmarks.model_anchors import anchors, ptf_inputs, ptf_model, require_ptf
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.memory import peak_rss_mb
@@ -55,77 +55,6 @@ from streams.forecast.programs import chunk_programs
 RESULTS = Path(__file__).resolve().parent / "results" / "model.json"
 BATCHES = (1, 8, 64, 256)
 GOALS = {"speedup_batch_256": 10.0, "speedup_batch_1": 5.0, "cached_batch_1_ms": 3.2}
-
-
-def require_ptf() -> None:
-    try:
-        import pytorch_forecasting  # noqa: F401
-    except ImportError:
-        raise SystemExit(
-            "benchmarks/model.py compares against pytorch-forecasting, which is not installed: "
-            "run `make bench-deps` first"
-        ) from None
-
-
-def ptf_model(config: TFTConfig, hidden_continuous_size: int | None = None) -> torch.nn.Module:
-    """pytorch-forecasting's TFT with barcast's sizes and inputs; `hidden_continuous_size`
-    defaults to barcast's `var_dim`."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from pytorch_forecasting import TemporalFusionTransformer as PtfTFT
-        from pytorch_forecasting.metrics import QuantileLoss
-
-        reals = _ptf_reals(config)
-        return PtfTFT(
-            hidden_size=config.hidden,
-            lstm_layers=config.lstm_layers,
-            attention_head_size=config.heads,
-            dropout=config.dropout,
-            output_size=len(config.quantiles),
-            loss=QuantileLoss(list(config.quantiles)),
-            max_encoder_length=config.lookback,
-            static_categoricals=["symbol"],
-            static_reals=reals["static"],
-            time_varying_reals_encoder=reals["hist"],
-            time_varying_reals_decoder=reals["future"],
-            x_reals=reals["static"] + reals["hist"] + reals["future"],
-            x_categoricals=["symbol"],
-            embedding_sizes={"symbol": (config.n_symbols, config.var_dim)},
-            hidden_continuous_size=hidden_continuous_size or config.var_dim,
-            output_transformer=lambda out: out["prediction"],
-        )
-
-
-def matched_continuous_size(config: TFTConfig, params: int) -> int:
-    """The `hidden_continuous_size` (at most `var_dim`) with the parameter count nearest
-    `params`."""
-    counts = {
-        size: sum(p.numel() for p in ptf_model(config, size).parameters())
-        for size in range(config.var_dim, 0, -1)
-    }
-    return min(counts, key=lambda size: abs(counts[size] - params))
-
-
-def _ptf_reals(config: TFTConfig) -> dict[str, list[str]]:
-    return {
-        "static": [f"s{i}" for i in range(config.n_static_reals)],
-        "hist": [f"h{i}" for i in range(config.n_hist)],
-        "future": [f"f{i}" for i in range(config.n_future)],
-    }
-
-
-def ptf_inputs(config: TFTConfig, batch: int) -> dict[str, torch.Tensor]:
-    n_reals = config.n_static_reals + config.n_hist + config.n_future
-    g = torch.Generator().manual_seed(batch)
-    return {
-        "encoder_cat": torch.zeros(batch, config.lookback, 1, dtype=torch.long),
-        "decoder_cat": torch.zeros(batch, config.horizon, 1, dtype=torch.long),
-        "encoder_cont": torch.randn(batch, config.lookback, n_reals, generator=g),
-        "decoder_cont": torch.randn(batch, config.horizon, n_reals, generator=g),
-        "encoder_lengths": torch.full((batch,), config.lookback),
-        "decoder_lengths": torch.full((batch,), config.horizon),
-        "target_scale": torch.ones(batch, 2),
-    }
 
 
 def barcast_inputs(config: TFTConfig, batch: int, device: str = "cpu") -> tuple[torch.Tensor, ...]:
@@ -236,29 +165,6 @@ def _train_child(continuous_size: int | None, config_json: str, batch: int, thre
     return peak_rss_mb() - idle
 
 
-def anchors(config: TFTConfig, barcast_params: int) -> dict[str, dict[str, Any]]:
-    """The two pytorch-forecasting anchors: their continuous size, parameters and design."""
-    matched = matched_continuous_size(config, barcast_params)
-    out: dict[str, dict[str, Any]] = {}
-    for name, size, design in (
-        ("ptf", config.var_dim, "same sizes, not the same architecture: its per-variable "
-         "GRNs output hidden wide and the variables are weighted at that width; barcast's are "
-         "var_dim wide, projected to hidden once"),
-        ("ptf_matched", matched, "hidden_continuous_size shrunk to the parameter count nearest "
-         "barcast's, hidden, heads and layers unchanged; still the other architecture"),
-    ):  # fmt: skip
-        model = ptf_model(config, size).eval()
-        params = sum(p.numel() for p in model.parameters())
-        out[name] = {
-            "hidden_continuous_size": size,
-            "params": params,
-            "params_over_barcast": round(params / barcast_params, 3),
-            "design": design,
-            "model": model,
-        }
-    return out
-
-
 def batch_row(
     models: dict[str, Any], config: TFTConfig, batch: int, budget_s: float
 ) -> dict[str, float]:
@@ -297,7 +203,7 @@ def goals_met(
     } | ({"less_training_memory": memory["barcast"] < memory[anchor]} if memory else {})
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (all models)")
     parser.add_argument("--hidden", type=int, default=TFTConfig.hidden)
@@ -323,9 +229,11 @@ def main() -> None:
         help="time pytorch-forecasting too (gpu.sh leaves it out: its CUDA rows need none)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    if args.anchors:
-        require_ptf()
+    return parser.parse_args()
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every row of the table, the memory and the goals, with the run's provenance."""
     torch.set_num_threads(args.threads)
     provenance = run_metadata()  # now: others may commit while this runs
     torch.manual_seed(0)
@@ -349,7 +257,7 @@ def main() -> None:
         for name, size in sizes.items()
         if args.train_memory
     }
-    result = {
+    return {
         "config": config.to_dict(),
         "threads": args.threads,
         "cuda": torch.cuda.get_device_name() if cuda else None,
@@ -365,6 +273,13 @@ def main() -> None:
         else None,
         "provenance": provenance | {"loadavg_end": loadavg()},
     }
+
+
+def main() -> None:
+    args = parse_args()
+    if args.anchors:
+        require_ptf()
+    result = measure(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print_table(result)

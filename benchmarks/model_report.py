@@ -40,8 +40,8 @@ RECIPE: dict[str, Any] = {"epochs": 12, "windows_per_epoch": 8000}
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 NAMES = {
     "tft": "**TFT**",
-    "tod_ewma_empirical": "time-of-day EWMA (profile weight fitted), empirical residual quantiles",
-    "tod_ewma_gaussian": "time-of-day EWMA (profile weight fitted), Gaussian",
+    "tod_ewma_empirical": "time-of-day x plain EWMA (weight, half-lives fitted), residuals",
+    "tod_ewma_gaussian": "time-of-day x plain EWMA (weight, half-lives fitted), Gaussian",
     "ewma_empirical": "EWMA, empirical residual quantiles",
     "ewma_gaussian": "EWMA, Gaussian",
     "rolling_quantiles": "rolling empirical quantiles (1 day)",

@@ -196,7 +196,8 @@ def pipeline_rows(r: dict[str, Any]) -> list[Row]:
             "`pipeline.py`: the same burst, each variant in a restarted worker: scoring and "
             "online calibration off (`BARCAST_ONLINE_SCORING=false`), calibration off alone, "
             "explanations on (`BARCAST_EXPLAIN=true`); each after one unmeasured burst, "
-            "the defaults and scoring off alternated over `--pairs` restarts each (2)",
+            "the defaults and scoring off alternated over `--pairs` restarts each "
+            f"({sum(name.startswith('defaults_') for name in r.get('restarts', {}))})",
             "the defaults (scoring and calibration on, no explanations) in a worker restarted "
             "the same way, same run; it and scoring off alternated, medians compared",
             f"defaults restarted {ms(r.get('burst_1000_restarted_ms'))}; "

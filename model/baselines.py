@@ -7,7 +7,8 @@ the cumulative log return, NaN where a baseline has too little history.
   returns summed over the k bars, with Gaussian or empirical standardized-residual quantiles;
 - time-of-day EWMA: the same EWMA on returns divided by the training time-of-day profile, scaled
   forward by the profile of the k minutes ahead, so it knows the US open is coming; geometrically
-  blended with the plain EWMA (`profile_blend`), the weight chosen on the calibration split.
+  blended with the plain EWMA at a half-life of its own (`profile_blend`: a slow daily-shaped
+  level and a fast plain one), the weight and both half-lives chosen on the calibration split.
 
 Each is then calibrated like the TFT (`model.calibration`) by `model.evaluate`.
 """

@@ -4,8 +4,9 @@ The windows are those the worker forecasts (a real last bar, warm features; `mod
 and the TFT's quantiles come from the serving engine itself (`ForecastEngine`), so the figures
 are those of the forecasts the worker publishes. Baselines (`model.baselines`) are each
 calibrated like the TFT (`model.calibration`) on the checkpoint's calibration split, the EWMAs'
-half-life chosen there too. Windows whose labels run over gap fills are scored on a line of their
-own; windows where some forecaster has too little history are left out for all and counted.
+half-lives and blend chosen there too. Windows whose labels run over gap fills are scored on a
+line of their own; windows where some forecaster has too little history are left out for all and
+counted.
 Also reported: a block-bootstrap interval of the TFT's pinball difference to the best baseline,
 attention entropy and variable-selection importances.
 Writes evaluation.json, calibration.png and fan_chart.png.
@@ -13,7 +14,9 @@ Writes evaluation.json, calibration.png and fan_chart.png.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +40,8 @@ if TYPE_CHECKING:  # the engine module is imported when evaluating, not with thi
     from streams.forecast.engine import ForecastEngine
 
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
-HALFLIVES = (10, 20, 30, 60, 120)  # bars; each EWMA baseline keeps its best on calibration
-PROFILE_WEIGHTS = (0.2, 0.4, 0.6, 0.8, 1.0)  # the time-of-day EWMA's too (baselines.profile_blend)
+HALFLIVES = (10, 20, 30, 60, 120, 240)  # bars; each EWMA baseline keeps its best on calibration
+BLEND_WEIGHTS = (0.2, 0.4, 0.6, 0.8)  # the time-of-day EWMA's below 1 (baselines.profile_blend)
 NEW_DATA_CALIBRATION = 0.2  # share of a file's windows that calibrate the baselines (--split all)
 PARTS = ("test", "val", "all")
 
@@ -227,23 +230,18 @@ def baseline_forecasts(
         "rolling_quantiles": baselines.rolling_quantiles(panel, both, quantiles, window),
     }
     candidates: dict[str, list[tuple[dict[str, float], np.ndarray]]] = {}
-    for halflife in HALFLIVES:
-        flat = baselines.ewma_sigma(panel, both, TimeOfDayProfile.flat(), halflife)
-        tod = baselines.ewma_sigma(panel, both, meta.volatility.profile, halflife)
-        families = {"ewma": {0.0: flat}} | {
-            "tod_ewma": {w: baselines.profile_blend(flat, tod, w) for w in PROFILE_WEIGHTS}
+    for choice, sigma in volatility_candidates(panel, both, meta.volatility.profile):
+        if not np.isfinite(sigma[:n_fit]).all():
+            continue  # candidates compete on the same calibration windows, or not at all
+        family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
+        shapes = {
+            "gaussian": baselines.gaussian(sigma, quantiles),
+            "empirical": baselines.standardized_residuals(
+                sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
+            ),
         }
-        for family, sigmas in families.items():
-            for weight, sigma in sigmas.items():
-                shapes = {
-                    "gaussian": baselines.gaussian(sigma, quantiles),
-                    "empirical": baselines.standardized_residuals(
-                        sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
-                    ),
-                }
-                choice = {"halflife_bars": halflife, "profile_weight": weight}
-                for shape, q in shapes.items():
-                    candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
+        for shape, q in shapes.items():
+            candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
     y_fit = panel.targets[fit_ends]
     out, fitted = {}, {}
     for name, options in ({k: [({}, q)] for k, q in raw.items()} | candidates).items():
@@ -255,6 +253,27 @@ def baseline_forecasts(
         out[name] = apply_interval_scale(q, scale, quantiles.index(0.5))
         fitted[name] = {"interval_scale": scale.tolist(), "calibration_pinball": fit_loss} | choice
     return out, fitted
+
+
+def volatility_candidates(
+    panel: Panel, ends: np.ndarray, profile: TimeOfDayProfile
+) -> Iterator[tuple[dict[str, float], np.ndarray]]:
+    """Every EWMA volatility `(n, H)` the calibration chooses from, with its settings: the plain
+    EWMA at each half-life (profile weight 0), and the time-of-day EWMA at each half-life
+    geometrically blended with the plain EWMA at each half-life of its own (a slow level and
+    a fast daily shape, or the reverse: the calibration split says which)."""
+    flat = {h: baselines.ewma_sigma(panel, ends, TimeOfDayProfile.flat(), h) for h in HALFLIVES}
+    tod = {h: baselines.ewma_sigma(panel, ends, profile, h) for h in HALFLIVES}
+    for halflife in HALFLIVES:
+        yield {"halflife_bars": halflife, "profile_weight": 0.0}, flat[halflife]
+        yield {"halflife_bars": halflife, "profile_weight": 1.0}, tod[halflife]
+        for flat_halflife, weight in itertools.product(HALFLIVES, BLEND_WEIGHTS):
+            choice = {
+                "halflife_bars": halflife,
+                "flat_halflife_bars": flat_halflife,
+                "profile_weight": weight,
+            }
+            yield choice, baselines.profile_blend(flat[flat_halflife], tod[halflife], weight)
 
 
 def calibrate(

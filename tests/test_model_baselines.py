@@ -9,7 +9,7 @@ from model import baselines
 from model.calibration import apply_interval_scale, fit_interval_scale
 from model.covariates import NS_PER_MIN
 from model.dataset import Panel, fit_profile, panel_from_arrays, window_rows
-from model.evaluate import PROFILE_WEIGHTS, calibrate
+from model.evaluate import BLEND_WEIGHTS, HALFLIVES, calibrate, volatility_candidates
 from model.metrics import coverage, pinball_per_window
 from model.significance import block_bootstrap
 from model.synthetic import scale_inputs
@@ -86,7 +86,7 @@ def test_the_profile_weight_the_calibration_picks_is_the_datas() -> None:
     panel, _ = intraday_panel(days=16)
     profile = fit_profile(panel, int(panel.ts[10 * MINUTES_PER_DAY]))
     fit = np.arange(10 * MINUTES_PER_DAY, 16 * MINUTES_PER_DAY - 10, 3)
-    for daily, expected in ((True, 1.0), (False, min(PROFILE_WEIGHTS))):
+    for daily, expected in ((True, 1.0), (False, min(BLEND_WEIGHTS))):
         data, _ = intraday_panel(days=16, seed=1, daily=daily)
         flat = baselines.ewma_sigma(data, fit, TimeOfDayProfile.flat(), 60)
         tod = baselines.ewma_sigma(data, fit, profile, 60)
@@ -96,10 +96,38 @@ def test_the_profile_weight_the_calibration_picks_is_the_datas() -> None:
                 data.targets[fit],
                 QUANTILES,
             )[1]
-            for w in PROFILE_WEIGHTS
+            for w in (*BLEND_WEIGHTS, 1.0)
         }
         assert min(losses, key=losses.__getitem__) == expected, losses
     assert np.array_equal(baselines.profile_blend(flat, tod, 1.0), tod)
+
+
+def test_the_blends_cover_every_pair_of_half_lives_and_the_pure_ewmas() -> None:
+    """The time-of-day EWMA's blends include its plain partner at every half-life of its own,
+    the same-half-life blends among them, so the calibration can only gain on its split; weight
+    0 is the plain EWMA and weight 1 the time-of-day EWMA, each at one half-life."""
+    panel, _ = intraday_panel(days=3)
+    profile = fit_profile(panel, int(panel.ts[2 * MINUTES_PER_DAY]))
+    ends = np.arange(2 * MINUTES_PER_DAY, 3 * MINUTES_PER_DAY - 10, 7)
+    seen: dict[tuple[tuple[str, float], ...], np.ndarray] = {}
+    for choice, sigma in volatility_candidates(panel, ends, profile):
+        key = tuple(sorted(choice.items()))
+        assert key not in seen, key
+        seen[key] = sigma
+    blends = {
+        (c["halflife_bars"], c["flat_halflife_bars"], c["profile_weight"])
+        for c in map(dict, seen)
+        if "flat_halflife_bars" in c
+    }
+    assert blends == {(h, f, w) for h in HALFLIVES for f in HALFLIVES for w in BLEND_WEIGHTS}
+    for h in HALFLIVES:
+        flat = baselines.ewma_sigma(panel, ends, TimeOfDayProfile.flat(), h)
+        tod = baselines.ewma_sigma(panel, ends, profile, h)
+        pure = {w: seen[(("halflife_bars", h), ("profile_weight", w))] for w in (0.0, 1.0)}
+        assert np.array_equal(pure[0.0], flat, equal_nan=True)
+        assert np.array_equal(pure[1.0], tod, equal_nan=True)
+        same = seen[(("flat_halflife_bars", h), ("halflife_bars", h), ("profile_weight", 0.4))]
+        assert np.allclose(same, baselines.profile_blend(flat, tod, 0.4), equal_nan=True)
 
 
 def test_empirical_residual_quantiles_follow_fat_tails() -> None:
