@@ -5,7 +5,6 @@ Pinball loss, the TFT paper's q-risk, MAE of the median, coverage; attention ent
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,18 +12,14 @@ import numpy as np
 
 def pinball(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
     """Mean pinball (quantile) loss per horizon and quantile, `(H, Q)`."""
+    return pinball_losses(y, q, quantiles).mean(axis=0)
+
+
+def pinball_losses(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+    """Pinball loss of each window, horizon and quantile, `(n, H, Q)`: the worker's scores."""
     err = y[..., None] - q
     levels = np.asarray(quantiles)
-    return np.maximum(levels * err, (levels - 1.0) * err).mean(axis=0)
-
-
-def pinball_row(y: Sequence[float], q: Sequence[float], level: float) -> list[float]:
-    """`pinball`'s loss of each realized value against its quantile at one level, in plain
-    floats (the same arithmetic, and `max`'s choice, so the same bits): for the worker's scoring
-    of one forecast at a time, where numpy's per-call cost would be most of the time."""
-    below = level - 1.0
-    errors = [r - x for r, x in zip(y, q, strict=True)]
-    return [below * e if below * e > level * e else level * e for e in errors]
+    return np.maximum(levels * err, (levels - 1.0) * err)
 
 
 def pinball_per_window(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:

@@ -8,12 +8,15 @@ import random
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from model.covariates import NS_PER_MIN
 from model.dataset import forward_returns, labels_over_gap_fills, panel_from_arrays
 from streams.forecast.scoring import (
+    Decided,
+    LabelBar,
     Rolling,
     Scorer,
     ScoringMetrics,
@@ -21,7 +24,10 @@ from streams.forecast.scoring import (
     Unscored,
     decode_score,
     encode_score,
+    forecast_fields,
+    label_minutes,
     pooled_figures,
+    score_all,
     score_offline,
 )
 from streams.schema import FIXED_PER_UNIT
@@ -243,3 +249,22 @@ def test_malformed_inputs_are_named() -> None:
         )
     with pytest.raises(ValueError, match=r"forecasts\.scores record lacks"):
         decode_score(b'{"symbol": "X"}')
+
+
+def test_a_batch_scores_each_forecast_as_if_alone() -> None:
+    """The stage scores a take() batch's decided forecasts together (`score_all`): each record
+    is bit-equal to its forecast scored alone, whatever else is in the batch."""
+    bars, forecasts = random_history("X", seed=11)
+    short = [dict(f, **{name: f[name][:3] for name in ("horizons", "q10", "q50", "q90")})
+             for f in forecasts[::7]]  # fmt: skip
+    known = {b["ts_event"]: LabelBar.from_clean(b) for b in bars}
+    decided = [
+        Decided(f, tuple(known.get(ts) for ts in label_minutes(f)))
+        for f in (forecast_fields(v) for v in [*forecasts, *short])
+        if label_minutes(f)[-1] <= max(known)
+    ]
+    together = score_all(decided)
+    alone = [score_all([d])[0] for d in decided]
+    assert orjson.dumps(together) == orjson.dumps(alone)
+    assert {len(r["horizons"]) for r in together if r["unscored"] is None} == {3, 10}
+    assert {r["unscored"] for r in together} == {None, "session_break", "gap_fill"}

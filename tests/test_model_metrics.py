@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.metrics import attention_entropy, coverage, pinball, pinball_row, q_risk, summarize
+from model.metrics import attention_entropy, coverage, pinball, pinball_losses, q_risk, summarize
 from model.train import pinball_loss
 
 QS = (0.1, 0.5, 0.9)
@@ -49,18 +49,15 @@ def test_torch_training_loss_matches_the_metric() -> None:
     assert loss.item() == pytest.approx(pinball(y, q, QS).mean())
 
 
-def test_pinball_of_one_forecast_is_the_metric_bit_for_bit() -> None:
-    """The worker scores one forecast at a time in plain floats (pinball_row): the same bits
-    as the metric on arrays, zero errors included, so live and offline scores agree exactly."""
+def test_pinball_is_the_mean_of_the_losses_the_worker_scores() -> None:
     rng = np.random.default_rng(3)
-    y, q = rng.normal(size=(1, 10)) * 1e-3, rng.normal(size=(1, 10, 3)) * 1e-3
-    q[0, 3] = y[0, 3]  # an error of exactly zero: both branches are +-0.0
-    levels = (0.1, 0.5, 0.9)
-    expected = pinball(y, q, levels)
-    rows = [pinball_row(y[0].tolist(), q[0, :, j].tolist(), t) for j, t in enumerate(levels)]
-    got = np.array(rows).T
-    assert np.array_equal(got, expected)
-    assert np.array_equal(np.signbit(got), np.signbit(expected))
+    y, q = rng.normal(size=(5, 10)) * 1e-3, rng.normal(size=(5, 10, 3)) * 1e-3
+    losses = pinball_losses(y, q, QS)
+    assert losses.shape == (5, 10, 3)
+    assert (losses >= 0).all()
+    assert np.array_equal(pinball(y, q, QS), losses.mean(axis=0))
+    # One window's losses do not depend on the others scored with it.
+    assert np.array_equal(pinball_losses(y[2:3], q[2:3], QS), losses[2:3])
 
 
 def test_q_risk_refuses_all_zero_outcomes() -> None:

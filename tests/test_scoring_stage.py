@@ -88,14 +88,17 @@ def request(row: FeatureRow) -> WindowRequest:
 
 
 def run(stage: Scoring, stream: list[Event]) -> Iterator[tuple[str, bytes]]:
-    """What the stage publishes, in order: ("forecast", value) and ("score", value)."""
-    for kind, _, item in stream:
+    """What the stage publishes, in order: ("forecast", value) and ("score", value). The bars
+    between two forecasts are scored together, as the rows of one take() batch."""
+    for kind, _, item in [*stream, ("end", 0, None)]:
         out = Scores()
         if kind == "bar":
-            stage.bar(*item, out)
-        else:
+            stage.bar(*item)
+            continue
+        if kind == "forecast":
             (value,) = stage.forecasts([item[0]], [item[1]], out)
             yield "forecast", orjson.dumps(value)
+        stage.settle(out)
         for record in out.outputs:
             assert (
                 record.topic == TOPIC

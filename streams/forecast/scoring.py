@@ -35,11 +35,12 @@ import orjson
 from prometheus_client import CollectorRegistry, Gauge
 
 from model.covariates import NS_PER_MIN
-from model.metrics import pinball_row
+from model.metrics import pinball_losses
 from streams.schema import PRICE_SCALE
 
 QUANTILES = {"q10": 0.1, "q50": 0.5, "q90": 0.9}  # the `forecasts` value's quantile fields
 LOWER, UPPER = "q10", "q90"  # the 80 % interval
+_LOWER, _UPPER = list(QUANTILES).index(LOWER), list(QUANTILES).index(UPPER)
 DEFAULT_WINDOW = 240  # scored forecasts: four hours of one symbol's minutes
 DEFAULT_RETENTION = 1440  # bars held per symbol for forecasts not yet seen: a day of minutes
 
@@ -113,12 +114,12 @@ def forecast_fields(value: dict[str, Any]) -> Forecast:
             f"{sorted(missing)}; the scoring stage reads the README's `forecasts` fields"
         )
     # Plain Python numbers, so the pending forecast serializes as it came off the topic.
-    q10, q50, q90 = (tuple(float(q) for q in value[name]) for name in QUANTILES)
+    q10, q50, q90 = (tuple(map(float, value[name])) for name in QUANTILES)
     return Forecast(
         value["symbol"],
         int(value["ts_event"]),
         float(value["close"]),
-        tuple(int(h) for h in value["horizons"]),
+        tuple(map(int, value["horizons"])),
         value["model_id"],
         q10,
         q50,
@@ -141,35 +142,69 @@ def unscored(forecast: Forecast, reason: Unscored) -> ScoreValue:
     )
 
 
+class Decided(NamedTuple):
+    """A forecast whose label is known: its bars at t+1..t+H minutes (None: no bar that minute),
+    or None if they left the retention before it came."""
+
+    forecast: Forecast
+    bars: tuple[LabelBar | None, ...] | None
+
+
 def score(forecast: Forecast, bars: list[LabelBar | None]) -> ScoreValue:
-    """The record of a forecast given its bars at t+1..t+H minutes (None: no bar that minute).
-    Plain floats but for the logarithms (numpy's, as the training labels' `forward_returns`):
-    on a handful of horizons numpy's per-call cost is most of the time (`pinball_row` is the
-    training metric's arithmetic, `model.metrics.pinball`)."""
-    present = [b for b in bars if b is not None]
-    if len(present) < len(bars):
-        return unscored(forecast, Unscored.SESSION_BREAK)
-    if any(b.synthetic for b in present):
-        return unscored(forecast, Unscored.GAP_FILL)
-    base, *logs = np.log([forecast.close, *(b.close for b in present)]).tolist()
-    y = [log - base for log in logs]
-    lower, upper = getattr(forecast, LOWER), getattr(forecast, UPPER)
-    below = [r < q for r, q in zip(y, lower, strict=True)]
-    above = [r > q for r, q in zip(y, upper, strict=True)]
-    return ScoreValue(
-        symbol=forecast.symbol,
-        ts_event=forecast.ts_event,
-        model_id=forecast.model_id,
-        horizons=list(forecast.horizons),
-        unscored=None,
-        realized=y,
-        pinball={
-            name: pinball_row(y, getattr(forecast, name), lv) for name, lv in QUANTILES.items()
-        },
-        inside=[not (b or a) for b, a in zip(below, above, strict=True)],
-        below_q10=below,
-        above_q90=above,
-    )
+    """The record of a forecast given its bars at t+1..t+H minutes (None: no bar that minute)."""
+    return score_all([Decided(forecast, tuple(bars))])[0]
+
+
+def score_all(decided: list[Decided]) -> list[ScoreValue]:
+    """The records of decided forecasts, in order; those with a whole label are scored in one
+    numpy pass per horizon count (a record per forecast in Python is what a burst of a thousand
+    symbols pays for), with the training labels' logarithms (`forward_returns`) and the training
+    metric's pinball (`model.metrics.pinball_losses`): a forecast's record does not depend on
+    the others scored with it."""
+    records: list[ScoreValue | None] = [None] * len(decided)
+    whole: dict[int, list[int]] = {}  # horizons -> indices of forecasts with a whole label
+    for i, (forecast, bars) in enumerate(decided):
+        if bars is None:
+            records[i] = unscored(forecast, Unscored.LATE)
+        elif None in bars:
+            records[i] = unscored(forecast, Unscored.SESSION_BREAK)
+        elif True in [b.synthetic for b in bars]:  # type: ignore[union-attr]
+            records[i] = unscored(forecast, Unscored.GAP_FILL)
+        else:
+            whole.setdefault(len(bars), []).append(i)
+    for indices in whole.values():
+        for i, record in zip(indices, _scored([decided[i] for i in indices]), strict=True):
+            records[i] = record
+    return records  # type: ignore[return-value]
+
+
+def _scored(decided: list[Decided]) -> list[ScoreValue]:
+    """Records of forecasts with whole labels of one length."""
+    closes = np.array([[f.close, *[b.close for b in bars]] for f, bars in decided])  # type: ignore[union-attr]
+    logs = np.log(closes)
+    y = logs[:, 1:] - logs[:, :1]
+    q = np.array([f.q10 + f.q50 + f.q90 for f, _ in decided])  # QUANTILES' order
+    q = q.reshape(len(decided), len(QUANTILES), -1).swapaxes(1, 2)
+    losses = pinball_losses(y, q, tuple(QUANTILES.values())).swapaxes(1, 2).tolist()
+    below, above = y < q[..., _LOWER], y > q[..., _UPPER]
+    inside = (~(below | above)).tolist()
+    return [
+        {
+            "symbol": f.symbol,
+            "ts_event": f.ts_event,
+            "model_id": f.model_id,
+            "horizons": list(f.horizons),
+            "unscored": None,
+            "realized": realized,
+            "pinball": dict(zip(QUANTILES, loss, strict=True)),
+            "inside": covered,
+            "below_q10": low,
+            "above_q90": high,
+        }
+        for (f, _), realized, loss, covered, low, high in zip(
+            decided, y.tolist(), losses, inside, below.tolist(), above.tolist(), strict=True
+        )
+    ]
 
 
 def label_minutes(forecast: Forecast) -> list[int]:
@@ -220,35 +255,41 @@ class SymbolScoring:
         if len(self.encoded) != len(self.pending):
             self.encoded = [orjson.Fragment(orjson.dumps(f._asdict())) for f in self.pending]
 
-    def add_bar(self, bar: LabelBar) -> list[ScoreValue]:
+    def add_bar(self, bar: LabelBar) -> list[Decided]:
         if self.last_bar_ts is not None and bar.ts_event <= self.last_bar_ts:
             return []  # a repeat after a restart: bars.clean is in ts order per symbol
         self.bars[bar.ts_event] = bar
         self.last_bar_ts = bar.ts_event
         return self._decide()
 
-    def add_forecast(self, value: dict[str, Any]) -> list[ScoreValue]:
+    def add_forecast(self, value: dict[str, Any]) -> list[Decided]:
         ts = int(value["ts_event"])
         if self.last_forecast_ts is not None and ts <= self.last_forecast_ts:
             return []  # a repeat after a restart: forecasts are idempotent by (symbol, ts)
         self.last_forecast_ts = ts
         forecast = forecast_fields(value)
         if self.dropped_through is not None and ts + NS_PER_MIN <= self.dropped_through:
-            return [unscored(forecast, Unscored.LATE)]
+            return [Decided(forecast, None)]
         self.pending.append(forecast)
         self.encoded.append(orjson.Fragment(orjson.dumps(forecast._asdict())))
         return self._decide()
 
-    def _decide(self) -> list[ScoreValue]:
-        out: list[ScoreValue] = []
+    def scored(self, records: list[ScoreValue]) -> list[ScoreValue]:
+        """The records of what `add_bar` and `add_forecast` decided (`score_all`, in the
+        order decided) into the rolling figures; returned."""
+        for record in records:
+            self.rolling.add(record)
+        return records
+
+    def _decide(self) -> list[Decided]:
+        """Forecasts whose labels are known now, to score (`score_all`) and hand to `scored`."""
+        out: list[Decided] = []
         while self.pending and self.last_bar_ts is not None:
             forecast = self.pending[0]
             minutes = label_minutes(forecast)
             if self.last_bar_ts < minutes[-1]:
                 break  # forecasts are in ts order: no later one is decided either
-            record = score(forecast, [self.bars.get(ts) for ts in minutes])
-            self.rolling.add(record)
-            out.append(record)
+            out.append(Decided(forecast, tuple(self.bars.get(ts) for ts in minutes)))
             self.pending.pop(0)
             self.encoded.pop(0)
         self._evict()
@@ -322,11 +363,13 @@ class Scorer:
 
     def on_bar(self, bar: dict[str, Any]) -> list[ScoreValue]:
         """A `bars.clean` value."""
-        return self.state(bar["symbol"]).add_bar(LabelBar.from_clean(bar))
+        state = self.state(bar["symbol"])
+        return state.scored(score_all(state.add_bar(LabelBar.from_clean(bar))))
 
     def on_forecast(self, value: dict[str, Any]) -> list[ScoreValue]:
         """A `forecasts` value."""
-        return self.state(value["symbol"]).add_forecast(value)
+        state = self.state(value["symbol"])
+        return state.scored(score_all(state.add_forecast(value)))
 
 
 def score_offline(
@@ -339,15 +382,15 @@ def score_offline(
     for value in clean_bars:
         bar = LabelBar.from_clean(value)
         bars.setdefault(value["symbol"], {}).setdefault(bar.ts_event, bar)
-    out: dict[tuple[str, int], ScoreValue] = {}
+    decided: dict[tuple[str, int], Decided] = {}
     for value in forecasts:
         forecast = forecast_fields(value)
         key = (forecast.symbol, forecast.ts_event)
         known = bars.get(key[0], {})
         minutes = label_minutes(forecast)
-        if key not in out and known and max(known) >= minutes[-1]:
-            out[key] = score(forecast, [known.get(ts) for ts in minutes])
-    return out
+        if key not in decided and known and max(known) >= minutes[-1]:
+            decided[key] = Decided(forecast, tuple(known.get(ts) for ts in minutes))
+    return dict(zip(decided, score_all(list(decided.values())), strict=True))
 
 
 def pooled_figures(states: list[Rolling]) -> dict[tuple[int, str], float]:

@@ -66,13 +66,14 @@ class Forecaster:
         for item in items:
             if isinstance(item, FeatureRow):
                 request = slide(self.windows, item, serving)
-                self.scoring.bar(item, request is not None, out)
+                self.scoring.bar(item, request is not None)
                 if request is not None:
                     self.batcher.add(request)
             elif isinstance(item, Control):
                 self.batcher.flush_now()
             else:
                 dead.append(item)
+        self.scoring.settle(out)
         metrics.bar(Stage.FORECAST, Outcome.IN, len(items))
         if dead:
             metrics.dlq.inc(len(dead))

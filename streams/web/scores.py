@@ -39,9 +39,12 @@ def summarize_score(score_value: Mapping[str, Any]) -> ScoreSummary:
     reason = score_value["unscored"]
     if reason is not None:
         return ScoreSummary(unscored=str(reason))
-    scores = horizon_scores(score_value, list(score_value["pinball"]))
+    # Once per scored forecast on the event loop: sums over the record's lists, not a
+    # `horizon_scores` entry per horizon; the same additions in the same order.
+    losses = list(score_value["pinball"].values())
+    means = [sum(per_horizon) / len(losses) for per_horizon in zip(*losses, strict=True)]
     return ScoreSummary(
-        labels=len(scores),
-        inside=sum(s.inside for s in scores),
-        pinball_sum=sum(sum(s.pinball) / len(s.pinball) for s in scores) * BASIS_POINTS,
+        labels=len(score_value["inside"]),
+        inside=sum(map(bool, score_value["inside"])),
+        pinball_sum=sum(means) * BASIS_POINTS,
     )

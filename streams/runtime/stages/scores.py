@@ -6,6 +6,10 @@ the model lags (a take() batch may hold thousands of one symbol's rows, past the
 states are a function of the bars and forecasts alone. A checkpoint drains the forecaster: nothing
 waits then, each write is tagged with its own row's offset, and a replay from a mark publishes the
 same again.
+
+Forecasts are decided as their bars come and scored together (`score_all`) once the rows in
+hand are all in (`settle`), or before a forecast of a symbol with decided ones waiting is
+calibrated, so that a symbol's calibration sees its scores in the order they were decided.
 """
 
 from __future__ import annotations
@@ -18,17 +22,19 @@ from typing import Any
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import WindowRequest
 from streams.forecast.scoring import (
+    Decided,
     LabelBar,
     ScoreValue,
     SymbolScoring,
     encode_score,
     pooled_figures,
+    score_all,
 )
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stores import StateStore
 from streams.schema import BAR_HEADERS
 
-Add = Callable[[SymbolScoring], list[ScoreValue]]
+Add = Callable[[SymbolScoring], list[Decided]]
 
 
 @dataclass(slots=True)
@@ -51,16 +57,19 @@ class Scoring:
         self.stores: list[StateStore] = [scores, calibrations] if enabled else []
         self.applied: dict[bytes, int] = {}  # key -> offset of its last bar applied (a forecast's)
         self.waiting: dict[bytes, deque[tuple[FeatureRow, bool]]] = {}  # bars behind a forecast
+        self.decided: list[tuple[bytes, int, int, Decided]] = []  # key, partition, offset: to score
+        self.unsettled: set[bytes] = set()  # keys in `decided`
 
-    def bar(self, row: FeatureRow, requested: bool, out: Scores) -> None:
-        """A row's bar (`requested`: its forecast is on its way) in, or waiting its turn."""
+    def bar(self, row: FeatureRow, requested: bool) -> None:
+        """A row's bar (`requested`: its forecast is on its way) in, or waiting its turn; what
+        it decides is scored by the next `settle`."""
         if not self.enabled:
             return
         waiting = self.waiting.get(row.key)
         if waiting is not None:
             waiting.append((row, requested))
             return
-        self._apply(row, out)
+        self._apply(row)
         if requested:
             self.waiting[row.key] = deque()
 
@@ -71,30 +80,51 @@ class Scoring:
         symbol's scoring state, and the bars that waited for it applied."""
         if not self.enabled:
             return list(values)
-        return [self._forecast(r, value, out) for r, value in zip(batch, values, strict=True)]
+        calibrated = [self._forecast(r, v, out) for r, v in zip(batch, values, strict=True)]
+        self.settle(out)
+        return calibrated
 
-    def _apply(self, row: FeatureRow, out: Scores) -> None:
+    def settle(self, out: Scores) -> None:
+        """Score what was decided, into the rolling figures and the calibrations, and `out`."""
+        if not self.decided:
+            return
+        decided, self.decided = self.decided, []
+        self.unsettled.clear()
+        records = score_all([d for *_, d in decided])
+        for (key, partition, offset, _), record in zip(decided, records, strict=True):
+            self.scores.states[key].rolling.add(record)  # written when decided: a checkpoint
+            calibration = self.calibrations.read(key, partition)  # settles before it encodes
+            calibration.update(record)
+            if self.config.enabled:
+                self.calibrations.write(key, partition, offset, calibration)
+            out.values.append(record)
+            value, ms = encode_score(record), record["ts_event"] / 1e6
+            out.outputs.append(Out(self.topic, key, value, ms, BAR_HEADERS, partition))
+
+    def _apply(self, row: FeatureRow) -> None:
         self.applied[row.key] = row.offset
         bar = LabelBar(row.ts_event, row.close, row.synthetic)
-        self._scored(row.key, row.partition, row.offset, lambda state: state.add_bar(bar), out)
+        self._scored(row.key, row.partition, row.offset, lambda state: state.add_bar(bar))
 
     def _forecast(
         self, request: WindowRequest, value: dict[str, Any], out: Scores
     ) -> dict[str, Any]:
         key, partition, offset = request.key, request.partition, self.applied[request.key]
+        if key in self.unsettled:
+            self.settle(out)
         calibration = self.calibrations.read(key, partition)
         value = calibration.apply(value, self.config)
         if self.config.enabled:
             self.calibrations.write(key, partition, offset, calibration)
-        self._scored(key, partition, offset, lambda state: state.add_forecast(value), out)
-        self._release(key, out)
+        self._scored(key, partition, offset, lambda state: state.add_forecast(value))
+        self._release(key)
         return value
 
-    def _release(self, key: bytes, out: Scores) -> None:  # bars up to the next requested one
+    def _release(self, key: bytes) -> None:  # bars up to the next requested one
         waiting = self.waiting.pop(key, deque())
         while waiting:
             row, requested = waiting.popleft()
-            self._apply(row, out)
+            self._apply(row)
             if requested:
                 self.waiting[key] = waiting
                 return
@@ -103,18 +133,11 @@ class Scoring:
         """Rolling coverage and pinball per horizon over the symbols this worker holds."""
         return pooled_figures([state.rolling for state in self.scores.states.values()])
 
-    def _scored(self, key: bytes, partition: int, offset: int, add: Add, out: Scores) -> None:
-        """`add` on the symbol's scoring state; what it decides into the calibration, `out`."""
+    def _scored(self, key: bytes, partition: int, offset: int, add: Add) -> None:
+        """`add` on the symbol's scoring state; what it decides, to `settle`."""
         state = self.scores.read(key, partition)
-        records = add(state)
+        decided = add(state)
         self.scores.write(key, partition, offset, state)
-        if not records:
-            return
-        calibration = self.calibrations.read(key, partition)
-        for record in records:
-            calibration.update(record)
-            out.values.append(record)
-            value, ms = encode_score(record), record["ts_event"] / 1e6
-            out.outputs.append(Out(self.topic, key, value, ms, BAR_HEADERS, partition))
-        if self.config.enabled:
-            self.calibrations.write(key, partition, offset, calibration)
+        if decided:
+            self.decided += [(key, partition, offset, d) for d in decided]
+            self.unsettled.add(key)
