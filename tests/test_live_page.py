@@ -13,7 +13,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from streams.forecast.scoring import LabelBar, forecast_fields, score
+from streams.forecast.scoring import Decided, LabelBar, forecast_fields, score_all
 from streams.ingest.replay import Replay, ReplayOptions
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
@@ -93,9 +93,10 @@ def test_rolling_scores_come_from_score_records() -> None:
     label_bars = [
         LabelBar(START + h * MINUTE, 5500.0 * (1 + m), False) for h, m in enumerate(moves, 1)
     ]
-    board.observe_score(score(forecast_fields(value), label_bars))
+    board.observe_score(score_all([Decided(forecast_fields(value), tuple(label_bars))])[0])
     gap = [*label_bars[:4], None, *label_bars[5:]]
-    board.observe_score(score(forecast_fields(forecast(START + MINUTE, 5500.0)), gap))
+    later = forecast_fields(forecast(START + MINUTE, 5500.0))
+    board.observe_score(score_all([Decided(later, tuple(gap))])[0])
     rolling = board.view()["symbols"][0]["scores"]
     # Against an interval of +-2 bp a minute, only horizon 1 falls inside.
     assert rolling["forecasts"] == 1 and rolling["labels"] == 10

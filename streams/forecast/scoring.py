@@ -150,11 +150,6 @@ class Decided(NamedTuple):
     bars: tuple[LabelBar | None, ...] | None
 
 
-def score(forecast: Forecast, bars: list[LabelBar | None]) -> ScoreValue:
-    """The record of a forecast given its bars at t+1..t+H minutes (None: no bar that minute)."""
-    return score_all([Decided(forecast, tuple(bars))])[0]
-
-
 def score_all(decided: list[Decided]) -> list[ScoreValue]:
     """The records of decided forecasts, in order; those with a whole label are scored in one
     numpy pass per horizon count (a record per forecast in Python is what a burst of a thousand

@@ -92,8 +92,9 @@ class Scoring:
         self.unsettled.clear()
         records = score_all([d for *_, d in decided])
         for (key, partition, offset, _), record in zip(decided, records, strict=True):
-            self.scores.states[key].rolling.add(record)  # written when decided: a checkpoint
-            calibration = self.calibrations.read(key, partition)  # settles before it encodes
+            # The state was written when it decided, and a checkpoint settles before encoding.
+            self.scores.states[key].scored([record])
+            calibration = self.calibrations.read(key, partition)
             calibration.update(record)
             if self.config.enabled:
                 self.calibrations.write(key, partition, offset, calibration)
