@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from streams.forecast.conformal import CalibrationConfig, Calibrator
-from streams.forecast.scoring import QUANTILES, Rolling, Scorer, ScoreValue, pooled_figures
+from streams.forecast.scoring import QUANTILES, ScoreValue
+from streams.forecast.scoring_state import Rolling, Scorer, pooled_figures
 
 START = 300  # scored forecasts before the mechanism check begins
 BAND = 0.03  # the 80 +- 3 %

@@ -21,7 +21,7 @@ from streams.agents import BATCH_MAX
 from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import ForecastEngine, inference_threads
-from streams.forecast.scoring import SymbolScoring
+from streams.forecast.scoring_state import SymbolScoring
 from streams.metrics import Metrics
 from streams.runtime.forecaster import Forecaster
 from streams.runtime.records import Out, Record

@@ -51,12 +51,8 @@ from streams.forecast.conformal import CalibrationConfig
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_value
 from streams.forecast.offline import clean_history, forecast_history
-from streams.forecast.scoring import (
-    DEFAULT_WINDOW,
-    LOWER,
-    UPPER,
-    ScoreValue,
-)
+from streams.forecast.scoring import LOWER, UPPER, ScoreValue
+from streams.forecast.scoring_state import DEFAULT_WINDOW
 from streams.ingest.convert import SIXE_CSV, read_bar_csv
 from streams.schema import PRICE_SCALE
 from streams.settings import REPO_ROOT, Settings

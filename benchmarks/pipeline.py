@@ -167,7 +167,7 @@ def first_worker(
         out.live["kafka_hops"] = probe(settings, FETCH_WAIT_MS)
         bench.say(f"(b) {out.live}")
         out.bursts["batched"] = bench.bursts(
-            plan.burst_rows, plan.burst_minutes, "(c)", args.repeats
+            plan.burst_rows, plan.burst_minutes, "(c)", args.repeats, worker.pid
         )
         out.memory = breakdown(config, n_symbols, ready_rss, status_mb(worker.pid, "VmHWM"))
         bench.say(f"worker memory: {out.memory}")
@@ -178,7 +178,7 @@ def first_worker(
             out.restarts["random_hot_reload_s"] = time.perf_counter() - started
             label = f"(f) random {args.random_hidden}/{args.random_heads}"
             out.bursts["random"] = bench.bursts(
-                plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, warm_up=True
+                plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, worker.pid, True
             )
     finally:
         worker.stop()
@@ -214,7 +214,12 @@ def restarted_workers(
         try:
             out.bursts.setdefault(name, []).extend(
                 bench.bursts(
-                    plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, warm_up=True
+                    plan.burst_rows,
+                    plan.burst_minutes,
+                    label,
+                    args.variant_repeats,
+                    worker.pid,
+                    True,
                 )
             )
         finally:
@@ -255,7 +260,7 @@ def run(args: argparse.Namespace) -> dict:
             ensure_topics(settings, pipeline_topics(replace(settings, explain=True)))  # for (i)
             collector = ForecastCollector(settings)
             collector.start()
-            bench = Bench(series, ref, collector, settings, args.timeout_s)
+            bench = Bench(series, ref, collector, settings, args.timeout_s, broker.pid)
             measured = first_worker(bench, args, plan, broker.pid, config)
             restarted_workers(bench, args, plan, serving, measured)
             collector.stopping.set()

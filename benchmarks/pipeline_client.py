@@ -108,6 +108,7 @@ class Bench:
     collector: ForecastCollector
     settings: Settings
     timeout_s: float
+    broker_pid: int | None = None
     _live: BarProducer | None = None
 
     @property
@@ -212,16 +213,20 @@ class Bench:
             "slowest_per_round_ms": [slowest.get(r) for r in range(rounds)],
         }
 
-    def burst(self, rows: range, minute: int, label: str) -> dict:
+    def burst(self, rows: range, minute: int, label: str, worker_pid: int | None = None) -> dict:
+        """One minute's bars of `rows` at once, until their forecasts are all out; with the CPU
+        the worker and the broker spent meanwhile (on a shared VM, less noisy than the wall)."""
         producer = self.live
         values, keys, stamps = self.series.messages(rows, [minute])
         expected = self.expected(rows, [minute])
+        cpu = cpu_s(worker_pid), cpu_s(self.broker_pid)
         started = time.perf_counter()
         producer.send_bars(values, keys, stamps)
         producer.send_control(self.series.ts(minute + 1))
         producer.poll(0)
         missing = self.collector.wait_for(expected, self.timeout_s)
         arrivals = self.collector.arrivals(expected)
+        worker_cpu, broker_cpu = cpu_s(worker_pid) - cpu[0], cpu_s(self.broker_pid) - cpu[1]
         producer.flush()
         times = sorted((a.at - started) * 1000 for a in arrivals)
         ms = times[-1] if times else float("nan")
@@ -232,6 +237,8 @@ class Bench:
             "forecasts_received": len(arrivals),
             "forecasts_missing": len(missing),
             "ms": round(ms, 1),
+            "worker_cpu_ms": round(worker_cpu * 1000, 1),
+            "broker_cpu_ms": round(broker_cpu * 1000, 1),
             "first_ms": _pct(times, 0),  # when forecasts start coming out, and the middle one
             "median_ms": _pct(times, 50),
             "worker_latency_max_ms": _pct([a.latency_ms for a in arrivals], 100),
@@ -242,17 +249,24 @@ class Bench:
         return result
 
     def bursts(
-        self, rows: range, minutes: Iterator[int], label: str, count: int, warm_up: bool = False
+        self,
+        rows: range,
+        minutes: Iterator[int],
+        label: str,
+        count: int,
+        worker_pid: int | None,
+        warm_up: bool = False,
     ) -> list[dict]:
         """`count` bursts, after an unmeasured one when the worker just (re)loaded its model
         or state (empty step-encoding cache, static contexts, windows not yet read back)."""
         runs = []
         if warm_up:
             time.sleep(SETTLE_S)
-            runs.append({**self.burst(rows, next(minutes), f"{label} warm-up"), "warm_up": True})
+            first = self.burst(rows, next(minutes), f"{label} warm-up", worker_pid)
+            runs.append({**first, "warm_up": True})
         for _ in range(count):
             time.sleep(SETTLE_S)
-            runs.append(self.burst(rows, next(minutes), f"{label} burst"))
+            runs.append(self.burst(rows, next(minutes), f"{label} burst", worker_pid))
         return runs
 
 

@@ -202,7 +202,9 @@ def pipeline_rows(r: dict[str, Any]) -> list[Row]:
             "the same way, same run; it and scoring off alternated, medians compared",
             f"defaults restarted {ms(r.get('burst_1000_restarted_ms'))}; "
             f"scoring and calibration off {ms(r.get('burst_1000_noscoring_ms'))}: with them "
-            f"**{times(r.get('scoring_cost'))}**; calibration off alone "
+            f"**{times(r.get('scoring_cost'))}** (per pair of restarts "
+            f"{'/'.join(map(str, r.get('scoring_cost_per_pair', []))) or '—'}; the worker's and "
+            f"the broker's CPU {times(r.get('scoring_cpu_cost'))}); calibration off alone "
             f"{ms(r.get('burst_1000_nocalibration_ms'))}; explanations on "
             f"{ms(r.get('burst_1000_explain_ms'))}: **{times(r.get('explain_cost'))}**",
             f"scoring <= {goals.get('scoring_cost', 1.1)}x "

@@ -18,8 +18,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import Metric
 
-from streams.forecast.scoring import ScoringMetrics
-
 if TYPE_CHECKING:
     from streams.corrections import CorrectionStats
 
@@ -71,6 +69,33 @@ class LagSource(Protocol):
     def assignment(self) -> Iterable: ...
 
     def highwater(self, tp: object) -> int | None: ...
+
+
+class ScoringMetrics:
+    """`barcast_forecast_coverage{horizon}` and `barcast_forecast_pinball{horizon,quantile}` in
+    the worker's registry (`streams.metrics.Metrics.registry`); `set` them from
+    `pooled_figures` of the symbols the worker holds."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.coverage = Gauge(
+            "barcast_forecast_coverage",
+            "Rolling share of scored forecasts inside their 80 % interval (q10..q90).",
+            ["horizon"],
+            registry=registry,
+        )
+        self.pinball = Gauge(
+            "barcast_forecast_pinball",
+            "Rolling mean pinball loss of scored forecasts (log-return units).",
+            ["horizon", "quantile"],
+            registry=registry,
+        )
+
+    def set(self, figures: dict[tuple[int, str], float]) -> None:
+        for (horizon, name), figure in figures.items():
+            if name == "coverage":
+                self.coverage.labels(horizon=str(horizon)).set(figure)
+            else:
+                self.pinball.labels(horizon=str(horizon), quantile=name).set(figure)
 
 
 class Metrics:

@@ -16,7 +16,8 @@ from streams.forecast.conformal import (
     Calibrator,
     SymbolCalibration,
 )
-from streams.forecast.scoring import Scorer, ScoreValue, SymbolScoring
+from streams.forecast.scoring import ScoreValue
+from streams.forecast.scoring_state import Scorer, SymbolScoring
 from streams.schema import FIXED_PER_UNIT
 
 T0 = 1_704_700_800_000_000_000

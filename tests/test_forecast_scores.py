@@ -23,13 +23,8 @@ from streams.corrections import bars_from_frame
 from streams.forecast.conformal import CalibrationConfig, calibrate_offline
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import DELIVERY, clean_history, forecast_history, forecast_values
-from streams.forecast.scoring import (
-    Rolling,
-    ScoreValue,
-    decode_score,
-    pooled_figures,
-    score_offline,
-)
+from streams.forecast.scoring import ScoreValue, decode_score, score_offline
+from streams.forecast.scoring_state import Rolling, pooled_figures
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
 from streams.stats_cli import default_url, scrape

@@ -17,19 +17,22 @@ from model.dataset import forward_returns, labels_over_gap_fills, panel_from_arr
 from streams.forecast.scoring import (
     Decided,
     LabelBar,
-    Rolling,
-    Scorer,
-    ScoringMetrics,
-    SymbolScoring,
     Unscored,
     decode_score,
     encode_score,
     forecast_fields,
     label_minutes,
-    pooled_figures,
     score_all,
     score_offline,
 )
+from streams.forecast.scoring_state import (
+    STATE_FORMAT,
+    Rolling,
+    Scorer,
+    SymbolScoring,
+    pooled_figures,
+)
+from streams.metrics import ScoringMetrics
 from streams.schema import FIXED_PER_UNIT
 
 T0 = 1_704_700_800_000_000_000  # 2024-01-08 08:00 UTC, a bar open
@@ -204,6 +207,36 @@ def test_state_round_trip_is_exact_and_resumes_identically() -> None:
     out += run(events[half:], second)
     assert out == expected
     assert second.state("X").to_bytes() == whole.state("X").to_bytes()
+
+
+def test_a_state_is_stored_as_doubles_and_one_stored_as_json_still_loads() -> None:
+    """A state written before STATE_FORMAT (one JSON document) restores to the same state; the
+    stored form now is a fraction of that JSON's bytes."""
+    bars, forecasts = random_history("X", seed=3)
+    events = interleave(
+        random.Random(3), [("bar", b) for b in bars], [("forecast", f) for f in forecasts]
+    )
+    scorer = Scorer(window=50)
+    run(events[: len(events) // 2], scorer)
+    state = scorer.state("X")
+    assert len(state.pending) >= 5
+    legacy = orjson.dumps(
+        {
+            "window": state.window,
+            "retention": state.retention,
+            "pending": [f._asdict() for f in state.pending],
+            "bars": [list(b) for b in state.bars.values()],
+            "last_bar_ts": state.last_bar_ts,
+            "last_forecast_ts": state.last_forecast_ts,
+            "dropped_through": state.dropped_through,
+            "rolling": state.rolling.sums,
+        }
+    )
+    assert SymbolScoring.from_bytes(legacy) == state
+    assert SymbolScoring.from_bytes(legacy).to_bytes() == state.to_bytes()
+    assert len(state.to_bytes()) < 0.6 * len(legacy)
+    with pytest.raises(ValueError, match="a newer barcast wrote it"):
+        SymbolScoring.from_bytes(bytes([STATE_FORMAT + 1]) + state.to_bytes()[1:])
 
 
 def test_a_forecast_after_its_bars_left_the_retention_is_late() -> None:

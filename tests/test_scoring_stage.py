@@ -15,7 +15,8 @@ import pytest
 
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
 from streams.forecast.engine import WindowRequest
-from streams.forecast.scoring import SymbolScoring, decode_score, score_offline
+from streams.forecast.scoring import decode_score, score_offline
+from streams.forecast.scoring_state import SymbolScoring
 from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stores import Changelog, StateStore

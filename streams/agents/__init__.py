@@ -18,7 +18,7 @@ from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.checkpoints import CheckpointWatcher, load_engine
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import inference_threads
-from streams.forecast.scoring import SymbolScoring
+from streams.forecast.scoring_state import SymbolScoring
 from streams.metrics import MetricsFeed
 from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
 from streams.runtime.forecaster import Forecaster

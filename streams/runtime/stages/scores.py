@@ -1,15 +1,15 @@
-"""Scoring and online calibration in the forecast stage (streams.forecast.scoring, conformal):
-stores keyed by symbol; the score records go to `forecasts.scores`. A symbol's bars and
-forecasts meet its states in lockstep, as `calibrate_offline` replays them (bar t, the forecast
-of t, bar t + 1): a bar waits in memory while an earlier forecast is in the model. So however far
-the model lags (a take() batch may hold thousands of one symbol's rows, past the retention), the
-states are a function of the bars and forecasts alone. A checkpoint drains the forecaster: nothing
-waits then, each write is tagged with its own row's offset, and a replay from a mark publishes the
-same again.
+"""Scoring and online calibration in the forecast stage (streams.forecast.scoring, scoring_state,
+conformal): stores keyed by symbol; the score records go to `forecasts.scores`. A symbol's bars
+and forecasts meet its states in lockstep, as `calibrate_offline` replays them (bar t, the
+forecast of t, bar t + 1): a bar waits in memory while an earlier forecast is in the model. So
+however far the model lags (a take() batch may hold thousands of one symbol's rows, past the
+retention), the states are a function of the bars and forecasts alone. A checkpoint drains the
+forecaster: nothing waits then, each write is tagged with its own row's offset, and a replay
+from a mark publishes the same again.
 
-Forecasts are decided as their bars come and scored together (`score_all`) once the rows in
-hand are all in (`settle`), or before a forecast of a symbol with decided ones waiting is
-calibrated, so that a symbol's calibration sees its scores in the order they were decided.
+Forecasts are decided as their bars come and scored together (`score_all`) once the rows in hand
+are all in (`settle`), or before a forecast of a symbol with decided ones waiting is calibrated,
+so that a symbol's calibration sees its scores in the order they were decided.
 """
 
 from __future__ import annotations
@@ -21,15 +21,8 @@ from typing import Any
 
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import WindowRequest
-from streams.forecast.scoring import (
-    Decided,
-    LabelBar,
-    ScoreValue,
-    SymbolScoring,
-    encode_score,
-    pooled_figures,
-    score_all,
-)
+from streams.forecast.scoring import Decided, LabelBar, ScoreValue, encode_score, score_all
+from streams.forecast.scoring_state import SymbolScoring, pooled_figures
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stores import StateStore
 from streams.schema import BAR_HEADERS

@@ -1,0 +1,254 @@
+"""One symbol's scoring state over time (`SymbolScoring`: pending forecasts, recent bars, rolling
+figures) and its stored form; `Scorer` holds every symbol's in one process.
+
+Per symbol, bars are kept only while a forecast may still need them (newer than the oldest
+pending forecast and than the newest forecast seen: forecasts of a symbol arrive in order), up
+to `retention` bars; a forecast whose bars were dropped is recorded as `late`. Rolling figures are
+exponentially weighted means with weight (1 - 1/window)^age (mean age about `window` scored
+forecasts): a handful of floats per horizon in the durable store instead of the last `window`
+scores. Every state round-trips exactly through `to_bytes` / `from_bytes`, its floats as
+doubles, not JSON text: each symbol's state goes to the changelog every minute, a JSON float is
+two or three times the bytes, and the producer and the broker pay per byte.
+
+What a state holds for minutes (pending forecasts, bars) is tuples of numbers, not dicts and
+lists: the garbage collector stops tracking such a tuple once it has seen it, while each list or
+dict that outlives a young generation is promoted and rescanned by every full collection, and a
+thousand symbols a minute of them set off full collections in the middle of a burst.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from model.covariates import NS_PER_MIN
+from streams.forecast.scoring import (
+    QUANTILES,
+    Decided,
+    Forecast,
+    LabelBar,
+    ScoreValue,
+    forecast_fields,
+    label_minutes,
+    score_all,
+)
+
+DEFAULT_WINDOW = 240  # scored forecasts: four hours of one symbol's minutes
+DEFAULT_RETENTION = 1440  # bars held per symbol for forecasts not yet seen: a day of minutes
+STATE_FORMAT = 2  # `SymbolScoring.to_bytes`; 1 (read still): one JSON document
+
+Packed = tuple[orjson.Fragment, bytes]  # a pending forecast's header entry and its floats
+
+
+def pack_forecast(f: Forecast) -> Packed:
+    head = orjson.Fragment(orjson.dumps([f.symbol, f.ts_event, f.horizons, f.model_id]))
+    return head, struct.pack(f"<{1 + 3 * len(f.horizons)}d", f.close, *f.q10, *f.q50, *f.q90)
+
+
+@dataclass
+class Rolling:
+    """Exponentially weighted means of coverage and pinball per horizon (index = horizon - 1):
+    `sums[h]` = [weight, inside, pinball per quantile...] each decayed by (1 - 1/window)."""
+
+    window: int = DEFAULT_WINDOW
+    sums: list[list[float]] = field(default_factory=list)
+
+    def add(self, record: ScoreValue) -> None:
+        if record["unscored"] is not None:
+            return
+        inside, losses = record["inside"] or [], record["pinball"] or {}
+        keep, columns = 1.0 - 1.0 / self.window, [losses[name] for name in QUANTILES]
+        for h, covered in enumerate(inside):
+            if h == len(self.sums):
+                self.sums.append([0.0] * (2 + len(QUANTILES)))
+            sums = self.sums[h]
+            sums[0] = keep * sums[0] + 1.0
+            sums[1] = keep * sums[1] + float(covered)
+            for j, column in enumerate(columns, start=2):
+                sums[j] = keep * sums[j] + column[h]
+
+
+@dataclass
+class SymbolScoring:
+    """One symbol's scoring state: pending forecasts, recent bars and rolling figures."""
+
+    window: int = DEFAULT_WINDOW
+    retention: int = DEFAULT_RETENTION
+    pending: list[Forecast] = field(default_factory=list)  # ts order
+    # Each pending forecast's stored form, encoded once: a forecast stays pending for H
+    # minutes, and every checkpoint between re-encodes the state.
+    packed: list[Packed] = field(default_factory=list, compare=False, repr=False)
+    bars: dict[int, LabelBar] = field(default_factory=dict)
+    last_bar_ts: int | None = None
+    last_forecast_ts: int | None = None
+    dropped_through: int | None = None  # newest bar ts dropped by the retention
+    rolling: Rolling = field(default_factory=Rolling)
+
+    def __post_init__(self) -> None:
+        self.rolling.window = self.window
+        if len(self.packed) != len(self.pending):
+            self.packed = [pack_forecast(f) for f in self.pending]
+
+    def add_bar(self, bar: LabelBar) -> list[Decided]:
+        if self.last_bar_ts is not None and bar.ts_event <= self.last_bar_ts:
+            return []  # a repeat after a restart: bars.clean is in ts order per symbol
+        self.bars[bar.ts_event] = bar
+        self.last_bar_ts = bar.ts_event
+        return self._decide()
+
+    def add_forecast(self, value: dict[str, Any]) -> list[Decided]:
+        ts = int(value["ts_event"])
+        if self.last_forecast_ts is not None and ts <= self.last_forecast_ts:
+            return []  # a repeat after a restart: forecasts are idempotent by (symbol, ts)
+        self.last_forecast_ts = ts
+        forecast = forecast_fields(value)
+        if self.dropped_through is not None and ts + NS_PER_MIN <= self.dropped_through:
+            return [Decided(forecast, None)]
+        self.pending.append(forecast)
+        self.packed.append(pack_forecast(forecast))
+        return self._decide()
+
+    def scored(self, records: list[ScoreValue]) -> list[ScoreValue]:
+        """The records of what `add_bar` and `add_forecast` decided (`score_all`, in the
+        order decided) into the rolling figures; returned."""
+        for record in records:
+            self.rolling.add(record)
+        return records
+
+    def _decide(self) -> list[Decided]:
+        """Forecasts whose labels are known now, to score (`score_all`) and hand to `scored`."""
+        out: list[Decided] = []
+        while self.pending and self.last_bar_ts is not None:
+            forecast = self.pending[0]
+            minutes = label_minutes(forecast)
+            if self.last_bar_ts < minutes[-1]:
+                break  # forecasts are in ts order: no later one is decided either
+            out.append(Decided(forecast, tuple(self.bars.get(ts) for ts in minutes)))
+            self.pending.pop(0)
+            self.packed.pop(0)
+        self._evict()
+        return out
+
+    def _evict(self) -> None:
+        needed = min(
+            self.pending[0].ts_event if self.pending else math.inf,
+            self.last_forecast_ts if self.last_forecast_ts is not None else -math.inf,
+        )
+        while self.bars and next(iter(self.bars)) <= needed:  # bars are held in ts order
+            del self.bars[next(iter(self.bars))]
+        while len(self.bars) > self.retention:
+            self.dropped_through = next(iter(self.bars))
+            del self.bars[self.dropped_through]
+
+    def to_bytes(self) -> bytes:
+        """STATE_FORMAT: a JSON header, then every float as a little-endian double (each
+        pending forecast's close and quantiles, the bars' closes, the rolling sums)."""
+        header = orjson.dumps({
+            "window": self.window,
+            "retention": self.retention,
+            "pending": [head for head, _ in self.packed],
+            "bars": [[b.ts_event, b.synthetic] for b in self.bars.values()],
+            "last_bar_ts": self.last_bar_ts,
+            "last_forecast_ts": self.last_forecast_ts,
+            "dropped_through": self.dropped_through,
+            "rolling": len(self.rolling.sums),
+        })  # fmt: skip
+        closes = [b.close for b in self.bars.values()]
+        sums = [x for row in self.rolling.sums for x in row]
+        floats = struct.pack(f"<{len(closes) + len(sums)}d", *closes, *sums)
+        frame = struct.pack("<BI", STATE_FORMAT, len(header))
+        return b"".join([frame, header, *(values for _, values in self.packed), floats])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SymbolScoring:
+        if data[:1] == b"{":  # written before STATE_FORMAT: one JSON document
+            return cls.from_dict(orjson.loads(data))
+        if data[0] != STATE_FORMAT:
+            raise ValueError(
+                f"scoring state format {data[0]} is not {STATE_FORMAT}: a newer barcast wrote "
+                "it; run that version (or newer) on this changelog"
+            )
+        (size,) = struct.unpack_from("<I", data, 1)
+        header = orjson.loads(data[5 : 5 + size])
+        floats = iter(array("d", data[5 + size :]).tolist())
+        pending = []
+        for symbol, ts, horizons, model_id in header["pending"]:
+            close, h = next(floats), len(horizons)
+            q = [tuple(itertools.islice(floats, h)) for _ in QUANTILES]
+            pending.append(Forecast(symbol, ts, close, tuple(horizons), model_id, *q))
+        bars = [(ts, next(floats), synthetic) for ts, synthetic in header["bars"]]
+        width = 2 + len(QUANTILES)  # a `Rolling.sums` row
+        rolling = [list(itertools.islice(floats, width)) for _ in range(header["rolling"])]
+        return cls.from_dict(header | {"pending": pending, "bars": bars, "rolling": rolling})
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> SymbolScoring:
+        """From `to_bytes`' header with its floats in place, or a state before STATE_FORMAT."""
+        pending = values["pending"]
+        state = cls(
+            window=values["window"],
+            retention=values["retention"],
+            pending=[f if isinstance(f, Forecast) else forecast_fields(f) for f in pending],
+            bars={ts: LabelBar(ts, close, synthetic) for ts, close, synthetic in values["bars"]},
+            last_bar_ts=values["last_bar_ts"],
+            last_forecast_ts=values["last_forecast_ts"],
+            dropped_through=values["dropped_through"],
+        )
+        state.rolling.sums = values["rolling"]
+        return state
+
+    @classmethod
+    def decoder(cls, window: int) -> Callable[[bytes], SymbolScoring]:
+        """Decode a stored state with the rolling window of this worker's setting."""
+
+        def decode(data: bytes) -> SymbolScoring:
+            state = cls.from_bytes(data)
+            state.window = state.rolling.window = window
+            return state
+
+        return decode
+
+
+class Scorer:
+    """Every symbol's scoring state in one process (offline runs, tests; the worker keeps each
+    `SymbolScoring` in a store keyed by symbol instead: streams.runtime.stages.scores)."""
+
+    def __init__(self, window: int = DEFAULT_WINDOW, retention: int = DEFAULT_RETENTION) -> None:
+        self.window, self.retention = window, retention
+        self.symbols: dict[str, SymbolScoring] = {}
+
+    def state(self, symbol: str) -> SymbolScoring:
+        if symbol not in self.symbols:
+            self.symbols[symbol] = SymbolScoring(self.window, self.retention)
+        return self.symbols[symbol]
+
+    def on_bar(self, bar: dict[str, Any]) -> list[ScoreValue]:
+        """A `bars.clean` value."""
+        state = self.state(bar["symbol"])
+        return state.scored(score_all(state.add_bar(LabelBar.from_clean(bar))))
+
+    def on_forecast(self, value: dict[str, Any]) -> list[ScoreValue]:
+        """A `forecasts` value."""
+        state = self.state(value["symbol"])
+        return state.scored(score_all(state.add_forecast(value)))
+
+
+def pooled_figures(states: list[Rolling]) -> dict[tuple[int, str], float]:
+    """Rolling figures over symbols, their weights pooled: (horizon, "coverage") and
+    (horizon, quantile field) for pinball; horizons some symbol has scored."""
+    out: dict[tuple[int, str], float] = {}
+    horizons = max((len(r.sums) for r in states), default=0)
+    for h in range(horizons):
+        rows = [r.sums[h] for r in states if len(r.sums) > h]
+        total = [math.fsum(column) for column in zip(*rows, strict=True)]
+        out[(h + 1, "coverage")] = total[1] / total[0]
+        for j, name in enumerate(QUANTILES):
+            out[(h + 1, name)] = total[2 + j] / total[0]
+    return out
