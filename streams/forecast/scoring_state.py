@@ -169,7 +169,10 @@ class SymbolScoring:
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolScoring:
         if data[:1] == b"{":  # written before STATE_FORMAT: one JSON document
-            return cls.from_dict(orjson.loads(data))
+            values = orjson.loads(data)
+            return cls.from_dict(
+                values | {"pending": list(map(forecast_fields, values["pending"]))}
+            )
         if data[0] != STATE_FORMAT:
             raise ValueError(
                 f"scoring state format {data[0]} is not {STATE_FORMAT}: a newer barcast wrote "
@@ -190,12 +193,11 @@ class SymbolScoring:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> SymbolScoring:
-        """From `to_bytes`' header with its floats in place, or a state before STATE_FORMAT."""
-        pending = values["pending"]
+        """From `to_bytes`' header with its floats in place (pending forecasts as `Forecast`)."""
         state = cls(
             window=values["window"],
             retention=values["retention"],
-            pending=[f if isinstance(f, Forecast) else forecast_fields(f) for f in pending],
+            pending=values["pending"],
             bars={ts: LabelBar(ts, close, synthetic) for ts, close, synthetic in values["bars"]},
             last_bar_ts=values["last_bar_ts"],
             last_forecast_ts=values["last_forecast_ts"],
