@@ -2,7 +2,12 @@
 micro-batcher in front of the model. A flush (`max_batch` requests waiting, `max_delay`,
 END_OF_INTERVAL, a checkpoint) runs the model in the inference thread, its forecasts' acks
 awaited behind the previous flush's. The agent keeps consuming while a flush runs, so decoding
-overlaps inference, until `BACKLOG_BATCHES` x `max_batch` requests wait: the back-pressure."""
+overlaps inference, until `BACKLOG_BATCHES` x `max_batch` requests wait: the back-pressure.
+
+The forecasts are what a trader waits for; the scores the rows' bars decide are not. So when
+the rows bring requests, the flush scores their bars while its first batch is in the model, and
+publishes those scores after its forecasts: at a minute boundary, when every symbol's bar comes
+at once, scoring then adds nothing in front of the model and little behind it."""
 
 from __future__ import annotations
 
@@ -60,8 +65,8 @@ class Forecaster:
 
     async def add(self, items: Sequence[FeatureRow | Control | Out]) -> Scores:
         """Rows into the windows and the scoring states, their requests into the batcher (a
-        flush now if too many wait); the scores their bars decide and the dead letters among
-        `items` returned, to publish."""
+        flush now if too many wait); the dead letters among `items` returned, to publish, with
+        the scores their bars decide unless a flush is to come (it publishes them)."""
         out, dead, serving, metrics = Scores(), [], self.engine is not None, self.runtime.metrics
         for item in items:
             if isinstance(item, FeatureRow):
@@ -73,7 +78,8 @@ class Forecaster:
                 self.batcher.flush_now()
             else:
                 dead.append(item)
-        self.scoring.settle(out)
+        if not len(self.batcher):
+            self.scoring.settle(out)
         metrics.bar(Stage.FORECAST, Outcome.IN, len(items))
         if dead:
             metrics.dlq.inc(len(dead))
@@ -88,8 +94,9 @@ class Forecaster:
         """Every waiting request through the model; a batch's forecasts are built and sent
         while the next batch's inference runs."""
         async with self.lock:
-            sends, received = [], []
+            sends, received, scored = [], [], Scores()
             running = self._infer()
+            self.scoring.settle(scored)  # the rows' bars, while the first batch is in the model
             while running is not None:
                 batch, inference = running
                 quantiles, explanations = await inference
@@ -97,6 +104,8 @@ class Forecaster:
                 self.runtime.worked = time.monotonic()
                 sends += await self._publish(batch, quantiles, explanations)
                 received += [request.received_ns for request in batch]
+            sends += await self.runtime.send(scored.outputs)
+            notify(self.runtime.observers, "observe_score", scored.values)
             if sends:
                 finishing = self._finish(self.finishing, sends, received)
                 self.finishing = asyncio.ensure_future(finishing)

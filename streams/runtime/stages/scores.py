@@ -8,8 +8,9 @@ forecaster: nothing waits then, each write is tagged with its own row's offset, 
 from a mark publishes the same again.
 
 Forecasts are decided as their bars come and scored together (`score_all`) once the rows in hand
-are all in (`settle`), or before a forecast of a symbol with decided ones waiting is calibrated,
-so that a symbol's calibration sees its scores in the order they were decided.
+are all in (`settle`: the forecaster calls it while the model runs, streams.runtime.forecaster),
+or before a forecast of a symbol with decided ones waiting is calibrated, so that a symbol's
+calibration sees its scores in the order they were decided.
 """
 
 from __future__ import annotations
