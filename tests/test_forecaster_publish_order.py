@@ -43,15 +43,18 @@ class Producer:
 
 
 def rows(minute: int, synthetic: bool = False) -> list[FeatureRow]:
-    rng = np.random.default_rng(minute)
-    return [
-        FeatureRow(
-            symbol.encode(), 0, 2 * minute + i, 0.0, None, symbol, START + minute * NS_PER_MIN,
-            1.1 * float(np.exp(rng.normal(0.0, 1e-3))), synthetic, True,
-            rng.normal(size=N_FEATURES), FINGERPRINT,
-        )  # fmt: skip
-        for i, symbol in enumerate(SYMBOLS)
-    ]
+    rng, ts = np.random.default_rng(minute), START + minute * NS_PER_MIN
+    out = []
+    for i, symbol in enumerate(SYMBOLS):
+        close = 1.1 * float(np.exp(rng.normal(0.0, 1e-3)))
+        values = rng.normal(size=N_FEATURES)
+        key, offset = symbol.encode(), 2 * minute + i
+        out.append(
+            FeatureRow(
+                key, 0, offset, 0.0, None, symbol, ts, close, synthetic, True, values, FINGERPRINT
+            )
+        )
+    return out
 
 
 def topics(calls: list[list[Out]]) -> list[str]:
