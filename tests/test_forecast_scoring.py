@@ -229,7 +229,7 @@ def test_a_state_is_stored_as_doubles_and_one_stored_as_json_still_loads() -> No
             "last_bar_ts": state.last_bar_ts,
             "last_forecast_ts": state.last_forecast_ts,
             "dropped_through": state.dropped_through,
-            "rolling": state.rolling.sums,
+            "rolling": state.rolling.sums.tolist(),
         }
     )
     assert SymbolScoring.from_bytes(legacy) == state

@@ -90,15 +90,18 @@ class SymbolCalibration:
         horizons = len(value["horizons"])
         self.log_scale += [[0.0, 0.0] for _ in range(horizons - len(self.log_scale))]
         # Plain floats, not numpy: numpy's per-call cost dominates on a handful of horizons.
-        pairs = self.log_scale[:horizons]
-        median, close, out = value["q50"], value["close"], dict(value)
-        for j, name in enumerate((LOWER, UPPER)):
-            scales = [math.exp(pair[j]) for pair in pairs]
-            calibrated = [
-                m + s * (r - m) for m, s, r in zip(median, scales, value[name], strict=True)
-            ]
-            out[name] = calibrated
-            out["price_" + name] = [close * math.exp(c) for c in calibrated]
+        close, exp = value["close"], math.exp
+        lower, upper, price_lower, price_upper = [], [], [], []
+        for (a, b), m, low, high in zip(
+            self.log_scale[:horizons], value["q50"], value[LOWER], value[UPPER], strict=True
+        ):
+            low, high = m + exp(a) * (low - m), m + exp(b) * (high - m)
+            lower.append(low)
+            upper.append(high)
+            price_lower.append(close * exp(low))
+            price_upper.append(close * exp(high))
+        out = value | {LOWER: lower, UPPER: upper}
+        out |= {"price_" + LOWER: price_lower, "price_" + UPPER: price_upper}
         out.update({"raw_" + name: value[name] for name in QUANTILES})
         out["schema_version"] = SCHEMA_VERSION
         return out

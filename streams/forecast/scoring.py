@@ -129,54 +129,85 @@ class Decided(NamedTuple):
     bars: tuple[LabelBar | None, ...] | None
 
 
+class Score(NamedTuple):
+    """A decided forecast's record and, if scored, its `score_increments`."""
+
+    record: ScoreValue
+    increments: np.ndarray | None
+
+
 def score_all(decided: list[Decided]) -> list[ScoreValue]:
+    return [record for record, _ in score_decided(decided)]
+
+
+def score_decided(decided: list[Decided]) -> list[Score]:
     """The records of decided forecasts, in order; those with a whole label are scored in one
     numpy pass per horizon count (a record per forecast in Python is what a burst of a thousand
     symbols pays for), with the training labels' logarithms (`forward_returns`) and the training
     metric's pinball (`model.metrics.pinball_losses`): a forecast's record does not depend on
     the others scored with it."""
-    records: list[ScoreValue | None] = [None] * len(decided)
+    scores: list[Score | None] = [None] * len(decided)
     whole: dict[int, list[int]] = {}  # horizons -> indices of forecasts with a whole label
     for i, (forecast, bars) in enumerate(decided):
         if bars is None:
-            records[i] = unscored(forecast, Unscored.LATE)
+            scores[i] = Score(unscored(forecast, Unscored.LATE), None)
         elif None in bars:
-            records[i] = unscored(forecast, Unscored.SESSION_BREAK)
+            scores[i] = Score(unscored(forecast, Unscored.SESSION_BREAK), None)
         elif True in [b.synthetic for b in bars]:  # type: ignore[union-attr]
-            records[i] = unscored(forecast, Unscored.GAP_FILL)
+            scores[i] = Score(unscored(forecast, Unscored.GAP_FILL), None)
         else:
             whole.setdefault(len(bars), []).append(i)
     for indices in whole.values():
-        for i, record in zip(indices, _scored([decided[i] for i in indices]), strict=True):
-            records[i] = record
-    return records  # type: ignore[return-value]
+        for i, score in zip(indices, _scored([decided[i] for i in indices]), strict=True):
+            scores[i] = score
+    return scores  # type: ignore[return-value]
 
 
-def _scored(decided: list[Decided]) -> list[ScoreValue]:
-    """Records of forecasts with whole labels of one length."""
+def score_increments(record: ScoreValue) -> np.ndarray:
+    """A scored record's terms of the rolling means, `(H, 2 + Q)`: per horizon
+    [1, inside, pinball per quantile field]."""
+    inside, losses = record["inside"] or [], record["pinball"] or {}
+    return np.array([[1.0] * len(inside), inside, *(losses[q] for q in QUANTILES)], dtype=float).T
+
+
+def _scored(decided: list[Decided]) -> list[Score]:
+    """Scores of forecasts with whole labels of one length."""
     closes = np.array([[f.close, *[b.close for b in bars]] for f, bars in decided])  # type: ignore[union-attr]
     logs = np.log(closes)
     y = logs[:, 1:] - logs[:, :1]
     q = np.array([f.q10 + f.q50 + f.q90 for f, _ in decided])  # QUANTILES' order
     q = q.reshape(len(decided), len(QUANTILES), -1).swapaxes(1, 2)
-    losses = pinball_losses(y, q, tuple(QUANTILES.values())).swapaxes(1, 2).tolist()
+    losses = pinball_losses(y, q, tuple(QUANTILES.values()))
     below, above = y < q[..., _LOWER], y > q[..., _UPPER]
-    inside = (~(below | above)).tolist()
+    inside = ~(below | above)
+    increments = np.concatenate([np.ones_like(y)[..., None], inside[..., None], losses], axis=2)
+    records = zip(
+        decided,
+        y.tolist(),
+        losses.swapaxes(1, 2).tolist(),
+        inside.tolist(),
+        below.tolist(),
+        above.tolist(),
+        strict=True,
+    )
     return [
-        {
-            "symbol": f.symbol,
-            "ts_event": f.ts_event,
-            "model_id": f.model_id,
-            "horizons": list(f.horizons),
-            "unscored": None,
-            "realized": realized,
-            "pinball": dict(zip(QUANTILES, loss, strict=True)),
-            "inside": covered,
-            "below_q10": low,
-            "above_q90": high,
-        }
-        for (f, _), realized, loss, covered, low, high in zip(
-            decided, y.tolist(), losses, inside, below.tolist(), above.tolist(), strict=True
+        Score(
+            {
+                "symbol": f.symbol,
+                "ts_event": f.ts_event,
+                "model_id": f.model_id,
+                "horizons": list(f.horizons),
+                "unscored": None,
+                "realized": realized,
+                "pinball": dict(zip(QUANTILES, loss, strict=True)),
+                "inside": covered,
+                "below_q10": low,
+                "above_q90": high,
+            },
+            rows,
+        )
+        for ((f, _), realized, loss, covered, low, high), rows in zip(
+            records, increments, strict=True
         )
     ]
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 
 from model.covariates import NS_PER_MIN
@@ -34,14 +35,17 @@ from streams.forecast.scoring import (
     Decided,
     Forecast,
     LabelBar,
+    Score,
     ScoreValue,
     forecast_fields,
     label_minutes,
-    score_all,
+    score_decided,
+    score_increments,
 )
 
 DEFAULT_WINDOW = 240  # scored forecasts: four hours of one symbol's minutes
 DEFAULT_RETENTION = 1440  # bars held per symbol for forecasts not yet seen: a day of minutes
+ROLLING_WIDTH = 2 + len(QUANTILES)  # a `Rolling.sums` row
 STATE_FORMAT = 2  # `SymbolScoring.to_bytes`; 1 (read still): one JSON document
 
 Packed = tuple[orjson.Fragment, bytes]  # a pending forecast's header entry and its floats
@@ -52,27 +56,33 @@ def pack_forecast(f: Forecast) -> Packed:
     return head, struct.pack(f"<{1 + 3 * len(f.horizons)}d", f.close, *f.q10, *f.q50, *f.q90)
 
 
-@dataclass
+@dataclass(eq=False)
 class Rolling:
-    """Exponentially weighted means of coverage and pinball per horizon (index = horizon - 1):
+    """Exponentially weighted means of coverage and pinball per horizon (row = horizon - 1):
     `sums[h]` = [weight, inside, pinball per quantile...] each decayed by (1 - 1/window)."""
 
     window: int = DEFAULT_WINDOW
-    sums: list[list[float]] = field(default_factory=list)
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, ROLLING_WIDTH)))
 
-    def add(self, record: ScoreValue) -> None:
+    def add(self, record: ScoreValue, increments: np.ndarray | None = None) -> None:
+        """A record into the means; `increments` are its `score_increments`, if at hand (a
+        batch's come from `score_decided` as one array: numpy per record, not per float)."""
         if record["unscored"] is not None:
             return
-        inside, losses = record["inside"] or [], record["pinball"] or {}
-        keep, columns = 1.0 - 1.0 / self.window, [losses[name] for name in QUANTILES]
-        for h, covered in enumerate(inside):
-            if h == len(self.sums):
-                self.sums.append([0.0] * (2 + len(QUANTILES)))
-            sums = self.sums[h]
-            sums[0] = keep * sums[0] + 1.0
-            sums[1] = keep * sums[1] + float(covered)
-            for j, column in enumerate(columns, start=2):
-                sums[j] = keep * sums[j] + column[h]
+        if increments is None:
+            increments = score_increments(record)
+        n = len(increments)
+        if n > len(self.sums):
+            grown = np.zeros((n - len(self.sums), ROLLING_WIDTH))
+            self.sums = np.concatenate([self.sums, grown])
+        rows = self.sums[:n]  # a view: updated in place
+        rows *= 1.0 - 1.0 / self.window
+        rows += increments
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rolling):
+            return NotImplemented
+        return self.window == other.window and np.array_equal(self.sums, other.sums)
 
 
 @dataclass
@@ -115,22 +125,22 @@ class SymbolScoring:
         self.packed.append(pack_forecast(forecast))
         return self._decide()
 
-    def scored(self, records: list[ScoreValue]) -> list[ScoreValue]:
-        """The records of what `add_bar` and `add_forecast` decided (`score_all`, in the
-        order decided) into the rolling figures; returned."""
-        for record in records:
-            self.rolling.add(record)
-        return records
+    def scored(self, scores: list[Score]) -> list[ScoreValue]:
+        """What `add_bar` and `add_forecast` decided, scored (`score_decided`, in the order
+        decided), into the rolling figures; the records returned."""
+        for record, increments in scores:
+            self.rolling.add(record, increments)
+        return [record for record, _ in scores]
 
     def _decide(self) -> list[Decided]:
         """Forecasts whose labels are known now, to score (`score_all`) and hand to `scored`."""
         out: list[Decided] = []
         while self.pending and self.last_bar_ts is not None:
             forecast = self.pending[0]
-            minutes = label_minutes(forecast)
-            if self.last_bar_ts < minutes[-1]:
+            if self.last_bar_ts < forecast.ts_event + forecast.horizons[-1] * NS_PER_MIN:
                 break  # forecasts are in ts order: no later one is decided either
-            out.append(Decided(forecast, tuple(self.bars.get(ts) for ts in minutes)))
+            bars = self.bars
+            out.append(Decided(forecast, tuple(bars.get(ts) for ts in label_minutes(forecast))))
             self.pending.pop(0)
             self.packed.pop(0)
         self._evict()
@@ -161,10 +171,10 @@ class SymbolScoring:
             "rolling": len(self.rolling.sums),
         })  # fmt: skip
         closes = [b.close for b in self.bars.values()]
-        sums = [x for row in self.rolling.sums for x in row]
-        floats = struct.pack(f"<{len(closes) + len(sums)}d", *closes, *sums)
+        floats = struct.pack(f"<{len(closes)}d", *closes)
+        sums = self.rolling.sums.astype("<f8").tobytes()
         frame = struct.pack("<BI", STATE_FORMAT, len(header))
-        return b"".join([frame, header, *(values for _, values in self.packed), floats])
+        return b"".join([frame, header, *(values for _, values in self.packed), floats, sums])
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolScoring:
@@ -187,8 +197,7 @@ class SymbolScoring:
             q = [tuple(itertools.islice(floats, h)) for _ in QUANTILES]
             pending.append(Forecast(symbol, ts, close, tuple(horizons), model_id, *q))
         bars = [(ts, next(floats), synthetic) for ts, synthetic in header["bars"]]
-        width = 2 + len(QUANTILES)  # a `Rolling.sums` row
-        rolling = [list(itertools.islice(floats, width)) for _ in range(header["rolling"])]
+        rolling = list(itertools.islice(floats, header["rolling"] * ROLLING_WIDTH))
         return cls.from_dict(header | {"pending": pending, "bars": bars, "rolling": rolling})
 
     @classmethod
@@ -203,7 +212,8 @@ class SymbolScoring:
             last_forecast_ts=values["last_forecast_ts"],
             dropped_through=values["dropped_through"],
         )
-        state.rolling.sums = values["rolling"]
+        rows = np.array(values["rolling"], dtype=float)
+        state.rolling.sums = rows.reshape(-1, ROLLING_WIDTH)
         return state
 
     @classmethod
@@ -234,12 +244,12 @@ class Scorer:
     def on_bar(self, bar: dict[str, Any]) -> list[ScoreValue]:
         """A `bars.clean` value."""
         state = self.state(bar["symbol"])
-        return state.scored(score_all(state.add_bar(LabelBar.from_clean(bar))))
+        return state.scored(score_decided(state.add_bar(LabelBar.from_clean(bar))))
 
     def on_forecast(self, value: dict[str, Any]) -> list[ScoreValue]:
         """A `forecasts` value."""
         state = self.state(value["symbol"])
-        return state.scored(score_all(state.add_forecast(value)))
+        return state.scored(score_decided(state.add_forecast(value)))
 
 
 def pooled_figures(states: list[Rolling]) -> dict[tuple[int, str], float]:
@@ -248,7 +258,7 @@ def pooled_figures(states: list[Rolling]) -> dict[tuple[int, str], float]:
     out: dict[tuple[int, str], float] = {}
     horizons = max((len(r.sums) for r in states), default=0)
     for h in range(horizons):
-        rows = [r.sums[h] for r in states if len(r.sums) > h]
+        rows = [r.sums[h].tolist() for r in states if len(r.sums) > h]
         total = [math.fsum(column) for column in zip(*rows, strict=True)]
         out[(h + 1, "coverage")] = total[1] / total[0]
         for j, name in enumerate(QUANTILES):

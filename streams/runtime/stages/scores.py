@@ -7,7 +7,7 @@ retention), the states are a function of the bars and forecasts alone. A checkpo
 forecaster: nothing waits then, each write is tagged with its own row's offset, and a replay
 from a mark publishes the same again.
 
-Forecasts are decided as their bars come and scored together (`score_all`) once the rows in hand
+Forecasts are decided as their bars come and scored together (`score_decided`) once the rows in hand
 are all in (`settle`: the forecaster calls it while the model runs, streams.runtime.forecaster),
 or before a forecast of a symbol with decided ones waiting is calibrated, so that a symbol's
 calibration sees its scores in the order they were decided.
@@ -22,7 +22,7 @@ from typing import Any
 
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import WindowRequest
-from streams.forecast.scoring import Decided, LabelBar, ScoreValue, encode_score, score_all
+from streams.forecast.scoring import Decided, LabelBar, ScoreValue, encode_score, score_decided
 from streams.forecast.scoring_state import SymbolScoring, pooled_figures
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stores import StateStore
@@ -84,10 +84,10 @@ class Scoring:
             return
         decided, self.decided = self.decided, []
         self.unsettled.clear()
-        records = score_all([d for *_, d in decided])
-        for (key, partition, offset, _), record in zip(decided, records, strict=True):
+        scores = score_decided([d for *_, d in decided])
+        for (key, partition, offset, _), (record, increments) in zip(decided, scores, strict=True):
             # The state was written when it decided, and a checkpoint settles before encoding.
-            self.scores.states[key].scored([record])
+            self.scores.states[key].rolling.add(record, increments)
             calibration = self.calibrations.read(key, partition)
             calibration.update(record)
             if self.config.enabled:
