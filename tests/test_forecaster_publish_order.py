@@ -1,7 +1,8 @@
 """The forecast stage's order of work at a minute boundary (streams.runtime.forecaster), without a
-broker: when the rows bring forecast requests, the scores their bars decide are not published by
-`add` but by the flush, after every forecast of it; rows that bring none publish their scores
-from `add` at once. Either way each decided forecast gets exactly one score record."""
+broker: a flush publishes the minute's forecasts and leaves scoring alone (the bars wait, the
+scoring states untouched); the checkpoint's drain then scores the bars and publishes their
+scores after every forecast. Each decided forecast gets exactly one score record, a gap-fill
+minute's too, though it brings no forecast."""
 
 from __future__ import annotations
 
@@ -72,26 +73,31 @@ def test_scores_of_a_minutes_bars_follow_its_forecasts(tmp_path: Path) -> None:
     stage = Forecaster(runtime, engine, windows, scoring(io))
     first_scored = engine.lookback - 1 + engine.horizon  # the minute whose bars decide scores
 
-    async def minute(items: list[FeatureRow]) -> tuple[list[Out], list[str]]:
-        returned = (await stage.add(items)).outputs
+    async def minute(items: list[FeatureRow]) -> tuple[list[str], list[str]]:
+        """What the flush publishes, then what the drain after it does."""
+        assert await stage.add(items) == [], "no dead letter among the rows"
+        producer.calls.clear()
+        await stage.flush()
+        flushed, states = topics(producer.calls), stage.scoring.scores.states
+        assert stage.scoring.waiting.keys() == {item.key for item in items}
+        assert all(states[i.key].last_bar_ts < i.ts_event for i in items if i.key in states)
         producer.calls.clear()
         await stage.drain()
-        return returned, topics(producer.calls)
+        assert not stage.scoring.waiting, "the drain scores every waiting bar"
+        return flushed, topics(producer.calls)
 
     async def run() -> None:
         for m in range(first_scored):
-            returned, flushed = await minute(rows(m))
-            assert returned == [] and TOPIC not in flushed
+            flushed, drained = await minute(rows(m))
+            assert TOPIC not in flushed + drained
         for m in range(first_scored, first_scored + 3):
-            returned, flushed = await minute(rows(m))
-            forecasts = [t for t in flushed if t == settings.topic_forecasts]
-            assert returned == [], "a minute with requests publishes its scores from the flush"
-            assert flushed == forecasts + [TOPIC] * len(SYMBOLS), flushed
-            assert len(forecasts) == len(SYMBOLS)
-        returned, flushed = await minute(rows(first_scored + 3, synthetic=True))
+            flushed, drained = await minute(rows(m))
+            assert flushed == [settings.topic_forecasts] * len(SYMBOLS), flushed
+            assert drained == [TOPIC] * len(SYMBOLS), "the scores follow, from the drain"
+        flushed, drained = await minute(rows(first_scored + 3, synthetic=True))
         assert flushed == [], "a gap fill is never forecast: nothing to flush"
-        scores = [orjson.loads(record.value) for record in returned]
-        assert [record.topic for record in returned] == [TOPIC] * len(SYMBOLS)
+        assert drained == [TOPIC] * len(SYMBOLS)
+        scores = [orjson.loads(record.value) for record in producer.calls[-1]]
         assert {score["unscored"] for score in scores} == {"gap_fill"}
 
     asyncio.run(run())

@@ -216,9 +216,7 @@ def register_forecast(app: BarcastApp) -> None:
 
     async def handle(batch: list[Record]) -> None:
         items = readable(batch, app.barcast.topic_dlq, feature_row, "not a features record: ")
-        scored = await stage.add(items)
-        await checkpointer.publish(scored.outputs)
-        notify(app.observers, "observe_score", scored.values)
+        await checkpointer.publish(await stage.add(items))
 
     serve(app, "forecast", checkpointer, handle)
 
@@ -238,9 +236,7 @@ def register_pipeline(app: BarcastApp) -> None:
         featured = featuring.run(cleaned.items)
         await checkpointer.publish([*cleaned.outputs, *featured.outputs])
         observe_bars(app, cleaned)
-        scored = await forecasting.add(featured.rows)
-        await checkpointer.publish(scored.outputs)
-        notify(app.observers, "observe_score", scored.values)
+        await checkpointer.publish(await forecasting.add(featured.rows))
         feed.push()
         featured.count(app.metrics)
 

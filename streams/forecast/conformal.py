@@ -27,11 +27,13 @@ a small one keeps the scale from chasing noise (decaying steps for online confor
 Angelopoulos, Barber & Bates 2024). The floor can be small because the model's quantiles are
 already in units of a causal volatility estimate (`model.volatility`) and follow a volatility
 shock by themselves; what is left to track is the slow drift of their ratio to the truth. A
-scored forecast of bar s updates the state of forecasts of bars t >= s + H minutes only, the
-first whose forecast could know its whole label: the calibrated forecast of t is then a function
-of the bars and forecasts up to t, never of how scores and forecasts interleaved in a worker. A
-checkpoint swap (another `model_id`) starts the symbol afresh. Turned off, `apply` returns its
-input unchanged.
+scored forecast of bar s updates the state of forecasts of bars t >= s + H + 1 minutes only: its
+label is decided by the bar of s + H, and a bar is scored after its own minute's forecasts (the
+forecast stage scores in the quiet after a burst, streams.runtime.stages.scores), one minute
+more than the label needs, which the ten-minute horizon's own delay dwarfs. The calibrated
+forecast of t is then a function of the bars and forecasts before t and of its own, never of how
+scores and forecasts interleaved in a worker. A checkpoint swap (another `model_id`) starts the
+symbol afresh. Turned off, `apply` returns its input unchanged.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class SymbolCalibration:
         """Queue a scored forecast of this symbol; unscored ones and other models' are ignored."""
         if record["unscored"] is not None or record["model_id"] != self.model_id:
             return
-        due = record["ts_event"] + max(record["horizons"]) * NS_PER_MIN
+        due = record["ts_event"] + (max(record["horizons"]) + 1) * NS_PER_MIN
         self.waiting.append((due, tuple(record["below_q10"]), tuple(record["above_q90"])))
 
     def apply(self, value: dict[str, Any], config: CalibrationConfig) -> dict[str, Any]:

@@ -133,14 +133,14 @@ class SymbolScoring:
         return [record for record, _ in scores]
 
     def _decide(self) -> list[Decided]:
-        """Forecasts whose labels are known now, to score (`score_all`) and hand to `scored`."""
+        """Forecasts whose labels are known now, to score (`score_decided`), then `scored`."""
         out: list[Decided] = []
         while self.pending and self.last_bar_ts is not None:
             forecast = self.pending[0]
             if self.last_bar_ts < forecast.ts_event + forecast.horizons[-1] * NS_PER_MIN:
                 break  # forecasts are in ts order: no later one is decided either
-            bars = self.bars
-            out.append(Decided(forecast, tuple(bars.get(ts) for ts in label_minutes(forecast))))
+            minutes = label_minutes(forecast)
+            out.append(Decided(forecast, tuple(self.bars.get(ts) for ts in minutes)))
             self.pending.pop(0)
             self.packed.pop(0)
         self._evict()

@@ -4,10 +4,10 @@ END_OF_INTERVAL, a checkpoint) runs the model in the inference thread, its forec
 awaited behind the previous flush's. The agent keeps consuming while a flush runs, so decoding
 overlaps inference, until `BACKLOG_BATCHES` x `max_batch` requests wait: the back-pressure.
 
-The forecasts are what a trader waits for; the scores the rows' bars decide are not. So when
-the rows bring requests, the flush scores their bars while its first batch is in the model, and
-publishes those scores after its forecasts: at a minute boundary, when every symbol's bar comes
-at once, scoring then adds nothing in front of the model and little behind it."""
+The forecasts are what a trader waits for; the scores the rows' bars decide are not. So the
+rows' bars wait, and the checkpoint's drain scores them once its flush's forecasts are acked,
+in the quiet after a burst (streams.runtime.stages.scores): at a minute boundary, when every
+symbol's bar comes at once, scoring adds nothing between a bar and its forecast."""
 
 from __future__ import annotations
 
@@ -63,11 +63,12 @@ class Forecaster:
         self.lock, self.wakeup = asyncio.Lock(), asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
 
-    async def add(self, items: Sequence[FeatureRow | Control | Out]) -> Scores:
-        """Rows into the windows and the scoring states, their requests into the batcher (a
-        flush now if too many wait); the dead letters among `items` returned, to publish, with
-        the scores their bars decide unless a flush is to come (it publishes them)."""
-        out, dead, serving, metrics = Scores(), [], self.engine is not None, self.runtime.metrics
+    async def add(self, items: Sequence[FeatureRow | Control | Out]) -> list[Out]:
+        """Rows into the windows and, to wait for scoring, the scoring stage, their requests
+        into the batcher (a flush now if too many wait); the dead letters among `items`
+        returned, to publish."""
+        dead: list[Out] = []
+        serving, metrics = self.engine is not None, self.runtime.metrics
         for item in items:
             if isinstance(item, FeatureRow):
                 request = slide(self.windows, item, serving)
@@ -78,8 +79,6 @@ class Forecaster:
                 self.batcher.flush_now()
             else:
                 dead.append(item)
-        if not len(self.batcher):
-            self.scoring.settle(out)
         metrics.bar(Stage.FORECAST, Outcome.IN, len(items))
         if dead:
             metrics.dlq.inc(len(dead))
@@ -87,16 +86,14 @@ class Forecaster:
             await self.flush()
         else:
             self.wakeup.set()
-        out.outputs += dead
-        return out
+        return dead
 
     async def flush(self) -> None:
         """Every waiting request through the model; a batch's forecasts are built and sent
         while the next batch's inference runs."""
         async with self.lock:
-            sends, received, scored = [], [], Scores()
+            sends, received = [], []
             running = self._infer()
-            self.scoring.settle(scored)  # the rows' bars, while the first batch is in the model
             while running is not None:
                 batch, inference = running
                 quantiles, explanations = await inference
@@ -104,8 +101,6 @@ class Forecaster:
                 self.runtime.worked = time.monotonic()
                 sends += await self._publish(batch, quantiles, explanations)
                 received += [request.received_ns for request in batch]
-            sends += await self.runtime.send(scored.outputs)
-            notify(self.runtime.observers, "observe_score", scored.values)
             if sends:
                 finishing = self._finish(self.finishing, sends, received)
                 self.finishing = asyncio.ensure_future(finishing)
@@ -164,10 +159,17 @@ class Forecaster:
             exit_uncommitted("publishing a flush of forecasts failed", exc)
 
     async def drain(self) -> None:
-        """Flush, and wait until every forecast so far is acked."""
+        """Flush, and once every forecast so far is acked (on the broker before scoring takes
+        the loop), score the waiting bars and wait for their scores' acks too."""
         await self.flush()
         if self.finishing is not None:
             await self.finishing
+        async with self.lock:
+            scored = Scores()
+            self.scoring.settle(scored)
+            sends = await self.runtime.send(scored.outputs)
+            notify(self.runtime.observers, "observe_score", scored.values)
+        await asyncio.gather(*sends)
 
     async def flush_when_due(self) -> None:
         """Flushes the batcher once due, while the agent is waiting for more."""

@@ -1,24 +1,26 @@
 """Scoring and online calibration in the forecast stage (streams.forecast.scoring, scoring_state,
 conformal): stores keyed by symbol; the score records go to `forecasts.scores`. A symbol's bars
-and forecasts meet its states in lockstep, as `calibrate_offline` replays them (bar t, the
-forecast of t, bar t + 1): a bar waits in memory while an earlier forecast is in the model. So
-however far the model lags (a take() batch may hold thousands of one symbol's rows, past the
-retention), the states are a function of the bars and forecasts alone. A checkpoint drains the
-forecaster: nothing waits then, each write is tagged with its own row's offset, and a replay
-from a mark publishes the same again.
+and forecasts meet its scoring state in lockstep, as `calibrate_offline` replays them (bar t,
+the forecast of t, bar t + 1): a bar waits in memory until the forecast of every earlier bar is
+calibrated. So however far the model lags (a take() batch may hold thousands of one symbol's
+rows, past the retention), the states are a function of the bars and forecasts alone.
 
-Forecasts are decided as their bars come and scored together (`score_decided`) once the rows in hand
-are all in (`settle`: the forecaster calls it while the model runs, streams.runtime.forecaster),
-or before a forecast of a symbol with decided ones waiting is calibrated, so that a symbol's
-calibration sees its scores in the order they were decided.
+Scoring runs in the quiet (`settle`: the checkpoint's drain, after the flush's forecasts):
+nothing of it stands between a bar and its forecast. At a minute boundary every symbol's bar
+comes at once, and its forecast is calibrated with the scores that bars before it decided (the
+calibrator's rule, streams.forecast.conformal), so the bar only waits; the scores it decides,
+their rolling figures and records follow once the minute's forecasts are out. Only a symbol
+whose earlier bars still wait (a replay running ahead of the quiet) is advanced before its
+forecast is calibrated. A checkpoint drains the forecaster and settles: nothing waits then, each
+write is tagged with its own row's offset, and a replay from a mark publishes the same again.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import WindowRequest
@@ -28,13 +30,20 @@ from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stores import StateStore
 from streams.schema import BAR_HEADERS
 
-Add = Callable[[SymbolScoring], list[Decided]]
-
 
 @dataclass(slots=True)
 class Scores:  # score records in the order they were decided, and the records publishing them
     values: list[ScoreValue] = field(default_factory=list)
     outputs: list[Out] = field(default_factory=list)
+
+
+class Waiting(NamedTuple):
+    """A bar not yet in its symbol's scoring state; `requested`: its forecast is to come."""
+
+    bar: LabelBar
+    partition: int
+    offset: int
+    requested: bool
 
 
 class Scoring:
@@ -49,36 +58,73 @@ class Scoring:
         self.scores, self.calibrations, self.config = scores, calibrations, config
         self.topic, self.enabled = topic, enabled
         self.stores: list[StateStore] = [scores, calibrations] if enabled else []
-        self.applied: dict[bytes, int] = {}  # key -> offset of its last bar applied (a forecast's)
-        self.waiting: dict[bytes, deque[tuple[FeatureRow, bool]]] = {}  # bars behind a forecast
+        self.waiting: dict[bytes, deque[Waiting]] = {}  # bars not applied yet, in order
+        self.calibrated: dict[bytes, deque[dict[str, Any]]] = {}  # forecasts of waiting bars
         self.decided: list[tuple[bytes, int, int, Decided]] = []  # key, partition, offset: to score
         self.unsettled: set[bytes] = set()  # keys in `decided`
 
     def bar(self, row: FeatureRow, requested: bool) -> None:
-        """A row's bar (`requested`: its forecast is on its way) in, or waiting its turn; what
-        it decides is scored by the next `settle`."""
-        if not self.enabled:
-            return
-        waiting = self.waiting.get(row.key)
-        if waiting is not None:
-            waiting.append((row, requested))
-            return
-        self._apply(row)
-        if requested:
-            self.waiting[row.key] = deque()
+        """A row's bar (`requested`: its forecast is on its way), to wait for the next `settle`."""
+        if self.enabled:
+            bar = LabelBar(row.ts_event, row.close, row.synthetic)
+            waiting = Waiting(bar, row.partition, row.offset, requested)
+            self.waiting.setdefault(row.key, deque()).append(waiting)
 
     def forecasts(
         self, batch: Sequence[WindowRequest], values: Sequence[dict[str, Any]], out: Scores
     ) -> list[dict[str, Any]]:
-        """A micro-batch's forecasts calibrated (if enabled), to publish; each then pending in its
-        symbol's scoring state, and the bars that waited for it applied."""
+        """A micro-batch's forecasts calibrated (if enabled), to publish; each then waits with
+        its bar for the next `settle` (scores some symbols' earlier bars decide go to `out`)."""
         if not self.enabled:
             return list(values)
-        calibrated = [self._forecast(r, v, out) for r, v in zip(batch, values, strict=True)]
-        self.settle(out)
-        return calibrated
+        for request in batch:  # a replay's earlier bars, to score together before calibrating
+            self._advance(request.key, request.ts_event)
+        return [self._forecast(r, v, out) for r, v in zip(batch, values, strict=True)]
 
     def settle(self, out: Scores) -> None:
+        """Every waiting bar and calibrated forecast into the scoring states (a bar whose
+        forecast is still in the model waits on), and what they decide scored into `out`."""
+        for key in list(self.waiting):
+            self._advance(key, None)
+        self._score(out)
+
+    def _forecast(
+        self, request: WindowRequest, value: dict[str, Any], out: Scores
+    ) -> dict[str, Any]:
+        key, partition = request.key, request.partition
+        self._advance(key, request.ts_event)
+        if key in self.unsettled:
+            self._score(out)  # the calibration needs what its symbol's earlier bars decided
+        offset = self.waiting[key][0].offset  # the row of this forecast, next to apply
+        calibration = self.calibrations.read(key, partition)
+        value = calibration.apply(value, self.config)
+        if self.config.enabled:
+            self.calibrations.write(key, partition, offset, calibration)
+        self.calibrated.setdefault(key, deque()).append(value)
+        return value
+
+    def _advance(self, key: bytes, before: int | None) -> None:
+        """The symbol's waiting bars (those before ts `before`; None: all) and the calibrated
+        forecasts of those that requested one into its scoring state, in lockstep."""
+        waiting, calibrated = self.waiting[key], self.calibrated.get(key)
+        while waiting and (before is None or waiting[0].bar.ts_event < before):
+            bar, partition, offset, requested = waiting[0]
+            if requested and not calibrated:
+                break  # its forecast is still in the model
+            waiting.popleft()
+            state = self.scores.read(key, partition)
+            decided = state.add_bar(bar)
+            if requested:
+                decided += state.add_forecast(calibrated.popleft())  # type: ignore[union-attr]
+            self.scores.write(key, partition, offset, state)
+            if decided:
+                self.decided += [(key, partition, offset, d) for d in decided]
+                self.unsettled.add(key)
+        if not waiting:
+            del self.waiting[key]
+            self.calibrated.pop(key, None)
+
+    def _score(self, out: Scores) -> None:
         """Score what was decided, into the rolling figures and the calibrations, and `out`."""
         if not self.decided:
             return
@@ -96,43 +142,6 @@ class Scoring:
             value, ms = encode_score(record), record["ts_event"] / 1e6
             out.outputs.append(Out(self.topic, key, value, ms, BAR_HEADERS, partition))
 
-    def _apply(self, row: FeatureRow) -> None:
-        self.applied[row.key] = row.offset
-        bar = LabelBar(row.ts_event, row.close, row.synthetic)
-        self._scored(row.key, row.partition, row.offset, lambda state: state.add_bar(bar))
-
-    def _forecast(
-        self, request: WindowRequest, value: dict[str, Any], out: Scores
-    ) -> dict[str, Any]:
-        key, partition, offset = request.key, request.partition, self.applied[request.key]
-        if key in self.unsettled:
-            self.settle(out)
-        calibration = self.calibrations.read(key, partition)
-        value = calibration.apply(value, self.config)
-        if self.config.enabled:
-            self.calibrations.write(key, partition, offset, calibration)
-        self._scored(key, partition, offset, lambda state: state.add_forecast(value))
-        self._release(key)
-        return value
-
-    def _release(self, key: bytes) -> None:  # bars up to the next requested one
-        waiting = self.waiting.pop(key, deque())
-        while waiting:
-            row, requested = waiting.popleft()
-            self._apply(row)
-            if requested:
-                self.waiting[key] = waiting
-                return
-
     def figures(self) -> dict[tuple[int, str], float]:
         """Rolling coverage and pinball per horizon over the symbols this worker holds."""
         return pooled_figures([state.rolling for state in self.scores.states.values()])
-
-    def _scored(self, key: bytes, partition: int, offset: int, add: Add) -> None:
-        """`add` on the symbol's scoring state; what it decides, to `settle`."""
-        state = self.scores.read(key, partition)
-        decided = add(state)
-        self.scores.write(key, partition, offset, state)
-        if decided:
-            self.decided += [(key, partition, offset, d) for d in decided]
-            self.unsettled.add(key)
