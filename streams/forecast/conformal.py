@@ -29,11 +29,12 @@ already in units of a causal volatility estimate (`model.volatility`) and follow
 shock by themselves; what is left to track is the slow drift of their ratio to the truth. A
 scored forecast of bar s updates the state of forecasts of bars t >= s + H + 1 minutes only: its
 label is decided by the bar of s + H, and a bar is scored after its own minute's forecasts (the
-forecast stage scores in the quiet after a burst, streams.runtime.stages.scores), one minute
-more than the label needs, which the ten-minute horizon's own delay dwarfs. The calibrated
-forecast of t is then a function of the bars and forecasts before t and of its own, never of how
-scores and forecasts interleaved in a worker. A checkpoint swap (another `model_id`) starts the
-symbol afresh. Turned off, `apply` returns its input unchanged.
+forecast stage scores in the quiet after a burst, streams.runtime.stages.scores), so a score
+waits one minute longer than its label requires, little beside the H minutes every score
+waits. The calibrated forecast of t is then a function of the bars and forecasts before t and
+of the model's forecast of t, never of how scores and forecasts interleaved in a worker. A
+checkpoint swap (another `model_id`) starts the symbol afresh. Turned off, `apply` returns its
+input unchanged.
 """
 
 from __future__ import annotations
