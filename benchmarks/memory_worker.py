@@ -145,8 +145,7 @@ class ProbeWorker:
         cleaned = self.corrections.run(records, time.time_ns())
         featured = self.features.run(cleaned.items)
         await self.runtime.send([*cleaned.outputs, *featured.outputs])
-        scored = await self.forecaster.add(featured.rows)
-        await self.runtime.send(scored.outputs)
+        await self.runtime.send(await self.forecaster.add(featured.rows))
 
     async def checkpoint(self) -> None:
         """What a checkpoint does: drain the forecasts, flush every store, then the acks."""
@@ -206,10 +205,10 @@ class ProbeWorker:
         served = self.engine.served
         drop("engine: step-encoding cache", served.cache.clear)
         drop("engine: static contexts", served.static.clear)
-        drop("scoring's offsets and waiting bars, windows' flushed counts", self._forget_rest)
+        drop("scoring's waiting bars, windows' flushed counts", self._forget_rest)
         return released
 
     def _forget_rest(self) -> None:
-        self.scoring.applied.clear()
         self.scoring.waiting.clear()
+        self.scoring.calibrated.clear()
         self.stores["forecast-window-slots"].flushed.clear()
