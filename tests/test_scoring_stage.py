@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
+from model.covariates import NS_PER_MIN
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
 from streams.forecast.engine import WindowRequest
 from streams.forecast.scoring import decode_score, score_offline
@@ -142,6 +143,32 @@ def test_calibrated_forecasts_do_not_depend_on_how_far_bars_ran_ahead() -> None:
     assert all(v["schema_version"] == 2 for v in calibrated)
     assert any(v["q90"] != v["raw_q90"] for v in calibrated)
     assert all("raw_q90" not in orjson.loads(v) for v in raw.values())
+
+
+def rolled_back(lag: int) -> tuple[list[Event], list[dict[str, Any]]]:
+    """`events(lag)` with a checkpoint swap and a rollback within H minutes: model "B" serves
+    minutes 200-202, then the first model again."""
+    stream, clean = events(lag)
+    for kind, _, item in stream:
+        if kind == "forecast":
+            minute = (item[1]["ts_event"] - clean[0]["ts_event"]) // NS_PER_MIN
+            item[1]["model_id"] = "B" if 200 <= minute < 203 else item[1]["model_id"]
+    return stream, clean
+
+
+@pytest.mark.parametrize("lag", [0, 7, 40])
+def test_a_rollback_calibrates_as_calibrate_offline(lag: int) -> None:
+    """A score of the first model decided while "B" served, or by the bar of the rollback,
+    reaches the calibration before or after the swap back depending on the order of work; it
+    counts in neither case, so the stage equals the offline replay, whatever the lag."""
+    stream, clean = rolled_back(lag)
+    calibrated, _ = published(scoring(MemoryChangelogs()), stream)
+    raw, _ = published(scoring(MemoryChangelogs(), enabled=False), stream)
+    models = [orjson.loads(v) for v in raw.values()]
+    offline = calibrate_offline(models, sorted(clean, key=lambda b: b["ts_event"]), CONFIG)
+    served = {orjson.loads(v)["model_id"] for v in calibrated.values()}
+    assert served == {"B", models[0]["model_id"]}
+    assert [orjson.dumps(v) for v in offline] == list(calibrated.values())
 
 
 def test_bars_far_ahead_of_their_forecasts_change_nothing() -> None:

@@ -33,8 +33,10 @@ forecast stage scores in the quiet after a burst, streams.runtime.stages.scores)
 waits one minute longer than its label requires, little beside the H minutes every score
 waits. The calibrated forecast of t is then a function of the bars and forecasts before t and
 of the model's forecast of t, never of how scores and forecasts interleaved in a worker. A
-checkpoint swap (another `model_id`) starts the symbol afresh. Turned off, `apply` returns its
-input unchanged.
+checkpoint swap (another `model_id`) starts the symbol afresh, from the first forecast after it:
+a score of an earlier forecast never counts, not even once a rolled-back model serves again
+(whether it reached the calibration before or after the swap would otherwise decide). Turned
+off, `apply` returns its input unchanged.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class SymbolCalibration:
     """One symbol's log scales `[a, b]` per horizon and the scores not yet due."""
 
     model_id: str | None = None
+    since: int | None = None  # ts of `model_id`'s first forecast since the symbol started afresh
     log_scale: list[list[float]] = field(default_factory=list)
     n: int = 0  # scored forecasts applied
     # (due ts, below_q10, above_q90): tuples, which the garbage collector stops tracking
@@ -77,8 +80,11 @@ class SymbolCalibration:
     waiting: list[tuple[int, tuple[bool, ...], tuple[bool, ...]]] = field(default_factory=list)
 
     def update(self, record: ScoreValue) -> None:
-        """Queue a scored forecast of this symbol; unscored ones and other models' are ignored."""
+        """Queue a scored forecast of this symbol; unscored ones, other models' and those from
+        before the calibration started afresh are ignored."""
         if record["unscored"] is not None or record["model_id"] != self.model_id:
+            return
+        if self.since is not None and record["ts_event"] < self.since:
             return
         due = record["ts_event"] + (max(record["horizons"]) + 1) * NS_PER_MIN
         self.waiting.append((due, tuple(record["below_q10"]), tuple(record["above_q90"])))
@@ -88,7 +94,8 @@ class SymbolCalibration:
         if not config.enabled:
             return value
         if value["model_id"] != self.model_id:  # another checkpoint: its own calibration
-            self.model_id, self.log_scale, self.n, self.waiting = value["model_id"], [], 0, []
+            self.model_id, self.since = value["model_id"], int(value["ts_event"])
+            self.log_scale, self.n, self.waiting = [], 0, []
         self._catch_up(int(value["ts_event"]), config)
         horizons = len(value["horizons"])
         self.log_scale += [[0.0, 0.0] for _ in range(horizons - len(self.log_scale))]

@@ -1,4 +1,4 @@
-"""The forecast stage: rows into their windows and scoring states, and the dynamic
+"""The forecast stage: rows into their windows and the scoring stage, and the dynamic
 micro-batcher in front of the model. A flush (`max_batch` requests waiting, `max_delay`,
 END_OF_INTERVAL, a checkpoint) runs the model in the inference thread, its forecasts' acks
 awaited behind the previous flush's. The agent keeps consuming while a flush runs, so decoding
@@ -127,8 +127,9 @@ class Forecaster:
     async def _publish(
         self, batch: list[WindowRequest], quantiles: np.ndarray, explanations: list[dict[str, Any]]
     ) -> list[Future]:
-        """A micro-batch's forecasts, calibrated, to the producer with the scores they complete
-        and their explanations; then to the observers."""
+        """A micro-batch's forecasts, calibrated, to the producer with their explanations and
+        the scores that calibrating them settled (a replay's earlier bars); then to the
+        observers."""
         now, n, scored, runtime = time.time_ns(), len(batch), Scores(), self.runtime
         values = [forecast_value(self.engine, r, quantiles[i], n, now) for i, r in enumerate(batch)]
         values = self.scoring.forecasts(batch, values, scored)

@@ -64,7 +64,8 @@ class Scoring:
         self.unsettled: set[bytes] = set()  # keys in `decided`
 
     def bar(self, row: FeatureRow, requested: bool) -> None:
-        """A row's bar (`requested`: its forecast is on its way), to wait for the next `settle`."""
+        """A row's bar (`requested`: its forecast is on its way), to wait until the next
+        `settle`, or a later forecast of its symbol, applies it."""
         if self.enabled:
             bar = LabelBar(row.ts_event, row.close, row.synthetic)
             waiting = Waiting(bar, row.partition, row.offset, requested)
