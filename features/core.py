@@ -32,7 +32,9 @@ from features.vectors import ratios4, whole_vectors
 
 ATR_PERIOD = 14
 EWMA_FAST = 0.94  # RiskMetrics decay for one-minute variance (CUSUM threshold, regime flatness)
-EWMA_SLOW = 0.99
+# Half-life ~230 bars: the slow level a time-of-day volatility forecast starts from
+# (model.volatility.VolatilityScale); a 69-bar one left the TFT's scale behind the baselines.
+EWMA_SLOW = 0.997
 SQRT2 = math.sqrt(2.0)
 CS_DEN = 3.0 - 2.0 * SQRT2  # Corwin–Schultz: α = (√(2β) - √β) / DEN - √(γ / DEN)
 CS_BETA = (SQRT2 - 1.0) / CS_DEN

@@ -34,7 +34,7 @@ from model.explain import explain_windows
 from model.forecaster import Forecaster
 from model.metrics import coverage, pinball_per_window, summarize
 from model.significance import block_bootstrap
-from model.volatility import TimeOfDayProfile
+from model.volatility import TimeOfDayProfile, gaussian_misfit
 
 if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
     from streams.forecast.engine import ForecastEngine
@@ -67,8 +67,14 @@ def evaluate(
     ends, fit_ends, calibration_source = evaluation_windows(
         panel, split, part, config.lookback, config.horizon
     )
+    # Where the TFT's scale chose its blend: the baseline's blend may be chosen there too.
+    select_ends = (
+        window_ends(panel, split, Part.VAL, config.lookback, config.horizon)
+        if split is not None and part == "test"
+        else np.empty(0, dtype=np.int64)
+    )
     tft = run_engine(engine, panel, ends, batch_size, "tft")
-    forecasts, fitted = baseline_forecasts(panel, ends, fit_ends, meta, rolling_window)
+    forecasts, fitted = baseline_forecasts(panel, ends, fit_ends, meta, rolling_window, select_ends)
     forecasts = {"tft": tft} | forecasts
     scored, scores = score(panel, ends, forecasts, fitted, config.quantiles)
     report = {
@@ -219,18 +225,29 @@ def run_engine(
 
 
 def baseline_forecasts(
-    panel: Panel, ends: np.ndarray, fit_ends: np.ndarray, meta: CheckpointMeta, window: int
+    panel: Panel,
+    ends: np.ndarray,
+    fit_ends: np.ndarray,
+    meta: CheckpointMeta,
+    window: int,
+    select_ends: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
-    """Every baseline's calibrated quantiles on `ends`, and what was fitted for each."""
+    """Every baseline's calibrated quantiles on `ends`, and what was fitted for each. With
+    `select_ends` (the checkpoint's validation windows), the time-of-day x plain EWMA is also
+    scored with its blend chosen as the TFT's scale chooses its own: by Gaussian likelihood
+    there (`tod_ewma_gaussian_likelihood`), so neither wins by its selection rule alone."""
     quantiles = meta.config.quantiles
-    both = np.concatenate([fit_ends, ends])
-    n_fit = len(fit_ends)
+    select_ends = np.empty(0, dtype=np.int64) if select_ends is None else select_ends
+    both = np.concatenate([fit_ends, ends, select_ends])
+    n_fit, n_both = len(fit_ends), len(fit_ends) + len(ends)
     raw = {
-        "persistence": baselines.persistence(meta.persistence_quantiles, len(both)),
-        "rolling_quantiles": baselines.rolling_quantiles(panel, both, quantiles, window),
+        "persistence": baselines.persistence(meta.persistence_quantiles, n_both),
+        "rolling_quantiles": baselines.rolling_quantiles(panel, both[:n_both], quantiles, window),
     }
     candidates: dict[str, list[tuple[dict[str, float], np.ndarray]]] = {}
-    for choice, sigma in volatility_candidates(panel, both, meta.volatility.profile):
+    likelihood: list[tuple[float, dict[str, float], np.ndarray]] = []
+    for choice, all_sigma in volatility_candidates(panel, both, meta.volatility.profile):
+        sigma = all_sigma[:n_both]
         if not np.isfinite(sigma[:n_fit]).all():
             continue  # candidates compete on the same calibration windows, or not at all
         family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
@@ -242,6 +259,12 @@ def baseline_forecasts(
         }
         for shape, q in shapes.items():
             candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
+        if len(select_ends) and np.isfinite(all_sigma[n_both:]).all():
+            misfit = gaussian_misfit(all_sigma[n_both:], panel.targets[select_ends])
+            likelihood.append((misfit, choice, shapes["gaussian"]))
+    if likelihood:
+        _, choice, q = min(likelihood, key=lambda item: item[0])
+        candidates["tod_ewma_gaussian_likelihood"] = [(choice, q)]
     y_fit = panel.targets[fit_ends]
     out, fitted = {}, {}
     for name, options in ({k: [({}, q)] for k, q in raw.items()} | candidates).items():

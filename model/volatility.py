@@ -9,25 +9,28 @@ the k bars ahead. Both the volatility baselines and the TFT's output scale are b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from features.core import EWMA_SLOW
 from model.covariates import EXCHANGE_TZ, NS_PER_MIN
 
 MINUTES_PER_DAY = 1440
 PROFILE_BUCKET_MINUTES = 15
-SCALE_FEATURE = "ewma_vol_slow"  # sqrt(EWMA of r², λ = 0.99), bias-corrected (FEATURES.md)
-SCALE_LAMBDA = 0.99  # that feature's decay: the profile is averaged with the same weights
+SCALE_FEATURE = "ewma_vol_slow"  # sqrt(EWMA of r²), bias-corrected (FEATURES.md)
+SCALE_LAMBDA = EWMA_SLOW  # that feature's decay: the profile is averaged with the same weights
 # What the scale reads of each window row: the return, the minute of day, gaps, the slow EWMA.
 SCALE_INPUTS = ("ret_1", "tod_sin", "tod_cos", "bar_gap_log", SCALE_FEATURE)
-SCALE_HALFLIFE = 30.0  # bars: an untrained checkpoint's (and one from before the fit)
-# What `VolatilityScale.fit` chooses from: the EWMA's half-life (bars) and the power of the
-# profile's shape (1: the whole daily shape; a few weeks of bars overstate it).
-SCALE_HALFLIVES = (30.0, 60.0, 120.0)
-SCALE_POWERS = (0.2, 0.4, 0.6, 0.8, 1.0)
+SCALE_HALFLIFE = 30.0  # bars: an untrained checkpoint's
+# What `VolatilityScale.fit` chooses from: the blend's weight on the time-of-day EWMA (1: the
+# whole daily shape; a few weeks of bars overstate it) and both EWMAs' half-lives (bars).
+SCALE_WEIGHTS = (0.2, 0.4, 0.6, 0.8, 1.0)
+SCALE_HALFLIVES = (60.0, 120.0, 240.0)
+SCALE_FLAT_HALFLIVES = (10.0, 30.0, 60.0)
 SCALE_FLOOR = 0.1  # fraction of the training median standardized volatility
 
 
@@ -80,11 +83,6 @@ class TimeOfDayProfile:
         """No daily shape: plain EWMA volatility, scaled by sqrt(h)."""
         return cls(MINUTES_PER_DAY, np.ones(1))
 
-    def powered(self, power: float) -> TimeOfDayProfile:
-        """The daily shape to the power `power`, RMS over the day 1 again."""
-        shaped = self.relative**power
-        return TimeOfDayProfile(self.bucket_minutes, shaped / np.sqrt(np.mean(shaped**2)))
-
     def per_minute_square(self) -> np.ndarray:
         """(1440,) squared relative volatility of each minute of the day."""
         return np.repeat(self.relative**2, self.bucket_minutes)
@@ -133,25 +131,28 @@ class VolatilityScale:
     """The TFT's output unit: the model forecasts returns in units of a causal time-of-day
     volatility forecast per window and horizon, and this rescales them. It reads only the
     window's own feature rows (`SCALE_INPUTS`), so the worker computes it with no state of its
-    own. Over the window, an EWMA (half-life `halflife`) of squared returns divided by the
-    shape of their minute (the training profile to the power `power`: the time-of-day EWMA
-    baseline's estimate), started from the oldest row's slow EWMA over the shape it averaged;
-    then scaled forward by the shape of the h minutes ahead:
+    own. It is the time-of-day x plain EWMA baseline's estimate (`model.baselines`) built from
+    the window: over its rows, an EWMA (half-life `halflife`) of squared returns divided by the
+    profile of their minute, and a plain EWMA (`flat_halflife`) of squared returns, both started
+    from the oldest row's slow EWMA (the former over the profile it averaged), blended
+    geometrically with weight `weight` on the former, each scaled forward over the h minutes
+    ahead by its own shape (the profile, or flat):
 
-        scale(t, h) = max(sqrt(v(t)), floor) * forward shape(t, h)
+        scale(t, h) = max(level(t), floor) * forward(t, h)
+        level = flat^(1 - weight) * tod^weight
+        forward(t, h) = sqrt(h)^(1 - weight) * profile(t, h)^weight
     """
 
     profile: TimeOfDayProfile  # as fitted on the training bars (the baselines read it too)
     columns: tuple[int, ...]  # of SCALE_INPUTS in the feature rows
     floor: float
-    power: float = 1.0
+    weight: float = 1.0
     halflife: float = SCALE_HALFLIFE
-    shape: TimeOfDayProfile = field(init=False, repr=False)  # the profile to the power
-    trailing: np.ndarray = field(init=False, repr=False)  # (1440,) from the shape
+    flat_halflife: float = SCALE_HALFLIFE
+    trailing: np.ndarray = field(init=False, repr=False)  # (1440,) from the profile
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", self.profile.powered(self.power))
-        object.__setattr__(self, "trailing", self.shape.trailing_rms(SCALE_LAMBDA))
+        object.__setattr__(self, "trailing", self.profile.trailing_rms(SCALE_LAMBDA))
 
     @classmethod
     def fit(
@@ -163,84 +164,105 @@ class VolatilityScale:
         targets: np.ndarray,
     ) -> VolatilityScale:
         """From windows held out of the profile's fit (`inputs` `(n, lookback,
-        len(SCALE_INPUTS))`, last bars' `ts_event`, labels `targets` `(n, horizon)`): the power
-        and half-life whose scale fits the labels best as a Gaussian's, its level left free (the
-        head and the interval calibration set the level; what is chosen is how it moves)."""
+        len(SCALE_INPUTS))`, last bars' `ts_event`, labels `targets` `(n, horizon)`): the blend
+        weight and half-lives whose scale fits the labels best as a Gaussian's, its level left
+        free (the head and the interval calibration set the level; what is chosen is how it
+        moves)."""
         columns = tuple(feature_names.index(name) for name in SCALE_INPUTS)
         labelled = np.isfinite(targets).all(axis=1)
         fits = {
-            (power, halflife): cls(profile, columns, 0.0, power, halflife).misfit(
+            choice: cls(profile, columns, 0.0, *choice).misfit(
                 inputs[labelled], ts_event[labelled], targets[labelled]
             )
-            for power in SCALE_POWERS
-            for halflife in SCALE_HALFLIVES
+            for choice in itertools.product(SCALE_WEIGHTS, SCALE_HALFLIVES, SCALE_FLAT_HALFLIVES)
         }
-        power, halflife = min(fits, key=fits.__getitem__)
-        chosen = cls(profile, columns, 0.0, power, halflife)
-        level = float(np.nanmedian(chosen.standardized(inputs)))
+        chosen = cls(profile, columns, 0.0, *min(fits, key=fits.__getitem__))
+        level = float(np.nanmedian(chosen.level(inputs)))
         if not level > 0:
             raise ValueError("the windows' returns are all 0: no volatility to scale by")
-        return cls(profile, columns, SCALE_FLOOR * level, power, halflife)
+        return replace(chosen, floor=SCALE_FLOOR * level)
 
     def misfit(self, inputs: np.ndarray, ts_event: np.ndarray, targets: np.ndarray) -> float:
-        """Gaussian negative log-likelihood per label of `targets` under this scale times the
-        best single level (mean log s^2 + log mean (y/s)^2), over windows with a scale."""
-        sigma = self.standardized(inputs)[:, None] * self.shape.forward_rms(
-            minute_of_day(ts_event), targets.shape[1]
-        )
-        ok = np.isfinite(sigma).all(axis=1) & (sigma > 0).all(axis=1)
-        if not ok.any():
-            raise ValueError("no window has a volatility to scale by; give more bars")
-        s, y = sigma[ok], targets[ok]
-        return float(np.mean(np.log(s**2)) + np.log(np.mean((y / s) ** 2)))
+        """`gaussian_misfit` of this scale on the windows `inputs` ending at `ts_event`."""
+        sigma = self.level(inputs)[:, None] * self.forward(ts_event, targets.shape[1])
+        return gaussian_misfit(sigma, targets)
 
-    def standardized(self, inputs: np.ndarray) -> np.ndarray:
-        """`(B,)` the windows' volatility in units of the shape, from `inputs` `(B, T, 5)`.
-        Elementwise only, so a window's value is the same whatever shares its batch."""
+    def level(self, inputs: np.ndarray) -> np.ndarray:
+        """`(B,)` the windows' blended volatility, from `inputs` `(B, T, 5)`. Elementwise only,
+        so a window's value is the same whatever shares its batch."""
         r, sin, cos, gap, slow = (inputs[..., i] for i in range(len(SCALE_INPUTS)))
         minute = np.rint(np.arctan2(sin, cos) * (MINUTES_PER_DAY / (2 * np.pi))).astype(np.int64)
         minute %= MINUTES_PER_DAY
-        variance = (slow[:, 0] / self.trailing[minute[:, 0]]) ** 2
-        square = r**2 / self.shape.per_minute_square()[minute]
-        decay = 0.5 ** (1 / self.halflife)
-        for k in range(1, inputs.shape[1]):  # a gap's return is a session's jump: no news
-            x = np.where((gap[:, k] > 0) | ~np.isfinite(square[:, k]), variance, square[:, k])
-            variance = decay * variance + (1 - decay) * x
-        return np.sqrt(variance)
+        start = slow[:, 0] ** 2
+        tod = window_ewma(
+            r**2 / self.profile.per_minute_square()[minute],
+            gap,
+            start / self.trailing[minute[:, 0]] ** 2,
+            self.halflife,
+        )
+        flat = window_ewma(r**2, gap, start, self.flat_halflife)
+        return np.sqrt(flat ** (1 - self.weight) * tod**self.weight)
+
+    def forward(self, ts_event: np.ndarray, horizon: int) -> np.ndarray:
+        """`(B, horizon)` how each horizon's volatility grows from the level's."""
+        ahead = self.profile.forward_rms(minute_of_day(ts_event), horizon)
+        return np.sqrt(np.arange(1, horizon + 1)) ** (1 - self.weight) * ahead**self.weight
 
     def scale(self, ts_event: np.ndarray, inputs: np.ndarray, horizon: int) -> np.ndarray:
         """`(B, horizon)` log-return units of windows ending at `ts_event`."""
-        vol = self.standardized(inputs)
+        vol = self.level(inputs)
         vol = np.where(np.isfinite(vol), np.maximum(vol, self.floor), self.floor)
-        return vol[:, None] * self.shape.forward_rms(minute_of_day(ts_event), horizon)
+        return vol[:, None] * self.forward(ts_event, horizon)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile.to_dict(),
             "inputs": list(SCALE_INPUTS),
             "columns": list(self.columns),
+            "weight": self.weight,
             "halflife": self.halflife,
-            "power": self.power,
+            "flat_halflife": self.flat_halflife,
             "floor": self.floor,
         }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> VolatilityScale:
-        halflife = values.get("halflife")
-        # A checkpoint from before the fitted power scaled by the whole profile: power 1.
-        power = values.get("power", 1.0)
+        moves = [values.get(k) for k in ("weight", "halflife", "flat_halflife")]
         if values.get("inputs") != list(SCALE_INPUTS) or not all(
-            isinstance(v, int | float) and v > 0 for v in (halflife, power)
+            isinstance(v, int | float) and v > 0 for v in moves
         ):
             raise ValueError(
-                f"checkpoint scales by {values.get('inputs')!r} (half-life {halflife}, profile "
-                f"power {power}), this barcast by {list(SCALE_INPUTS)!r} with a positive "
-                "half-life and power; retrain the checkpoint"
+                f"checkpoint scales by {values.get('inputs')!r} (blend weight, half-lives "
+                f"{moves}), this barcast by {list(SCALE_INPUTS)!r} with a positive weight and "
+                "half-lives; retrain the checkpoint"
             )
         return cls(
             TimeOfDayProfile.from_dict(values["profile"]),
             tuple(int(c) for c in values["columns"]),
             float(values["floor"]),
-            float(power),
-            float(halflife),
+            *(float(v) for v in moves),
         )
+
+
+def gaussian_misfit(sigma: np.ndarray, targets: np.ndarray) -> float:
+    """Gaussian negative log-likelihood per label of `targets` `(n, H)` under volatilities
+    `sigma` `(n, H)` times the best single level (mean log s^2 + log mean (y/s)^2), over the
+    windows where `sigma` is defined: how well a volatility forecast moves, whatever its level."""
+    ok = np.isfinite(sigma).all(axis=1) & (sigma > 0).all(axis=1) & np.isfinite(targets).all(axis=1)
+    if not ok.any():
+        raise ValueError("no labelled window has a volatility to scale by; give more bars")
+    s, y = sigma[ok], targets[ok]
+    return float(np.mean(np.log(s**2)) + np.log(np.mean((y / s) ** 2)))
+
+
+def window_ewma(
+    square: np.ndarray, gap: np.ndarray, start: np.ndarray, halflife: float
+) -> np.ndarray:
+    """`(B,)` EWMA of `square` `(B, T)` over each window's rows after the first, from `start`;
+    a gap's return is a session's jump, not news, and leaves the variance as it was."""
+    decay = 0.5 ** (1 / halflife)
+    variance = start
+    for k in range(1, square.shape[1]):
+        x = np.where((gap[:, k] > 0) | ~np.isfinite(square[:, k]), variance, square[:, k])
+        variance = decay * variance + (1 - decay) * x
+    return variance

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -9,15 +11,22 @@ from model import baselines
 from model.calibration import apply_interval_scale, fit_interval_scale
 from model.covariates import NS_PER_MIN
 from model.dataset import Panel, fit_profile, panel_from_arrays, window_rows
-from model.evaluate import BLEND_WEIGHTS, HALFLIVES, calibrate, volatility_candidates
+from model.evaluate import (
+    BLEND_WEIGHTS,
+    HALFLIVES,
+    baseline_forecasts,
+    calibrate,
+    volatility_candidates,
+)
 from model.metrics import coverage, pinball_per_window
 from model.significance import block_bootstrap
 from model.synthetic import scale_inputs
 from model.volatility import (
     MINUTES_PER_DAY,
+    SCALE_FLAT_HALFLIVES,
     SCALE_HALFLIVES,
     SCALE_INPUTS,
-    SCALE_POWERS,
+    SCALE_WEIGHTS,
     TimeOfDayProfile,
     VolatilityScale,
     minute_of_day,
@@ -102,6 +111,30 @@ def test_the_profile_weight_the_calibration_picks_is_the_datas() -> None:
     assert np.array_equal(baselines.profile_blend(flat, tod, 1.0), tod)
 
 
+def test_the_blend_chosen_by_likelihood_on_the_selection_windows_is_the_datas() -> None:
+    """`tod_ewma_gaussian_likelihood` takes the blend that the TFT's scale's rule (Gaussian
+    likelihood on the checkpoint's validation windows) prefers: most of the profile for returns
+    that follow it, the least of it for returns without one; calibrated like every baseline."""
+    panel, _ = intraday_panel(days=16)
+    profile = fit_profile(panel, int(panel.ts[8 * MINUTES_PER_DAY]))
+    select = np.arange(8 * MINUTES_PER_DAY, 11 * MINUTES_PER_DAY, 3)
+    fit = np.arange(11 * MINUTES_PER_DAY, 13 * MINUTES_PER_DAY, 3)
+    ends = np.arange(13 * MINUTES_PER_DAY, 16 * MINUTES_PER_DAY - 10, 3)
+    meta = SimpleNamespace(
+        config=SimpleNamespace(quantiles=QUANTILES),
+        persistence_quantiles=np.zeros((10, 3)),
+        volatility=SimpleNamespace(profile=profile),
+    )
+    for daily, weights in ((True, (0.8, 1.0)), (False, (0.0, min(BLEND_WEIGHTS)))):
+        data, _ = intraday_panel(days=16, seed=1, daily=daily)
+        out, fitted = baseline_forecasts(data, ends, fit, meta, 1380, select)  # type: ignore[arg-type]
+        chosen = fitted["tod_ewma_gaussian_likelihood"]
+        assert chosen["profile_weight"] in weights, chosen
+        assert out["tod_ewma_gaussian_likelihood"].shape == (len(ends), 10, 3)
+    without, _ = baseline_forecasts(data, ends, fit, meta, 1380)  # type: ignore[arg-type]
+    assert "tod_ewma_gaussian_likelihood" not in without
+
+
 def test_the_blends_cover_every_pair_of_half_lives_and_the_pure_ewmas() -> None:
     """The time-of-day EWMA's blends include its plain partner at every half-life of its own,
     the same-half-life blends among them, so the calibration can only gain on its split; weight
@@ -159,38 +192,48 @@ def scaled_panel(days: int, seed: int, daily: bool) -> Panel:
     return panel_from_arrays(["6EH4"], rows, 10, feature_names=SCALE_INPUTS)
 
 
-def test_the_tft_scale_takes_the_profile_power_its_windows_follow() -> None:
-    """The TFT's output scale picks the whole profile for returns that follow it and the least
-    of it for returns without one, as the baseline's calibration does; the choice round-trips."""
+def test_the_tft_scale_takes_the_profile_weight_its_windows_follow() -> None:
+    """The TFT's output scale puts most of its weight on the time-of-day EWMA for returns that
+    follow the profile and the least on it for returns without one, as the baseline's
+    calibration does; the choice round-trips."""
     profile = fit_profile(
         intraday_panel(days=12)[0], int(START + 10 * MINUTES_PER_DAY * NS_PER_MIN)
     )
-    for daily, expected in ((True, 1.0), (False, min(SCALE_POWERS))):
+    for daily, weights in ((True, (0.8, 1.0)), (False, (min(SCALE_WEIGHTS),))):
         panel = scaled_panel(days=12, seed=1, daily=daily)
         ends = np.arange(100, len(panel.ts) - 10, 7)
         inputs = window_rows(panel.features, 60)[ends]
         scale = VolatilityScale.fit(
             profile, SCALE_INPUTS, inputs, panel.ts[ends], panel.targets[ends]
         )
-        assert scale.power == expected
-        assert scale.halflife in SCALE_HALFLIVES
+        assert scale.weight in weights
+        assert scale.halflife in SCALE_HALFLIVES and scale.flat_halflife in SCALE_FLAT_HALFLIVES
         again = VolatilityScale.from_dict(scale.to_dict())
-        assert (again.power, again.halflife, again.floor) == (
-            scale.power,
-            scale.halflife,
-            scale.floor,
-        )
+        moves = ("weight", "halflife", "flat_halflife", "floor")
+        assert [getattr(again, k) for k in moves] == [getattr(scale, k) for k in moves]
         assert np.array_equal(
             again.scale(panel.ts[ends], inputs, 10), scale.scale(panel.ts[ends], inputs, 10)
         )
 
 
-def test_a_scale_saved_before_the_fitted_power_loads_as_the_whole_profile() -> None:
+def test_the_tft_scale_is_the_blended_baseline_computed_from_the_window() -> None:
+    """Over a window long enough to forget its start, the scale equals `model.baselines`'
+    time-of-day x plain EWMA blend at the same weight and half-lives, up to the level."""
+    panel, _ = intraday_panel(days=3, seed=2)
+    profile = fit_profile(panel, int(START + 2 * MINUTES_PER_DAY * NS_PER_MIN))
+    scaled = scaled_panel(days=3, seed=2, daily=True)
+    scale = VolatilityScale(profile, (0, 1, 2, 3, 4), 0.0, 0.4, 10.0, 10.0)
+    ends = np.arange(2000, len(scaled.ts) - 10, 97)
+    ours = scale.scale(scaled.ts[ends], window_rows(scaled.features, 400)[ends], 10)
+    tod = baselines.ewma_sigma(scaled, ends, profile, 10.0)
+    flat = baselines.ewma_sigma(scaled, ends, TimeOfDayProfile.flat(), 10.0)
+    theirs = baselines.profile_blend(flat, tod, 0.4)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_a_scale_without_a_blend_is_refused_naming_the_fix() -> None:
     profile = fit_profile(intraday_panel(days=2)[0], int(START + MINUTES_PER_DAY * NS_PER_MIN))
     saved = VolatilityScale(profile, (0, 1, 2, 3, 4), 1e-6).to_dict()
-    del saved["power"]
-    loaded = VolatilityScale.from_dict(saved)
-    assert loaded.power == 1.0 and np.array_equal(loaded.shape.relative, profile.relative)
-    saved["power"] = -1.0
+    del saved["weight"]
     with pytest.raises(ValueError, match="retrain the checkpoint"):
         VolatilityScale.from_dict(saved)

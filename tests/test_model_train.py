@@ -184,7 +184,9 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
         "ewma_empirical",
         "tod_ewma_gaussian",
         "tod_ewma_empirical",
+        "tod_ewma_gaussian_likelihood",  # its blend chosen on the validation windows
     }
+    assert "halflife_bars" in report["baselines"]["tod_ewma_gaussian_likelihood"]
     assert report["comparison"]["best_baseline"] in report["baselines"]
     assert report["calibration"]["n_windows"] > 0
     for result in (report["model"], *report["baselines"].values()):
