@@ -42,7 +42,7 @@ NAMES = {
     "tft": "**TFT**",
     "tod_ewma_empirical": "time-of-day x plain EWMA (weight, half-lives fitted), residuals",
     "tod_ewma_gaussian": "time-of-day x plain EWMA (weight, half-lives fitted), Gaussian",
-    "tod_ewma_gaussian_likelihood": "time-of-day x plain EWMA, Gaussian, chosen as the TFT's scale",
+    "tod_ewma_gaussian_likelihood": "time-of-day x plain EWMA, Gaussian, by the TFT scale's rule",
     "ewma_empirical": "EWMA, empirical residual quantiles",
     "ewma_gaussian": "EWMA, Gaussian",
     "rolling_quantiles": "rolling empirical quantiles (1 day)",

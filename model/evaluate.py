@@ -4,9 +4,10 @@ The windows are those the worker forecasts (a real last bar, warm features; `mod
 and the TFT's quantiles come from the serving engine itself (`ForecastEngine`), so the figures
 are those of the forecasts the worker publishes. Baselines (`model.baselines`) are each
 calibrated like the TFT (`model.calibration`) on the checkpoint's calibration split, the EWMAs'
-half-lives and blend chosen there too. Windows whose labels run over gap fills are scored on a
-line of their own; windows where some forecaster has too little history are left out for all and
-counted.
+half-lives and blend chosen there too; on the test split the blend is also scored as chosen by
+the TFT scale's own rule (likelihood on the validation windows). Windows whose labels run over
+gap fills are scored on a line of their own; windows where some forecaster has too little
+history are left out for all and counted.
 Also reported: a block-bootstrap interval of the TFT's pinball difference to the best baseline,
 attention entropy and variable-selection importances.
 Writes evaluation.json, calibration.png and fan_chart.png.
@@ -71,7 +72,7 @@ def evaluate(
     select_ends = (
         window_ends(panel, split, Part.VAL, config.lookback, config.horizon)
         if split is not None and part == "test"
-        else np.empty(0, dtype=np.int64)
+        else None
     )
     tft = run_engine(engine, panel, ends, batch_size, "tft")
     forecasts, fitted = baseline_forecasts(panel, ends, fit_ends, meta, rolling_window, select_ends)
@@ -234,20 +235,21 @@ def baseline_forecasts(
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
     """Every baseline's calibrated quantiles on `ends`, and what was fitted for each. With
     `select_ends` (the checkpoint's validation windows), the time-of-day x plain EWMA is also
-    scored with its blend chosen as the TFT's scale chooses its own: by Gaussian likelihood
-    there (`tod_ewma_gaussian_likelihood`), so neither wins by its selection rule alone."""
+    scored with its blend chosen by the rule the TFT's scale chooses its own by: Gaussian
+    likelihood there (`tod_ewma_gaussian_likelihood`, from the baseline's own candidates), so
+    neither wins by its selection rule alone."""
     quantiles = meta.config.quantiles
     select_ends = np.empty(0, dtype=np.int64) if select_ends is None else select_ends
-    both = np.concatenate([fit_ends, ends, select_ends])
-    n_fit, n_both = len(fit_ends), len(fit_ends) + len(ends)
+    n_fit, n_used = len(fit_ends), len(fit_ends) + len(ends)  # calibrated, then scored
+    rows = np.concatenate([fit_ends, ends, select_ends])
     raw = {
-        "persistence": baselines.persistence(meta.persistence_quantiles, n_both),
-        "rolling_quantiles": baselines.rolling_quantiles(panel, both[:n_both], quantiles, window),
+        "persistence": baselines.persistence(meta.persistence_quantiles, n_used),
+        "rolling_quantiles": baselines.rolling_quantiles(panel, rows[:n_used], quantiles, window),
     }
     candidates: dict[str, list[tuple[dict[str, float], np.ndarray]]] = {}
     likelihood: list[tuple[float, dict[str, float], np.ndarray]] = []
-    for choice, all_sigma in volatility_candidates(panel, both, meta.volatility.profile):
-        sigma = all_sigma[:n_both]
+    for choice, all_sigma in volatility_candidates(panel, rows, meta.volatility.profile):
+        sigma, selecting = all_sigma[:n_used], all_sigma[n_used:]
         if not np.isfinite(sigma[:n_fit]).all():
             continue  # candidates compete on the same calibration windows, or not at all
         family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
@@ -259,8 +261,8 @@ def baseline_forecasts(
         }
         for shape, q in shapes.items():
             candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
-        if len(select_ends) and np.isfinite(all_sigma[n_both:]).all():
-            misfit = gaussian_misfit(all_sigma[n_both:], panel.targets[select_ends])
+        if family == "tod_ewma" and len(select_ends) and np.isfinite(selecting).all():
+            misfit = gaussian_misfit(selecting, panel.targets[select_ends])
             likelihood.append((misfit, choice, shapes["gaussian"]))
     if likelihood:
         _, choice, q = min(likelihood, key=lambda item: item[0])

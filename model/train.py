@@ -315,8 +315,8 @@ def train_epoch(
 
 
 def fit_volatility(panel: Panel, split: Split, ends: np.ndarray, lookback: int) -> VolatilityScale:
-    """The output scale: the profile from the training bars; its power, half-life and floor
-    from the windows `ends` (the validation windows: no test bar is read)."""
+    """The output scale: the profile from the training bars; its blend weight, both half-lives
+    and floor from the windows `ends` (the validation windows: no test bar is read)."""
     missing = [name for name in SCALE_INPUTS if name not in panel.feature_names]
     if missing:
         raise TrainingError(

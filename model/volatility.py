@@ -31,7 +31,7 @@ SCALE_HALFLIFE = 30.0  # bars: an untrained checkpoint's
 SCALE_WEIGHTS = (0.2, 0.4, 0.6, 0.8, 1.0)
 SCALE_HALFLIVES = (60.0, 120.0, 240.0)
 SCALE_FLAT_HALFLIVES = (10.0, 30.0, 60.0)
-SCALE_FLOOR = 0.1  # fraction of the training median standardized volatility
+SCALE_FLOOR = 0.1  # fraction of the median blended level on the windows the scale is fitted on
 
 
 def minute_of_day(ts_event: np.ndarray) -> np.ndarray:

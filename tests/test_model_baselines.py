@@ -26,9 +26,11 @@ from model.volatility import (
     SCALE_FLAT_HALFLIVES,
     SCALE_HALFLIVES,
     SCALE_INPUTS,
+    SCALE_LAMBDA,
     SCALE_WEIGHTS,
     TimeOfDayProfile,
     VolatilityScale,
+    gaussian_misfit,
     minute_of_day,
 )
 
@@ -131,6 +133,14 @@ def test_the_blend_chosen_by_likelihood_on_the_selection_windows_is_the_datas() 
         chosen = fitted["tod_ewma_gaussian_likelihood"]
         assert chosen["profile_weight"] in weights, chosen
         assert out["tod_ewma_gaussian_likelihood"].shape == (len(ends), 10, 3)
+        # the lowest misfit on the selection windows alone, among the time-of-day blends
+        misfits = {
+            tuple(sorted(choice.items())): gaussian_misfit(sigma, data.targets[select])
+            for choice, sigma in volatility_candidates(data, select, profile)
+            if choice["profile_weight"] > 0
+        }
+        best = min(misfits, key=misfits.__getitem__)
+        assert best == tuple(sorted((k, v) for k, v in chosen.items() if k in dict(best)))
     without, _ = baseline_forecasts(data, ends, fit, meta, 1380)  # type: ignore[arg-type]
     assert "tod_ewma_gaussian_likelihood" not in without
 
@@ -218,17 +228,35 @@ def test_the_tft_scale_takes_the_profile_weight_its_windows_follow() -> None:
 
 def test_the_tft_scale_is_the_blended_baseline_computed_from_the_window() -> None:
     """Over a window long enough to forget its start, the scale equals `model.baselines`'
-    time-of-day x plain EWMA blend at the same weight and half-lives, up to the level."""
+    time-of-day x plain EWMA blend at the same weight and half-lives (each its own)."""
     panel, _ = intraday_panel(days=3, seed=2)
     profile = fit_profile(panel, int(START + 2 * MINUTES_PER_DAY * NS_PER_MIN))
     scaled = scaled_panel(days=3, seed=2, daily=True)
-    scale = VolatilityScale(profile, (0, 1, 2, 3, 4), 0.0, 0.4, 10.0, 10.0)
+    scale = VolatilityScale(profile, (0, 1, 2, 3, 4), 0.0, 0.4, 10.0, 25.0)
     ends = np.arange(2000, len(scaled.ts) - 10, 97)
-    ours = scale.scale(scaled.ts[ends], window_rows(scaled.features, 400)[ends], 10)
+    ours = scale.scale(scaled.ts[ends], window_rows(scaled.features, 1000)[ends], 10)
     tod = baselines.ewma_sigma(scaled, ends, profile, 10.0)
-    flat = baselines.ewma_sigma(scaled, ends, TimeOfDayProfile.flat(), 10.0)
+    flat = baselines.ewma_sigma(scaled, ends, TimeOfDayProfile.flat(), 25.0)
     theirs = baselines.profile_blend(flat, tod, 0.4)
     np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_the_tft_scale_starts_from_the_oldest_rows_slow_level() -> None:
+    """A window whose later rows are all gaps keeps its start: the plain EWMA the oldest row's
+    slow level, the time-of-day one that level over the trailing profile of its minute."""
+    profile = fit_profile(intraday_panel(days=2)[0], int(START + MINUTES_PER_DAY * NS_PER_MIN))
+    panel = scaled_panel(days=1, seed=3, daily=True)
+    inputs = window_rows(panel.features, 60)[np.array([300, 700])].copy()
+    inputs[:, 1:, 3] = 1.0  # gap flags: no return after the first row counts
+    inputs[:, 0, 4] = [2e-4, 5e-4]
+    minute = minute_of_day(panel.ts[np.array([300, 700]) - 59])
+    trailing = profile.trailing_rms(SCALE_LAMBDA)[minute]
+    for weight in (0.2, 1.0):
+        scale = VolatilityScale(profile, (0, 1, 2, 3, 4), 0.0, weight, 60.0, 10.0)
+        expected = (
+            np.array([2e-4, 5e-4]) ** (1 - weight) * (np.array([2e-4, 5e-4]) / trailing) ** weight
+        )
+        np.testing.assert_allclose(scale.level(inputs), expected, rtol=1e-9)
 
 
 def test_a_scale_without_a_blend_is_refused_naming_the_fix() -> None:
