@@ -169,11 +169,8 @@ class VolatilityScale:
         free (the head and the interval calibration set the level; what is chosen is how it
         moves)."""
         columns = tuple(feature_names.index(name) for name in SCALE_INPUTS)
-        labelled = np.isfinite(targets).all(axis=1)
         fits = {
-            choice: cls(profile, columns, 0.0, *choice).misfit(
-                inputs[labelled], ts_event[labelled], targets[labelled]
-            )
+            choice: cls(profile, columns, 0.0, *choice).misfit(inputs, ts_event, targets)
             for choice in itertools.product(SCALE_WEIGHTS, SCALE_HALFLIVES, SCALE_FLAT_HALFLIVES)
         }
         chosen = cls(profile, columns, 0.0, *min(fits, key=fits.__getitem__))
