@@ -100,8 +100,8 @@ class BarcastApp(faust.App):
         gc.freeze()
 
     async def on_stop(self) -> None:
-        await self.runtime.producer.stop()
-        await super().on_stop()
+        await super().on_stop()  # the consumer stops fetching: no new batch reaches an agent
+        await self.runtime.close()
         if self._embedded is not None:
             self._embedded.stop()
 

@@ -4,7 +4,8 @@ bars.dlq and features equal an uninterrupted run's outputs exactly.
 The uninterrupted run is the pure code over the same input (`correct_history`, then
 `compute_batch` per symbol): test_corrections_agent and test_features_agent show that a worker
 that is never killed publishes exactly that. Repeats of a key are allowed (the window between a
-publish and the commit of its source offset) but must be byte-identical to the first.
+publish and the commit of its source offset) but must be byte-identical to the first. A worker
+stopped by SIGTERM instead repeats nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ BARS_PER_SYMBOL = 2500  # ~10k messages: long enough that both kills land mid-st
 CHECKPOINTS = "barcast_checkpoints_total"
 
 
+def stream_logs(settings: Settings) -> tuple[CleanLog, DeadLetterLog, FeatureLog]:
+    """What the stream role publishes, each read from the beginning."""
+    return (
+        CleanLog(settings.broker, settings.topic_clean, settings.partitions),
+        DeadLetterLog(settings.broker, settings.topic_dlq, settings.partitions),
+        FeatureLog(settings.broker, settings.topic_features, settings.partitions),
+    )
+
+
 def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.DataFrame) -> None:
     # A worker that never goes quiet checkpoints every checkpoint_max_s: often enough here
     # that each kill lands after one, so the restarts resume from stored state.
@@ -47,12 +57,7 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
     two_clean = sum(o.status is not Status.REJECTED for o in expected.outcomes[: cuts[1]])
     produce(settings.broker, settings.topic_raw, parts[0])
 
-    logs = [
-        CleanLog(settings.broker, settings.topic_clean, settings.partitions),
-        DeadLetterLog(settings.broker, settings.topic_dlq, settings.partitions),
-        FeatureLog(settings.broker, settings.topic_features, settings.partitions),
-    ]
-    clean, dlq, features = logs
+    clean, dlq, features = logs = stream_logs(settings)
     total = len(expected.clean)
     try:
         # Each kill lands after a checkpoint of the worker (the next one restores from it) and
@@ -98,3 +103,33 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
             row = orjson.loads(features.values[symbol, bar["ts_event"]])
             assert decode_feature_values(row["values"]).tobytes() == values[i].tobytes()
             assert row["warm"] == bool(warm[i]) and row["fingerprint"] == engine.FINGERPRINT
+
+
+def test_a_stopped_worker_resumes_without_repeating_an_output(
+    broker_settings: Settings, sixe_bars: pd.DataFrame
+) -> None:
+    """SIGTERM mid-stream, as a rolling deploy sends it: the worker takes a last checkpoint and
+    exits 0, and the next one resumes exactly where it stopped, so no key is published twice
+    (a kill may repeat outputs; a graceful stop has no reason to)."""
+    settings = replace(broker_settings, role="stream")
+    ensure_topics(settings, pipeline_topics(settings))
+    records = tiled_stream(sixe_bars, BARS_PER_SYMBOL, SYMBOLS)
+    expected = correct_history(value for _, value in records)
+    # The second half goes in after the stop: the next worker always has records to resume on.
+    halves = records[: len(records) // 2], records[len(records) // 2 :]
+    produce(settings.broker, settings.topic_raw, halves[0])
+    clean, dlq, features = logs = stream_logs(settings)
+    total = len(expected.clean)
+    try:
+        first = Worker(settings, "first").start()
+        clean.read_until(total // 4)
+        assert first.stop() == 0, first.log()[-5000:]
+        produce(settings.broker, settings.topic_raw, halves[1])
+        with Worker(settings, "second") as second:
+            assert clean.read_until(total) == features.read_until(total) == total
+            assert dlq.read_until(expected.stats.rejected) == expected.stats.rejected
+        assert "Restoring state from changelog topics" in second.log()
+    finally:
+        for log in logs:
+            log.close()
+    assert clean.repeats == dlq.repeats == features.repeats == []

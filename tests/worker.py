@@ -165,9 +165,12 @@ class Worker(WorkerProcess):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        running = self.process is not None and self.process.poll() is None
+        code = self.stop()
         if exc_type is None:
             self.check()  # a failure that no read of the test's came to see
+            # A worker stopped by SIGTERM takes its last checkpoint and exits 0, in time.
+            assert not running or code == 0, f"{self.name!r} exited {code}:\n{tail(self.log())}"
 
 
 def check_workers() -> None:

@@ -15,4 +15,8 @@ past it belongs to a flush that never completed and is not restored; the worker 
 boundary, the checkpointer skips the records before it once, and the inputs from there apply
 again to the states as they were. So after a crash every store is exactly as of one boundary,
 and a replayed record publishes the same outputs again (a repeat is byte-identical).
+
+A graceful stop (SIGTERM) repeats nothing: once Faust's consumer stops fetching, every agent
+takes a last checkpoint and only then does the producer stop (`Runtime.close`); a batch that
+reaches an agent after it is left unacked, for whoever reads the partition next.
 """

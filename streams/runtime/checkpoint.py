@@ -65,6 +65,7 @@ class Runtime:
     commit: Callable[[], Awaitable[object]]  # commit the acked offsets now
     observers: list[Observer] = field(default_factory=list)
     worked: float = -math.inf  # time.monotonic() of the last stream work
+    checkpointers: list[Checkpointer] = field(default_factory=list)  # each registers itself
 
     def __post_init__(self) -> None:
         self.producer = BatchProducer(self.settings)
@@ -79,6 +80,14 @@ class Runtime:
         settings = self.settings
         bounded = publishable(records, settings.max_record_bytes, settings.topic_dlq, self.metrics)
         return await self.producer.send(bounded)
+
+    async def close(self) -> None:
+        """A graceful stop, once the consumer has stopped fetching: every agent's last
+        checkpoint, then the producer. Stopping the producer first would fail a checkpoint in
+        flight (an exit 69) or leave it waiting on acks that never come."""
+        for checkpointer in self.checkpointers:
+            await checkpointer.close()
+        await self.producer.stop()
 
 
 Handle = Callable[[list[Record]], Awaitable[None]]  # an agent's stages on a batch
@@ -99,12 +108,16 @@ class Checkpointer:
         self.held_since = 0.0
         self.sent: list[asyncio.Future] = []
         self.completing: list[asyncio.Future] = []  # the last checkpoint's `_complete`
+        self.closed = False  # after the last checkpoint of a graceful stop
+        runtime.checkpointers.append(self)
 
     async def run(self, records: Sequence[Record], held: Sequence[Ackable], stages: Handle) -> None:
         """The `stages` on a batch's records of assigned partitions, in order, each once; the
         `held` events held until a checkpoint (repeats too: acked early, they let the commit
         pass a first delivery)."""
         async with self.lock:
+            if self.closed:
+                return  # left unacked, so uncommitted: whoever reads the partition next has it
             if not self.held:
                 self.held_since = time.monotonic()
             self.held += held
@@ -160,12 +173,22 @@ class Checkpointer:
         """Before partitions move: checkpoint, then forget every state (whoever owns a
         partition next, this worker too, restores it)."""
         async with self.lock:
-            await self.checkpoint()
-            await asyncio.gather(*self.completing)
+            if not self.closed:  # else the last checkpoint is done, and the producer stopped
+                await self.checkpoint()
+                await asyncio.gather(*self.completing)
             for store in self.stores:
                 store.forget()
             self.next.clear()
             self.marked.clear()
+
+    async def close(self) -> None:
+        """The last checkpoint (`Runtime.close`): what this worker read commits now, so the
+        next owner of its partitions starts where it stopped."""
+        async with self.lock:
+            if self.held:
+                await self.checkpoint()
+            await asyncio.gather(*self.completing)
+            self.closed = True
 
     def _due(self) -> bool:
         now, settings = time.monotonic(), self.runtime.settings

@@ -166,4 +166,8 @@ class KafkaChangelogs:
     async def _create(self, topic: str) -> None:
         if topic not in self.created:
             await asyncio.to_thread(ensure_topics, self.settings, [topic], None, COMPACTED)
+            # The producer learns of the topic now, not on its first write: on the embedded
+            # broker, two checkpoints writing to changelogs it had not seen yet left one
+            # write unacked until the request timeout, then failed it (an exit 69).
+            await (await self.producer.started()).partitions_for(topic)
             self.created.add(topic)
