@@ -17,10 +17,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/barcast demo
 
+# Three test processes (pytest-xdist): the integration tests mostly wait on the broker and their
+# worker processes, so a third keeps both cores busy; each process starts its own broker.
 test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist load
 
 # The live page's browser test (tests/test_live_page.py) drives Debian's chromium headless;
 # installed here only when missing, and only as root (apt-get), else the package is named.

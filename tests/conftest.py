@@ -14,6 +14,7 @@ from streams.settings import Settings
 from tests.checkpoints import torch_threads_of_a_worker
 from tests.worker import RESTARTS, release_workers
 
+RESTART_PROPERTY = "worker restart"  # a test report's user property
 SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
 
 
@@ -89,19 +90,32 @@ def worker_threads() -> Iterator[int]:
 
 
 @pytest.fixture(autouse=True)
-def _workers_end_with_their_test() -> Iterator[None]:
-    """A worker a test left running (it failed first) is killed, not restarted for the next."""
+def _workers_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A worker a test left running (it failed first) is killed, not restarted for the next.
+    The test's orchestrator restarts go on its report, where the terminal summary finds them
+    (under pytest-xdist the summary runs in another process than the test)."""
+    before = len(RESTARTS)
     yield
     release_workers()
+    for restart in RESTARTS[before:]:
+        last = (restart.log_tail.splitlines() or [""])[-1][:200]
+        line = f"{restart.test}: worker {restart.worker!r} exited {restart.code}"
+        request.node.user_properties.append(
+            (RESTART_PROPERTY, f"{line}\n    its last log line: {last}")
+        )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Every restart of the tests' orchestrator (tests/worker.py), passed tests' too."""
-    if RESTARTS:
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "teardown"
+        for name, value in report.user_properties
+        if name == RESTART_PROPERTY
+    ]
+    if lines:
         terminalreporter.section("workers restarted after exit 69, as an orchestrator would")
-        for restart in RESTARTS:
-            last = (restart.log_tail.splitlines() or [""])[-1][:200]
-            terminalreporter.line(
-                f"{restart.test}: worker {restart.worker!r} exited {restart.code}"
-            )
-            terminalreporter.line(f"    its last log line: {last}")
+        for line in lines:
+            terminalreporter.line(line)
