@@ -116,6 +116,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if name == RESTART_PROPERTY
     ]
     if lines:
-        terminalreporter.section("workers restarted after exit 69, as an orchestrator would")
+        terminalreporter.section(
+            "workers that exited 69: restarted, as an orchestrator would, unless their test ended"
+        )
         for line in lines:
             terminalreporter.line(line)

@@ -10,6 +10,7 @@ stopped by SIGTERM instead repeats nothing.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import replace
 
@@ -122,8 +123,10 @@ def test_a_stopped_worker_resumes_without_repeating_an_output(
     total = len(expected.clean)
     try:
         first = Worker(settings, "first").start()
-        clean.read_until(total // 4)
+        clean.read_until(total // 8)  # the worker has most of the first half still to do
         assert first.stop() == 0, first.log()[-5000:]
+        # It stopped holding outputs since its last checkpoint (else nothing could repeat).
+        assert re.search(r"last checkpoint before the stop: [1-9]\d* records", first.log())
         produce(settings.broker, settings.topic_raw, halves[1])
         with Worker(settings, "second") as second:
             assert clean.read_until(total) == features.read_until(total) == total

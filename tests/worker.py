@@ -169,6 +169,11 @@ class Worker(WorkerProcess):
         code = self.stop()
         if exc_type is None:
             self.check()  # a failure that no read of the test's came to see
+            if running and code == EXIT_BROKER_FAILED:
+                # The cluster failed the last checkpoint: an infrastructure blip, as anywhere
+                # else in a test; listed in the summary with the restarts.
+                RESTARTS.append(Restart(current_test(), self.name, code, tail(self.log())))
+                return
             # A worker stopped by SIGTERM takes its last checkpoint and exits 0, in time.
             assert not running or code == 0, f"{self.name!r} exited {code}:\n{tail(self.log())}"
 

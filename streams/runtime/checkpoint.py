@@ -186,6 +186,9 @@ class Checkpointer:
         next owner of its partitions starts where it stopped."""
         async with self.lock:
             if self.held:
+                log.info(
+                    "last checkpoint before the stop: %d records of %s", len(self.held), self.topic
+                )
                 await self.checkpoint()
             await asyncio.gather(*self.completing)
             self.closed = True
