@@ -192,4 +192,4 @@ def release_workers() -> None:
         worker.kill()
 
 
-__all__ = ["FAUST", "RESTARTS", "Restart", "Worker", "check_workers", "release_workers"]
+__all__ = ["FAUST", "RESTARTS", "Restart", "Worker", "check_workers", "release_workers", "tail"]
