@@ -57,6 +57,10 @@ class EmbeddedBroker:
     `advertised_port`, when given, is the loopback port its metadata sends clients to instead
     of its own: that of a proxy in front of it (the TLS tests' TLS listener)."""
 
+    # A port picked by free_port() is released before tansu binds it, so another process
+    # (a parallel test's broker, a client's ephemeral port) can take it in between.
+    PORT_ATTEMPTS = 3
+
     def __init__(
         self,
         log_dir: Path,
@@ -64,18 +68,39 @@ class EmbeddedBroker:
         start_timeout_s: float = 30.0,
         advertised_port: int | None = None,
     ):
-        self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self._advertised = f"tcp://127.0.0.1:{advertised_port or self.port}"
-        self.log_path = log_dir / f"tansu-{self.port}.log"
+        self._log_dir = log_dir
+        self._fixed_port = port
+        self._advertised_port = advertised_port
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
+        self._use_port(port or free_port())
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.bootstrap = f"127.0.0.1:{port}"
+        self._advertised = f"tcp://127.0.0.1:{self._advertised_port or port}"
+        self.log_path = self._log_dir / f"tansu-{port}.log"
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
     def start(self) -> EmbeddedBroker:
+        atexit.register(self.stop)
+        attempt = 1
+        while True:
+            try:
+                return self._start_once()
+            except BrokerStartError:
+                if self._fixed_port or attempt == self.PORT_ATTEMPTS or not self._port_taken():
+                    raise
+            attempt += 1
+            self._use_port(free_port())
+
+    def _port_taken(self) -> bool:
+        return "AddrInUse" in self.log_path.read_text(errors="replace")
+
+    def _start_once(self) -> EmbeddedBroker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             # A session of its own, so Ctrl-C in a terminal reaches us first and we stop it
@@ -95,7 +120,6 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        atexit.register(self.stop)
         deadline = time.monotonic() + self._start_timeout_s
         while True:
             if self._process.poll() is not None:

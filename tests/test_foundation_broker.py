@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.broker import EmbeddedBroker
+from streams import broker as broker_module
+from streams.broker import BrokerStartError, EmbeddedBroker
 from streams.kafka import BrokerUnavailable, wait_for_metadata
 from streams.settings import REPO_ROOT
 
@@ -86,3 +88,27 @@ def test_broker_answers_metadata_and_stops(tmp_path: Path) -> None:
     assert broker.log_path.exists()
     with pytest.raises(BrokerUnavailable, match=broker.bootstrap):
         wait_for_metadata(broker.bootstrap, 1)
+
+
+def test_a_picked_port_taken_before_tansu_binds_it_moves_the_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        ports = iter([taken_port, broker_module.free_port()])
+        monkeypatch.setattr(broker_module, "free_port", lambda: next(ports))
+        with EmbeddedBroker(tmp_path) as broker:
+            assert broker.port != taken_port
+            assert isinstance(wait_for_metadata(broker.bootstrap, 5), dict)
+    assert "AddrInUse" in (tmp_path / f"tansu-{taken_port}.log").read_text()
+
+
+def test_a_port_asked_for_and_taken_fails_naming_the_log(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(BrokerStartError, match=f"tansu-{port}.log"):
+            EmbeddedBroker(tmp_path, port=port).start()
