@@ -153,39 +153,40 @@ def agent_run(
     return Run(n / seconds, 1e6 * worker_cpu / n, 1e6 * broker_cpu / n)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--symbols", type=int, default=4, help="copies of the 6EH4 month")
-    parser.add_argument("--repeats", type=int, default=3, help="pairs of runs (best kept)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-
-    provenance = run_metadata()  # now: others may commit while this runs
-    base = Settings.from_env()
-    records = tiled_records(base, args.symbols)
-    pure_bps, released = pure_run(records)
-    outputs = {"passthrough": len(records), "corrections": released}
+def alternated_runs(
+    base: Settings, records: list[tuple[bytes, bytes, int]], outputs: dict[str, int], repeats: int
+) -> dict[str, list[Run]]:
+    """`repeats` pairs of runs, each pair in the other order than the one before."""
     runs: dict[str, list[Run]] = {role: [] for role in outputs}
-    for pair in range(args.repeats):
+    for pair in range(repeats):
         roles = list(outputs) if pair % 2 == 0 else list(reversed(outputs))
         for role in roles:
             runs[role].append(agent_run(base, role, records, outputs[role]))
-    best = {role: max(role_runs, key=lambda run: run.bps) for role, role_runs in runs.items()}
+    return runs
+
+
+def best_runs(runs: dict[str, list[Run]]) -> dict[str, Run]:
+    return {role: max(role_runs, key=lambda run: run.bps) for role, role_runs in runs.items()}
+
+
+def summary(
+    args: argparse.Namespace, bars: int, pure_bps: float, runs: dict[str, list[Run]]
+) -> dict:
+    best = best_runs(runs)
     agent, anchor = best["corrections"], best["passthrough"]
-    ratio = agent.bps / anchor.bps
     pairs = list(zip(runs["passthrough"], runs["corrections"], strict=True))
     paired_ratio = statistics.median(c.bps / p.bps for p, c in pairs)
     cpu_ratio = statistics.median(
         (p.worker_cpu_us + p.broker_cpu_us) / (c.worker_cpu_us + c.broker_cpu_us) for p, c in pairs
     )
-    result = {
-        "bars": len(records),
+    return {
+        "bars": bars,
         "symbols": args.symbols,
         "repeats": args.repeats,
         "pure_bps": round(pure_bps),
         "agent_bps": round(agent.bps),
         "passthrough_bps": round(anchor.bps),
-        "agent_over_passthrough": round(ratio, 3),
+        "agent_over_passthrough": round(agent.bps / anchor.bps, 3),
         "goal_agent_over_passthrough": GOAL,
         "agent_cpu_us_per_bar": {
             "worker": round(agent.worker_cpu_us, 1),
@@ -204,9 +205,12 @@ def main(argv: list[str] | None = None) -> int:
             role: [round(run.worker_cpu_us, 1) for run in role_runs]
             for role, role_runs in runs.items()
         },
-        "provenance": provenance | {"loadavg_end": loadavg()},
     }
-    print(f"corrections: {len(records):,} bars ({args.symbols} symbols x the 6EH4 month)")
+
+
+def print_table(result: dict, pure_bps: float, runs: dict[str, list[Run]]) -> None:
+    best = best_runs(runs)
+    print(f"corrections: {result['bars']:,} bars ({result['symbols']} symbols x the 6EH4 month)")
     print(f"{'measure':<30}{'bars/s':>9}{'worker us/bar':>15}{'broker us/bar':>15}  runs (bars/s)")
     print(f"{'pure correct() (one core)':<30}{pure_bps:>9,.0f}")
     for label, role in (
@@ -217,12 +221,32 @@ def main(argv: list[str] | None = None) -> int:
         shown = ", ".join(f"{r.bps:,.0f}" for r in runs[role])
         cpu = f"{run.worker_cpu_us:>15.1f}{run.broker_cpu_us:>15.1f}"
         print(f"{label:<30}{run.bps:>9,.0f}{cpu}  {shown}")
+    ratio = result["agent_over_passthrough"]
     verdict = "meets" if ratio >= GOAL else "misses"
     print(
         f"agent / pass-through = {ratio:.3f} in bars/s, best runs ({verdict} the goal of {GOAL}); "
-        f"{paired_ratio:.3f} median of pairs; {cpu_ratio:.3f} in CPU per bar (worker + broker, "
+        f"{result['agent_over_passthrough_paired_median']:.3f} median of pairs; "
+        f"{result['agent_over_passthrough_by_cpu']:.3f} in CPU per bar (worker + broker, "
         "median of pairs)"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--symbols", type=int, default=4, help="copies of the 6EH4 month")
+    parser.add_argument("--repeats", type=int, default=3, help="pairs of runs (best kept)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    provenance = run_metadata()  # now: others may commit while this runs
+    base = Settings.from_env()
+    records = tiled_records(base, args.symbols)
+    pure_bps, released = pure_run(records)
+    outputs = {"passthrough": len(records), "corrections": released}
+    runs = alternated_runs(base, records, outputs, args.repeats)
+    result = summary(args, len(records), pure_bps, runs)
+    result["provenance"] = provenance | {"loadavg_end": loadavg()}
+    print_table(result, pure_bps, runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

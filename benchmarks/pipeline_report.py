@@ -23,42 +23,41 @@ GOALS = {
 }
 
 
-def results(
-    args: argparse.Namespace,
-    measured: Measured,
-    anchor: dict[str, float],
-    config: TFTConfig,
-    weights: dict[str, Any],
-    duplicates: list[list],
-    ref: Reference,
-) -> dict[str, Any]:
-    bursts = measured.bursts
+class Bursts:
+    """The timed bursts of each variant; each restart begins with an untimed warm-up burst."""
 
-    def median(name: str, of: Callable[[dict], float] = lambda b: b["ms"]) -> float | None:
-        runs = [of(b) for b in bursts.get(name, []) if not b.get("warm_up")]
+    def __init__(self, bursts: dict[str, list[dict]]):
+        self.bursts = bursts
+
+    def median(self, name: str, of: Callable[[dict], float] = lambda b: b["ms"]) -> float | None:
+        runs = [of(b) for b in self.bursts.get(name, []) if not b.get("warm_up")]
         return round(statistics.median(runs), 1) if runs else None
 
-    def cpu(burst: dict) -> float:  # what the worker and the broker spent on it, both cores
-        return burst["worker_cpu_ms"] + burst["broker_cpu_ms"]
-
-    def per_restart(name: str) -> list[float]:
-        """The median burst of each restart (each starts with its warm-up burst)."""
+    def per_restart(self, name: str) -> list[float]:
+        """The median burst of each restart."""
         restarts: list[list[float]] = []
-        for b in bursts.get(name, []):
+        for b in self.bursts.get(name, []):
             if b.get("warm_up"):
                 restarts.append([])
             elif restarts:
                 restarts[-1].append(b["ms"])
         return [statistics.median(r) for r in restarts if r]
 
-    batched, nobatch, full = median("batched"), median("nobatch"), median("full")
+
+def cpu(burst: dict) -> float:
+    """What the worker and the broker spent on a burst, both cores."""
+    return burst["worker_cpu_ms"] + burst["broker_cpu_ms"]
+
+
+def headline(
+    args: argparse.Namespace, measured: Measured, anchor: dict[str, float]
+) -> dict[str, Any]:
+    bursts = Bursts(measured.bursts)
+    batched, nobatch, full = (bursts.median(n) for n in ("batched", "nobatch", "full"))
     restarted, uncalibrated, unscored, explained = (
-        median("defaults"),
-        median("nocalibration"),
-        median("noscoring"),
-        median("explain"),
+        bursts.median(n) for n in ("defaults", "nocalibration", "noscoring", "explain")
     )
-    headline = {
+    return {
         "e2e_bars_per_s": measured.e2e["e2e_bars_per_s"],
         "latency_p50_ms": measured.live["latency_p50_ms"],
         "latency_p99_ms": measured.live["latency_p99_ms"],
@@ -77,19 +76,33 @@ def results(
         # ran back to back; and the CPU the worker and the broker spent, not the wall.
         "scoring_cost_per_pair": [
             ratio(a, b)
-            for a, b in zip(per_restart("defaults"), per_restart("noscoring"), strict=False)
+            for a, b in zip(
+                bursts.per_restart("defaults"), bursts.per_restart("noscoring"), strict=False
+            )
         ],
-        "scoring_cpu_cost": ratio(median("defaults", cpu), median("noscoring", cpu)),
+        "scoring_cpu_cost": ratio(bursts.median("defaults", cpu), bursts.median("noscoring", cpu)),
         "burst_1000_explain_ms": explained,
         "explain_cost": ratio(explained, restarted),
         "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
     }
+
+
+def results(
+    args: argparse.Namespace,
+    measured: Measured,
+    anchor: dict[str, float],
+    config: TFTConfig,
+    weights: dict[str, Any],
+    duplicates: list[list],
+    ref: Reference,
+) -> dict[str, Any]:
+    head = headline(args, measured, anchor)
     nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
-    return headline | {
+    return head | {
         "goals": GOALS,
-        "goals_met": goals_met(headline),
+        "goals_met": goals_met(head),
         "secondary": {
-            "burst_1000_random_ms": median("random"),
+            "burst_1000_random_ms": Bursts(measured.bursts).median("random"),
             "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
             "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
             "engine_batching_speedup_padded": ratio(nobatch_engine[1], anchor["inference_1000_ms"]),
@@ -97,7 +110,7 @@ def results(
         "worker_memory": measured.memory,
         "throughput": measured.e2e,
         "latency": measured.live,
-        "bursts": bursts,
+        "bursts": measured.bursts,
         "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
         "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
         "errors": measured.errors,
