@@ -86,17 +86,26 @@ def test_killed_worker_resumes_exactly(broker_settings: Settings, sixe_bars: pd.
         for log in logs:
             log.close()
 
+    assert_outputs_equal_the_pure_engines(expected.clean, rejected, *logs)
+
+
+def assert_outputs_equal_the_pure_engines(
+    expected_clean: list[dict[str, object]],
+    rejected: list[object],
+    clean: CleanLog,
+    dlq: DeadLetterLog,
+    features: FeatureLog,
+) -> None:
     assert sorted(clean.values) == sorted(
-        (bar["symbol"], bar["ts_event"], bar["rtype"]) for bar in expected.clean
+        (bar["symbol"], bar["ts_event"], bar["rtype"]) for bar in expected_clean
     )
-    for bar in expected.clean:
+    for bar in expected_clean:
         assert orjson.loads(clean.values[bar["symbol"], bar["ts_event"], bar["rtype"]]) == bar
     assert sorted(dlq.values.values()) == sorted(
         v if isinstance(v, bytes) else orjson.dumps(v) for v in rejected
     )
-
     per_symbol: dict[str, list[dict[str, object]]] = defaultdict(list)
-    for bar in expected.clean:
+    for bar in expected_clean:
         per_symbol[str(bar["symbol"])].append(bar)
     for symbol, bars in per_symbol.items():
         values, warm = expected_features(bars)
@@ -139,3 +148,5 @@ def test_a_stopped_worker_resumes_without_repeating_an_output(
         for log in logs:
             log.close()
     assert clean.repeats == dlq.repeats == features.repeats == []
+    rejected = [o.value for o in expected.outcomes if o.status is Status.REJECTED]
+    assert_outputs_equal_the_pure_engines(expected.clean, rejected, *logs)
