@@ -134,8 +134,23 @@ def begin(
     # The record goes out first, the window sums read it back last: the work between lets its
     # scalar stores reach the cache before the sums' vector loads need them.
     write_record(cs, t, ctx, plh, pll)
+    tr = true_range_atr(cs, t, h, lo_, pc)
+    ewma_variances(cs, t, r, c, ctx)
+    ctx[X_TR], ctx[X_ATR] = tr, cs[ATR]
+    exchange_clock(cs, t, ts, ctx)
 
-    # True range (raw, TA-Lib's definition) and Wilder's ATR seeded by the mean of 14 TRs.
+    update_linreg(cs, t)
+    if rare((t & MASK) == MASK):  # once per ring cycle: re-anchor x = lc - anchor, recount exactly
+        reanchor(cs, t, lc)
+        fill_means(cs, SUMS_P, KP, NF, t, ctx, XM)
+    else:
+        roll_means(cs, RING_P, SUMS_P, KP, NF, t, ctx, XM)
+
+
+@kernel
+def true_range_atr(cs: np.ndarray, t: int, h: float, lo_: float, pc: float) -> float:
+    """True range (raw, TA-Lib's definition), folded into Wilder's ATR seeded by the mean of
+    14 TRs."""
     tr = max(h - lo_, abs(h - pc), abs(lo_ - pc)) if t > 0 else h - lo_
     if rare(0 < t <= ATR_PERIOD):
         if t < ATR_PERIOD:
@@ -144,9 +159,15 @@ def begin(
             cs[ATR] = (cs[TR_SUM] + tr) / ATR_PERIOD
     else:
         cs[ATR] = (cs[ATR] * (ATR_PERIOD - 1) + tr) / ATR_PERIOD
+    return tr
 
-    # The first bar has no return: the variances start with the second (their weights are 0
-    # until then, and ratios4 reads 0/0 as 0). One packed division for the four estimates.
+
+@kernel
+def ewma_variances(cs: np.ndarray, t: int, r: float, c: float, ctx: np.ndarray) -> None:
+    """The EWMA variances before and after this bar, and ATR / C (after true_range_atr).
+
+    The first bar has no return: the variances start with the second (their weights are 0
+    until then, and ratios4 reads 0/0 as 0). One packed division for the four estimates."""
     before = (cs[EVF], cs[EVF + 1])
     if t > 0:
         ewma_fold(cs, EVF, r, EWMA_FAST)
@@ -154,8 +175,12 @@ def begin(
     ctx[X_EVF_PREV], ctx[X_EVF], ctx[X_EVS], ctx[X_ATR_REL] = ratios4(
         (before[0], cs[EVF], cs[EVS], cs[ATR]), (before[1], cs[EVF + 1], cs[EVS + 1], c)
     )
-    ctx[X_TR], ctx[X_ATR] = tr, cs[ATR]
 
+
+@kernel
+def exchange_clock(cs: np.ndarray, t: int, ts: int, ctx: np.ndarray) -> None:
+    """Time of day, DST, session and its minute, session change and the gap since the last
+    bar, from ts_event; keeps this bar's ts_event and session for the next."""
     utc_min = ts // calendar.NS_PER_MIN
     local, dst = central_clock(cs, utc_min)
     session, session_min = calendar.session_of(local)
@@ -166,13 +191,6 @@ def begin(
     ctx[X_GAP_MIN] = (ts - get_i64(cs, TS)) / calendar.NS_PER_MIN if t > 0 else 1.0
     put_i64(cs, TS, ts)
     cs[SESSION] = session
-
-    update_linreg(cs, t)
-    if rare((t & MASK) == MASK):  # once per ring cycle: re-anchor x = lc - anchor, recount exactly
-        reanchor(cs, t, lc)
-        fill_means(cs, SUMS_P, KP, NF, t, ctx, XM)
-    else:
-        roll_means(cs, RING_P, SUMS_P, KP, NF, t, ctx, XM)
 
 
 @kernel

@@ -119,7 +119,6 @@ def update(
     o = FIRST
     h, lo_, c = ctx[core.X_H], ctx[core.X_L], ctx[core.X_C]
     ph, pl = ctx[core.X_PH], ctx[core.X_PL]
-    rec = slot(RING_P, KP, t, 0)
     rng20 = wsum(cs, SUMS_P, KP, W20, F_RNG)
     rng60 = wsum(cs, SUMS_P, KP, W60, F_RNG)
     mrng20 = mp(ctx, W20, F_RNG)
@@ -149,6 +148,39 @@ def update(
         flow_features(fs, ctx, gs[HELD : HELD + len(FLOW_OUT)])
     for i in range(len(FLOW_OUT)):
         out[o + FLOW_OUT[i]] = gs[HELD + i]
+    uw20, lw20 = bar_shape(cs, ctx, t, inv_rng20, expansion, tr_atr, out, o)
+    out[o + 31] = ar20
+    out[o + 32] = ar60
+    out[o + 34] = (uw20 - lw20) * inv_rng20
+    out[o + 35] = roll_vol
+    out[o + 36] = mp(ctx, W60, F_SAME)
+    out[o + 37] = clip(range_ac, -1.0, 1.0) if var > VAR_FLOOR else 0.0
+    out[o + 38] = body60
+    out[o + 39] = mp(ctx, W60, F_SYN)
+    out[o + 40] = mp(ctx, W60, F_GAP)
+    out[o + 41] = mp(ctx, W20, F_GAP)
+    out[o + 42] = open_pos if span > 0.0 else 0.5
+    out[o + 43] = clip(close_pos, -3.0, 4.0) if pspan > 0.0 else 0.5
+    out[o + 45] = ratio(rng20, wsum(cs, SUMS_P, KP, W20, F_TR))
+
+
+@kernel
+def bar_shape(
+    cs: np.ndarray,
+    ctx: np.ndarray,
+    t: int,
+    inv_rng20: float,
+    expansion: float,
+    tr_atr: float,
+    out: np.ndarray,
+    o: int,
+) -> tuple[float, float]:
+    """Members [10, 30): where closes, bodies and wicks sit in the range, gaps and price
+    discreteness, and this bar against the previous one. Returns Σ upper and Σ lower wick over
+    20 for wick_skew_20 (the ratios come from update's batched divisions)."""
+    h, lo_ = ctx[core.X_H], ctx[core.X_L]
+    ph, pl = ctx[core.X_PH], ctx[core.X_PL]
+    rec = slot(RING_P, KP, t, 0)
     out[o + 10] = mp(ctx, W20, F_CLV)
     out[o + 11] = mp(ctx, W60, F_CLV)
     out[o + 12] = mp(ctx, W20, F_CH)
@@ -173,19 +205,7 @@ def update(
     out[o + 28] = 1.0 if not first and lo_ < pl else 0.0
     move = abs(ctx[core.X_LC] - cs[slot(RING_P, KP, t, 20) + F_LC]) if t >= 20 else 0.0
     out[o + 29] = move * inv_rng20
-    out[o + 31] = ar20
-    out[o + 32] = ar60
-    out[o + 34] = (uw20 - lw20) * inv_rng20
-    out[o + 35] = roll_vol
-    out[o + 36] = mp(ctx, W60, F_SAME)
-    out[o + 37] = clip(range_ac, -1.0, 1.0) if var > VAR_FLOOR else 0.0
-    out[o + 38] = body60
-    out[o + 39] = mp(ctx, W60, F_SYN)
-    out[o + 40] = mp(ctx, W60, F_GAP)
-    out[o + 41] = mp(ctx, W20, F_GAP)
-    out[o + 42] = open_pos if span > 0.0 else 0.5
-    out[o + 43] = clip(close_pos, -3.0, 4.0) if pspan > 0.0 else 0.5
-    out[o + 45] = ratio(rng20, wsum(cs, SUMS_P, KP, W20, F_TR))
+    return uw20, lw20
 
 
 @kernel

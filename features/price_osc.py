@@ -109,13 +109,7 @@ def update(
     o = FIRST
 
     # Divisions go four at a time (vectors.ratios4), each lane guarded as its scalar form.
-    diff = c - ctx[core.X_PC]
-    g7, n7 = wilder_rsi(gs, RSI, diff, t, RSI_PERIODS[0]) if t > 0 else (0.0, 0.0)
-    g14, n14 = wilder_rsi(gs, RSI + 2, diff, t, RSI_PERIODS[1]) if t > 0 else (0.0, 0.0)
-    g28, n28 = wilder_rsi(gs, RSI + 4, diff, t, RSI_PERIODS[2]) if t > 0 else (0.0, 0.0)
-    rsi7, rsi14, rsi28, inv_ema12 = ratios4((g7, g14, g28, 1.0), (n7, n14, n28, ema12))
-    rsi7, rsi14, rsi28 = 100.0 * rsi7, 100.0 * rsi14, 100.0 * rsi28
-    out[o], out[o + 1], out[o + 2] = rsi7, rsi14, rsi28
+    rsi14, inv_ema12 = rsis(gs, ctx, t, c, ema12, out, o)
     o += len(RSI_PERIODS)
 
     for j in range(len(CHANNELS)):
@@ -123,32 +117,7 @@ def update(
         extreme(gs, TRK + 4 * j + 2, cs, RING_P, KP, F_LL, t, CHANNELS[j], False)
     hh14, ll14 = gs[TRK + 4 * C14], gs[TRK + 4 * C14 + 2]
     hh60, ll60 = gs[TRK + 4 * C60], gs[TRK + 4 * C60 + 2]
-    # Stochastic RSI over the RSI's own bar count, so the tracker only ever sees valid RSIs.
-    ri = t - 14
-    if ri >= 0:
-        gs[RSI_RING + (ri & (RING - 1))] = rsi14
-        extreme(gs, RSI_TRK, gs, RSI_RING, 1, 0, ri, 14, True)
-        extreme(gs, RSI_TRK + 2, gs, RSI_RING, 1, 0, ri, 14, False)
-    top, bottom = gs[RSI_TRK], gs[RSI_TRK + 2]
-    sum_ar = wsum(cs, SUMS_P, KP, W14, F_AR)
-    sum_tr = wsum(cs, SUMS_P, KP, W14, F_TR)
-    span = hh14 - ll14
-    k14, k60, stoch_rsi, cmo = ratios4(
-        (lc - ll14, lc - ll60, rsi14 - bottom, wsum(cs, SUMS_P, KP, W14, F_R)),
-        (
-            span if hh14 > ll14 else 0.0,
-            hh60 - ll60 if hh60 > ll60 else 0.0,
-            top - bottom if top > bottom else 0.0,
-            sum_ar,
-        ),
-    )
-    k14 = k14 if hh14 > ll14 else 0.5
-    out[o] = k14
-    out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) * INV_STOCH_D
-    gs[STOCH + 1] = gs[STOCH]
-    gs[STOCH] = k14
-    out[o + 2] = k60 if hh60 > ll60 else 0.5
-    out[o + 3] = stoch_rsi if top > bottom else 0.5
+    sum_tr, span, cmo = stochastics(cs, gs, t, lc, rsi14, hh14, ll14, hh60, ll60, out, o)
     o += 4
 
     hh20, ll20 = gs[TRK + 4 * C20], gs[TRK + 4 * C20 + 2]
@@ -161,14 +130,7 @@ def update(
     out[o + 6] = ctx[core.X_ATR_REL]
     o += 7
 
-    if rare(ctx[core.X_NEW_SESSION] > 0.0):
-        if t > 0:
-            gs[SESS + 3] = ctx[core.X_PLC]
-            gs[SESS + 4] = 1.0
-        gs[SESS], gs[SESS + 1], gs[SESS + 2] = ctx[core.X_LO], h, lo_
-    else:
-        gs[SESS + 1] = max(gs[SESS + 1], h)
-        gs[SESS + 2] = min(gs[SESS + 2], lo_)
+    track_session(gs, ctx, t, h, lo_)
     top, bottom = gs[SESS + 1], gs[SESS + 2]
     inv_tr, chop_arg, session_pos, _ = ratios4(
         (1.0, sum_tr, c - bottom, 0.0),
@@ -195,3 +157,79 @@ def update(
     out[o + 1] = session_pos if top > bottom else 0.5
     out[o + 2] = lc - gs[SESS + 3] if gs[SESS + 4] > 0.0 else 0.0
     out[o + 3] = ema5 * inv_ema12 - 1.0
+
+
+@kernel
+def rsis(
+    gs: np.ndarray, ctx: np.ndarray, t: int, c: float, ema12: float, out: np.ndarray, o: int
+) -> tuple[float, float]:
+    """Members [0, 3): RSI 7, 14 and 28. Returns RSI 14 (the stochastic RSI's input) and
+    1 / EMA(12), which rides in the spare lane of the RSIs' division."""
+    diff = c - ctx[core.X_PC]
+    g7, n7 = wilder_rsi(gs, RSI, diff, t, RSI_PERIODS[0]) if t > 0 else (0.0, 0.0)
+    g14, n14 = wilder_rsi(gs, RSI + 2, diff, t, RSI_PERIODS[1]) if t > 0 else (0.0, 0.0)
+    g28, n28 = wilder_rsi(gs, RSI + 4, diff, t, RSI_PERIODS[2]) if t > 0 else (0.0, 0.0)
+    rsi7, rsi14, rsi28, inv_ema12 = ratios4((g7, g14, g28, 1.0), (n7, n14, n28, ema12))
+    rsi7, rsi14, rsi28 = 100.0 * rsi7, 100.0 * rsi14, 100.0 * rsi28
+    out[o], out[o + 1], out[o + 2] = rsi7, rsi14, rsi28
+    return rsi14, inv_ema12
+
+
+@kernel
+def stochastics(
+    cs: np.ndarray,
+    gs: np.ndarray,
+    t: int,
+    lc: float,
+    rsi14: float,
+    hh14: float,
+    ll14: float,
+    hh60: float,
+    ll60: float,
+    out: np.ndarray,
+    o: int,
+) -> tuple[float, float, float]:
+    """Members [3, 7): stochastics of the close over 14 and 60 and of RSI 14. CMO's division
+    rides in their batch; returns ΣTR over 14 and HH14 - LL14 (for vortex and choppiness) and
+    CMO."""
+    # Stochastic RSI over the RSI's own bar count, so the tracker only ever sees valid RSIs.
+    ri = t - 14
+    if ri >= 0:
+        gs[RSI_RING + (ri & (RING - 1))] = rsi14
+        extreme(gs, RSI_TRK, gs, RSI_RING, 1, 0, ri, 14, True)
+        extreme(gs, RSI_TRK + 2, gs, RSI_RING, 1, 0, ri, 14, False)
+    top, bottom = gs[RSI_TRK], gs[RSI_TRK + 2]
+    sum_ar = wsum(cs, SUMS_P, KP, W14, F_AR)
+    sum_tr = wsum(cs, SUMS_P, KP, W14, F_TR)
+    span = hh14 - ll14
+    k14, k60, stoch_rsi, cmo = ratios4(
+        (lc - ll14, lc - ll60, rsi14 - bottom, wsum(cs, SUMS_P, KP, W14, F_R)),
+        (
+            span if hh14 > ll14 else 0.0,
+            hh60 - ll60 if hh60 > ll60 else 0.0,
+            top - bottom if top > bottom else 0.0,
+            sum_ar,
+        ),
+    )
+    k14 = k14 if hh14 > ll14 else 0.5
+    out[o] = k14
+    out[o + 1] = (k14 + gs[STOCH] + gs[STOCH + 1]) * INV_STOCH_D
+    gs[STOCH + 1] = gs[STOCH]
+    gs[STOCH] = k14
+    out[o + 2] = k60 if hh60 > ll60 else 0.5
+    out[o + 3] = stoch_rsi if top > bottom else 0.5
+    return sum_tr, span, cmo
+
+
+@kernel
+def track_session(gs: np.ndarray, ctx: np.ndarray, t: int, h: float, lo_: float) -> None:
+    """The Globex session's first log open, high and low so far, and the previous session's
+    last log close (kept from the first session change on: before one there is none)."""
+    if rare(ctx[core.X_NEW_SESSION] > 0.0):
+        if t > 0:
+            gs[SESS + 3] = ctx[core.X_PLC]
+            gs[SESS + 4] = 1.0
+        gs[SESS], gs[SESS + 1], gs[SESS + 2] = ctx[core.X_LO], h, lo_
+    else:
+        gs[SESS + 1] = max(gs[SESS + 1], h)
+        gs[SESS + 2] = min(gs[SESS + 2], lo_)

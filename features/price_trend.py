@@ -119,16 +119,7 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     # Divisions go four at a time (vectors.ratios4); every denominator is a positive price
     # level (or guarded, as the TA-Lib-style ratios are), so each lane equals its scalar form.
     sma5, sma10, sma20, sma60 = ratios4(sma_totals(cs, gs, t, c), SMA_N)
-    ema5 = ema_seeded(gs, EMA, c, t, EMA_PERIODS[0])
-    ema12 = ema_seeded(gs, EMA + 2, c, t, EMA_PERIODS[1])
-    ema26 = ema_seeded(gs, EMA + 4, c, t, EMA_PERIODS[2])
-    ema60 = ema_seeded(gs, EMA + 6, c, t, EMA_PERIODS[3])
-    # MACD: the fast EMA starts MACD_SLOW - MACD_FAST bars late so both first print on bar 25.
-    start = MACD_SLOW - MACD_FAST
-    fast = ema_seeded(gs, MACD_F, c, t - start, MACD_FAST) if t >= start else 0.0
-    line = fast - ema26
-    first = MACD_SLOW - 1
-    signal = ema_seeded(gs, MACD_S, line, t - first, MACD_SIGNAL) if t >= first else 0.0
+    ema5, ema12, ema26, ema60, line, signal = emas_macd(gs, t, c)
     cc = (c, c, c, c)
     dev_sma = ratios4(cc, (sma5, sma10, sma20, sma60))
     dev_ema = ratios4(cc, (ema5, ema12, ema26, ema60))
@@ -165,7 +156,37 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     linreg(cs, t, x, W60, 1, False, out, o + 5)
     o += 7
 
-    # TRIX and DEMA use EMAs seeded with their first input (their warm-ups cover the seed).
+    trix_dema(gs, t, c, lc, out, o)
+    o += 2
+
+    out[o] = (c - sma60) * inv_atr
+    kelt = ema_seeded(gs, KELT, c, t, KELTNER_PERIOD)
+    out[o + 1] = (c - kelt) * (0.5 * inv_atr)
+    o += 2
+
+    out[o] = macd_cross_age(gs, line, signal)
+    return ema5, ema12
+
+
+@kernel
+def emas_macd(gs: np.ndarray, t: int, c: float) -> tuple[float, float, float, float, float, float]:
+    """EMA 5, 12, 26 and 60 of the close, then the MACD line and signal."""
+    ema5 = ema_seeded(gs, EMA, c, t, EMA_PERIODS[0])
+    ema12 = ema_seeded(gs, EMA + 2, c, t, EMA_PERIODS[1])
+    ema26 = ema_seeded(gs, EMA + 4, c, t, EMA_PERIODS[2])
+    ema60 = ema_seeded(gs, EMA + 6, c, t, EMA_PERIODS[3])
+    # MACD: the fast EMA starts MACD_SLOW - MACD_FAST bars late so both first print on bar 25.
+    start = MACD_SLOW - MACD_FAST
+    fast = ema_seeded(gs, MACD_F, c, t - start, MACD_FAST) if t >= start else 0.0
+    line = fast - ema26
+    first = MACD_SLOW - 1
+    signal = ema_seeded(gs, MACD_S, line, t - first, MACD_SIGNAL) if t >= first else 0.0
+    return ema5, ema12, ema26, ema60, line, signal
+
+
+@kernel
+def trix_dema(gs: np.ndarray, t: int, c: float, lc: float, out: np.ndarray, o: int) -> None:
+    """TRIX and DEMA use EMAs seeded with their first input (their warm-ups cover the seed)."""
     a = 2.0 / (TRIX_PERIOD + 1)
     for j in range(3):
         src = lc if j == 0 else gs[TRIX + j - 1]
@@ -176,18 +197,15 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     gs[DEMA] = c if t == 0 else ema_step(gs[DEMA], c, b)
     gs[DEMA + 1] = c if t == 0 else ema_step(gs[DEMA + 1], gs[DEMA], b)
     out[o + 1] = c / (2.0 * gs[DEMA] - gs[DEMA + 1]) - 1.0
-    o += 2
 
-    out[o] = (c - sma60) * inv_atr
-    kelt = ema_seeded(gs, KELT, c, t, KELTNER_PERIOD)
-    out[o + 1] = (c - kelt) * (0.5 * inv_atr)
-    o += 2
 
+@kernel
+def macd_cross_age(gs: np.ndarray, line: float, signal: float) -> float:
+    """Bars since the MACD line last crossed its signal, over CROSS_AGE_CAP, capped at 1."""
     side = 1.0 if line >= signal else -1.0
     gs[CROSS + 1] = 0.0 if side != gs[CROSS] else gs[CROSS + 1] + 1.0
     gs[CROSS] = side
-    out[o] = min(gs[CROSS + 1], CROSS_AGE_CAP) * INV_CROSS_AGE_CAP
-    return ema5, ema12
+    return min(gs[CROSS + 1], CROSS_AGE_CAP) * INV_CROSS_AGE_CAP
 
 
 @kernel

@@ -197,8 +197,54 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     t = int(ctx[core.X_T])
     r = ctx[core.X_R]
     o = FIRST
-    # [0, 12): rv 5/10/20/60, then Parkinson, Garman–Klass, Rogers–Satchell, Yang–Zhang over
-    # 20 and 60
+    rv5, rv20, rv60, park20 = volatility(ctx, t, out, o)
+
+    ms = mp(ctx, W20, F_R2)
+    mabs = mp(ctx, W20, F_AR)
+    mup2 = mp(ctx, W20, F_UP2)
+    var_abs = ms - mabs * mabs
+    rms, rms_up, rms_down, evf = roots4((ms, mup2, ms - mup2, ctx[core.X_EVF]))
+    evs, sd_abs, _, _ = roots4((ctx[core.X_EVS], var_abs, 0.0, 0.0))
+    is20, is60, inv_ms, range_ratio = ratios4(
+        (1.0, 1.0, 1.0, cs[slot(RING_P, KP, t, 0) + F_RNG]),
+        (rv20, rv60, ms if ms > VAR_FLOOR else 0.0, mp(ctx, W20, F_RNG)),
+    )
+    ewma_ratio, abs_cv, abs_ac1, _ = ratios4(
+        (evf, sd_abs, mp(ctx, W20, F_ARR1) - mabs * mabs, 0.0),
+        (evs, mabs, var_abs if var_abs > VAR_FLOOR else 0.0, 0.0),
+    )
+    o += 12
+    return_moments(ctx, t, r, rv5, rv20, is20, is60, out, o)
+    o += 14
+
+    inv_rms = rms * inv_ms
+    out[o] = mabs * inv_rms
+    out[o + 1] = (ms - mup2) * inv_ms if ms > VAR_FLOOR else 0.5
+    out[o + 2] = (rms_up - rms_down) * inv_rms
+    out[o + 3] = range_ratio
+    out[o + 4], out[o + 5] = evf, evs
+    out[o + 6] = mp(ctx, W20, F_UP)
+    o += 7
+
+    out[o] = run_length(gs, r)
+    extreme(gs, MAX_AR, cs, RING_P, KP, F_AR, t, WINDOWS[W20], True)
+    out[o + 1] = gs[MAX_AR] * is20
+    out[o + 2] = ewma_ratio
+    out[o + 3] = abs_cv
+    out[o + 4] = clip(abs_ac1, -1.0, 1.0)
+    out[o + 5] = park20 * is20
+    lag = WINDOWS[W60]
+    move = ctx[core.X_LC] - cs[slot(RING_P, KP, t, lag) + F_LC] if t >= lag else 0.0
+    out[o + 6] = move * is60 * INV_SQRT_W60
+
+
+@kernel
+def volatility(
+    ctx: np.ndarray, t: int, out: np.ndarray, o: int
+) -> tuple[float, float, float, float]:
+    """Members [0, 12): rv 5/10/20/60, then Parkinson, Garman–Klass, Rogers–Satchell,
+    Yang–Zhang over 20 and 60, three batches of four roots. Returns (rv5, rv20, rv60,
+    parkinson_20), which later members scale by."""
     rv = roots4(
         (
             varp(ctx, W5, F_R, F_R2),
@@ -225,25 +271,25 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     )
     for i in range(4):
         out[o + i], out[o + 4 + i], out[o + 8 + i] = rv[i], hl[i], rs[i]
-    rv5, rv20, rv60, park20 = rv[0], rv[2], rv[3], hl[0]
+    return rv[0], rv[2], rv[3], hl[0]
 
-    ms = mp(ctx, W20, F_R2)
-    mabs = mp(ctx, W20, F_AR)
-    mup2 = mp(ctx, W20, F_UP2)
-    var_abs = ms - mabs * mabs
-    rms, rms_up, rms_down, evf = roots4((ms, mup2, ms - mup2, ctx[core.X_EVF]))
-    evs, sd_abs, _, _ = roots4((ctx[core.X_EVS], var_abs, 0.0, 0.0))
-    is20, is60, inv_ms, range_ratio = ratios4(
-        (1.0, 1.0, 1.0, cs[slot(RING_P, KP, t, 0) + F_RNG]),
-        (rv20, rv60, ms if ms > VAR_FLOOR else 0.0, mp(ctx, W20, F_RNG)),
-    )
-    ewma_ratio, abs_cv, abs_ac1, _ = ratios4(
-        (evf, sd_abs, mp(ctx, W20, F_ARR1) - mabs * mabs, 0.0),
-        (evs, mabs, var_abs if var_abs > VAR_FLOOR else 0.0, 0.0),
-    )
+
+@kernel
+def return_moments(
+    ctx: np.ndarray,
+    t: int,
+    r: float,
+    rv5: float,
+    rv20: float,
+    is20: float,
+    is60: float,
+    out: np.ndarray,
+    o: int,
+) -> None:
+    """Members [12, 26): volatility ratios, skewness and kurtosis, autocorrelations,
+    t-statistics and z-scores of r, all scaled by the windows' 1/std (is20, is60)."""
     iv20, iv60 = is20 * is20, is60 * is60
     m20, m60 = mp(ctx, W20, F_R), mp(ctx, W60, F_R)
-    o += 12
     out[o] = rv5 * is60
     out[o + 1] = rv20 * is60
     o += 2
@@ -260,27 +306,13 @@ def update(cs: np.ndarray, gs: np.ndarray, ctx: np.ndarray, out: np.ndarray) -> 
     out[o + 1] = m60 * SQRT_N[count(t, W60)] * is60
     out[o + 2] = r * is20
     out[o + 3] = r * is60
-    o += 4
 
-    inv_rms = rms * inv_ms
-    out[o] = mabs * inv_rms
-    out[o + 1] = (ms - mup2) * inv_ms if ms > VAR_FLOOR else 0.5
-    out[o + 2] = (rms_up - rms_down) * inv_rms
-    out[o + 3] = range_ratio
-    out[o + 4], out[o + 5] = evf, evs
-    out[o + 6] = mp(ctx, W20, F_UP)
-    o += 7
 
+@kernel
+def run_length(gs: np.ndarray, r: float) -> float:
+    """Extends the signed run of same-sign returns by r (a zero return ends it) and returns
+    it scaled by RUN_CAP, clipped to [-1, 1]."""
     run = gs[RUN]
     run = (run + 1.0 if run > 0.0 else 1.0) if r > 0.0 else (run - 1.0 if run < 0.0 else -1.0)
     gs[RUN] = run if r != 0.0 else 0.0
-    out[o] = clip(gs[RUN] * INV_RUN_CAP, -1.0, 1.0)
-    extreme(gs, MAX_AR, cs, RING_P, KP, F_AR, t, WINDOWS[W20], True)
-    out[o + 1] = gs[MAX_AR] * is20
-    out[o + 2] = ewma_ratio
-    out[o + 3] = abs_cv
-    out[o + 4] = clip(abs_ac1, -1.0, 1.0)
-    out[o + 5] = park20 * is20
-    lag = WINDOWS[W60]
-    move = ctx[core.X_LC] - cs[slot(RING_P, KP, t, lag) + F_LC] if t >= lag else 0.0
-    out[o + 6] = move * is60 * INV_SQRT_W60
+    return clip(gs[RUN] * INV_RUN_CAP, -1.0, 1.0)
