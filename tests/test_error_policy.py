@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 
-from features.engine import N_FEATURES
+from features.engine import FINGERPRINT, N_FEATURES
 from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
 from streams.corrections import Reason as Rejected
 from streams.internals import InternalsMoved, live_fetcher
@@ -27,12 +27,19 @@ from streams.runtime.policy import (
     dead_letter,
     exit_code,
     publishable,
+    readable,
     record_bytes,
 )
-from streams.runtime.records import CleanBar, Out, Record
+from streams.runtime.records import CleanBar, FeatureRow, Out, Record
 from streams.runtime.stages import features
 from streams.runtime.stages.windows import feature_row
-from streams.schema import DLQ_REASON, encode_feature_values, encode_features, features_value
+from streams.schema import (
+    DLQ_MESSAGE,
+    DLQ_REASON,
+    encode_feature_values,
+    encode_features,
+    features_value,
+)
 
 BAR = {
     "instrument_id": 1,
@@ -200,3 +207,16 @@ def test_a_record_that_is_no_feature_row_raises_value_error_saying_why(
         feature_row(features_event(change(record)))  # type: ignore[operator]
     with pytest.raises(ValueError, match="keyed"):
         feature_row(features_event(orjson.dumps(record), key=None))
+
+
+def test_a_feature_row_of_another_feature_set_is_a_dead_letter_naming_both_fingerprints() -> None:
+    row = orjson.loads(feature_message({**BAR, "status": "clean"}, np.zeros(N_FEATURES), True))
+    stale = features_event(orjson.dumps({**row, "fingerprint": "0123456789abcdef"}))
+    good = features_event(orjson.dumps(row))
+    letter, read = readable([stale, good], "bars.dlq", feature_row, "not a features record: ")
+    assert isinstance(letter, Out) and isinstance(read, FeatureRow)
+    meta = headers(letter)
+    assert letter.topic == "bars.dlq" and letter.value == stale.value
+    assert meta[DLQ_REASON] == Reason.FINGERPRINT_MISMATCH.encode()
+    why = meta[DLQ_MESSAGE].decode()
+    assert "0123456789abcdef" in why and FINGERPRINT in why and not why.startswith("not a")

@@ -181,11 +181,13 @@ def test_bad_features_records_go_to_the_dlq_and_forecasts_go_on(
         orjson.dumps({k: v for k, v in row.items() if k != "values"}),
         orjson.dumps({**row, "ts_event": "1704150000000000000"}),
         orjson.dumps({**row, "values": "AAAA"}),
+        orjson.dumps({**row, "fingerprint": "0123456789abcdef"}),  # another barcast version's
     ]
+    at = {75 + 120 * n: value for n, value in enumerate(bad)}
     records = []
     for i, bar in enumerate(clean):
-        if i % 150 == 75:
-            records.append((b"6EH4", bad[(i // 150) % len(bad)]))
+        if i in at:
+            records.append((b"6EH4", at[i]))
         records.append((b"6EH4", feature_message(bar, values[i], bool(warm[i]))))
     assert len(records) == len(clean) + len(bad)
     produce(settings.broker, settings.topic_features, records)
@@ -203,7 +205,10 @@ def test_bad_features_records_go_to_the_dlq_and_forecasts_go_on(
         forecasts.close()
         dlq.close()
     assert sorted(dlq.values.values()) == sorted(bad)
-    assert {h[DLQ_REASON] for h in dlq.headers.values()} == {b"malformed"}
+    assert Counter(h[DLQ_REASON] for h in dlq.headers.values()) == {
+        b"malformed": len(bad) - 1,
+        b"fingerprint_mismatch": 1,
+    }
     assert all(h[DLQ_TOPIC] == settings.topic_features.encode() for h in dlq.headers.values())
     assert_matches(
         reference, {(s, ts): orjson.loads(v) for (s, ts, _), v in forecasts.values.items()}

@@ -41,6 +41,16 @@ class Reason(StrEnum):
     MALFORMED = "malformed"  # a record its stage cannot read
     REFUSED = "refused"  # a bar the feature engine refuses
     UNPUBLISHABLE = "unpublishable"  # an output over BARCAST_MAX_RECORD_BYTES
+    FINGERPRINT_MISMATCH = "fingerprint_mismatch"  # a feature row of another feature set
+
+
+class Refused(ValueError):
+    """A record its stage can read but must not process, with the dead letter's reason code
+    (a plain ValueError from a reader is `malformed`)."""
+
+    def __init__(self, reason: Reason, why: str) -> None:
+        super().__init__(why)
+        self.reason = reason
 
 
 def dead_letter(
@@ -61,7 +71,8 @@ def readable(
     records: Sequence[Record], dlq_topic: str, read: Callable[[Record], T], what: str = ""
 ) -> list[T | Control | Out]:
     """A stage's input: each record as a control record or as `read` makes it, or, where
-    `read` raises ValueError, its dead letter (the message `what` + the error)."""
+    `read` raises ValueError, its dead letter: `malformed`, the message `what` + the error,
+    or for a `Refused` error its own reason and message."""
     items: list[T | Control | Out] = []
     for record in records:
         control = control_of(record)
@@ -71,7 +82,11 @@ def readable(
         try:
             items.append(read(record))
         except ValueError as exc:  # orjson's and base64's errors are ValueErrors too
-            items.append(record_dead_letter(dlq_topic, record, Reason.MALFORMED, f"{what}{exc}"))
+            if isinstance(exc, Refused):  # a record of its kind: `what` would mislead
+                letter = record_dead_letter(dlq_topic, record, exc.reason, str(exc))
+            else:
+                letter = record_dead_letter(dlq_topic, record, Reason.MALFORMED, f"{what}{exc}")
+            items.append(letter)
     return items
 
 
