@@ -26,6 +26,7 @@ log = logging.getLogger("barcast.runtime")
 TRUNCATED_HEADER = "barcast-truncated"  # "KEY_BYTES,VALUE_BYTES" of the original record
 SHA256_HEADER = "barcast-sha256"  # hex digest of the original value
 INTENDED_TOPIC_HEADER = "barcast-intended-topic"  # where an unpublishable output was going
+NULL_VALUE_HEADER = "barcast-null-value"  # "true": the original had a null value (a tombstone)
 KEPT_BYTES = 16_384  # of a bounded copy's key and of its value
 HEADROOM = 4_096  # below the limit, records are not measured exactly: far below it
 # Exit codes of a worker that stops uncommitted; the orchestrator restarts it either way.
@@ -54,10 +55,20 @@ class Refused(ValueError):
 
 
 def dead_letter(
-    dlq: str, key: bytes | None, value: bytes, source: Source, reason: str, why: str, partition: int
+    dlq: str,
+    key: bytes | None,
+    value: bytes | None,
+    source: Source,
+    reason: str,
+    why: str,
+    partition: int,
 ) -> Out:
-    """A `bars.dlq` record for `value` read at `source` (topic, partition, offset)."""
+    """A `bars.dlq` record for `value` read at `source` (topic, partition, offset). A null
+    value (a tombstone, which Faust hands over as None) is published as b"" with
+    `NULL_VALUE_HEADER`: an output's value is always bytes."""
     headers = encode_dlq_headers(DeadLetterHeaders(*source, reason, why))
+    if value is None:
+        value, headers = b"", [*headers, (NULL_VALUE_HEADER, b"true")]
     return Out(dlq, key, value, None, headers, partition)
 
 
@@ -78,6 +89,10 @@ def readable(
         control = control_of(record)
         if control is not None:
             items.append(control)
+            continue
+        if record.value is None:  # a tombstone: no reader's error would say so
+            why = f"{what}the value is null (a tombstone); {record.topic} records carry one"
+            items.append(record_dead_letter(dlq_topic, record, Reason.MALFORMED, why))
             continue
         try:
             items.append(read(record))

@@ -78,7 +78,8 @@ class Corrections:
         for outcome in step.outcomes:
             if outcome.status is rules.Status.REJECTED:
                 value = outcome.value
-                value = value if isinstance(value, bytes) else orjson.dumps(value)
+                if not (value is None or isinstance(value, bytes)):  # None: a tombstone's
+                    value = orjson.dumps(value)
                 ref, reason, why = tuple(outcome.ref), outcome.reason.value, outcome.message
                 out.outputs.append(
                     dead_letter(self.dlq_topic, key, value, ref, reason, why, partition)
