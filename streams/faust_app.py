@@ -221,7 +221,10 @@ def create_app(settings: Settings) -> BarcastApp:
 
     @app.timer(LAG_INTERVAL_S)
     async def record_lag() -> None:
-        app.metrics.record_lag(app.consumer)
+        try:
+            app.metrics.record_lag(app.consumer)
+        except InternalsMoved as exc:  # loudly, as for the fetch wait: exit 70
+            exit_uncommitted("cannot read the consumer's committed offsets", exc)
 
     from streams.agents import register_agents
 
