@@ -76,10 +76,10 @@ def test_a_restore_takes_each_key_as_of_the_boundary() -> None:
         later = counter_store(io)
         await later.restore(0, boundary=4)
         return (
-            restored.read(b"a", 0),
-            restored.read(b"b", 0),
-            restored.read(b"c", 1),
-            later.read(b"a", 0),
+            restored.read(b"a"),
+            restored.read(b"b"),
+            restored.read(b"c"),
+            later.read(b"a"),
         )
 
     a, b, c, a_later = asyncio.run(run())
@@ -111,7 +111,7 @@ def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restore
 
     async def run() -> tuple[tuple[int, np.ndarray], tuple[int, np.ndarray], np.ndarray]:
         store = WindowStore(Changelog("t-windows-changelog", io), lookback, features)
-        window = store.read(b"s", 0)
+        window = store.read(b"s")
         for offset in range(10):  # slots are overwritten as the ring turns
             window.append(offset, 1.0, False, True, np.full(features, float(offset)))
             store.write(b"s", 0, offset, window)
@@ -124,7 +124,7 @@ def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restore
         await flush(store)  # never completed
         again = WindowStore(Changelog("t-windows-changelog", io), lookback, features)
         await again.restore(0, boundary=10)
-        return committed, window_rows(again.read(b"s", 0)), window.ordered_values()
+        return committed, window_rows(again.read(b"s")), window.ordered_values()
 
     committed, restored, latest = asyncio.run(run())
     assert restored[0] == committed[0] == 10

@@ -106,7 +106,8 @@ class StateStore(Store[S]):
         super().__init__(changelog)
         self.decode, self.encode, self.new = decode, encode, new
 
-    def read(self, key: bytes, partition: int) -> S:
+    def read(self, key: bytes) -> S:
+        """The key's state: in memory, else decoded from its restored entry, else new."""
         state = self.states.get(key)
         if state is None:
             entry = self.changelog.entries.get(key)
@@ -132,7 +133,8 @@ class WindowStore(Store[SymbolWindow]):
         self.lookback, self.n_features = lookback, n_features
         self.flushed: dict[bytes, int] = {}  # key -> row count at its last flush
 
-    def read(self, key: bytes, partition: int) -> SymbolWindow:
+    def read(self, key: bytes) -> SymbolWindow:
+        """The key's window: in memory, else rebuilt from its restored slots, else empty."""
         window = self.states.get(key)
         if window is None:
             window = self.states[key] = SymbolWindow(self.lookback, self.n_features)

@@ -49,7 +49,7 @@ class Corrections:
 
     def _bar(self, record: Record, out: Cleaned) -> None:
         key, source = record.key or b"", (record.topic, record.partition, record.offset)
-        state = self.store.read(key, record.partition)
+        state = self.store.read(key)
         now, n = out.now_ns, len(key)
         step = rules.correct(
             record.value, state, self.config, self.stats, ref=list(source), now_ns=now, key_bytes=n
@@ -62,7 +62,7 @@ class Corrections:
         on so the forecast stage can flush the minute."""
         partition = control.partition
         for key in self.store.keys_in(partition):
-            state = self.store.read(key, partition)
+            state = self.store.read(key)
             if state.held is not None:
                 step = rules.flush(state, self.config, self.stats, until_ts=control.ts_event)
                 if step.outcomes:

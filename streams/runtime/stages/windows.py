@@ -52,7 +52,7 @@ def slide(store: WindowStore, row: FeatureRow, forecast: bool) -> WindowRequest 
     """Slide the row into its symbol's window; the request to forecast it, if `forecast` (a
     model is served) and the window is ready; `row` is of this worker's feature set (a
     `feature_row`, or one this process computed)."""
-    window = store.read(row.key, row.partition)
+    window = store.read(row.key)
     if window.count and row.ts_event <= window.last_ts:
         return None
     window.append(row.ts_event, row.close, row.synthetic, row.warm, row.values)
