@@ -77,6 +77,7 @@ class Settings:
         default="all",
         metadata={
             "doc": "Agents this worker runs: `all`, `stream` (corrections+features), "
+            "`corrections` (corrections alone: `bars.raw` to `bars.clean` and `bars.dlq`), "
             "`forecast`, or `passthrough` (benchmark anchor)."
         },
     )
