@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from features.engine import N_FEATURES
+from features.engine import FINGERPRINT, N_FEATURES
 from model import checkpoint
 from model.checkpoint import CONFIG, CheckpointError, load
 from streams.forecast.checkpoints import CheckpointWatcher
@@ -32,7 +32,7 @@ def serving(models: Path) -> tuple[Forecaster, CheckpointWatcher, str]:
     model_id = make_checkpoint(models / "first")
     runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, lambda: asyncio.sleep(0))
     io = MemoryChangelogs()
-    windows = WindowStore(Changelog("t-windows-changelog", io), 60, N_FEATURES)
+    windows = WindowStore(Changelog("t-windows-changelog", io), 60, N_FEATURES, FINGERPRINT)
     stage, watcher = Forecaster(runtime, None, windows, scoring(io)), CheckpointWatcher(models)
     asyncio.run(stage.reload(watcher))
     assert stage.engine is not None and stage.engine.model_id == model_id

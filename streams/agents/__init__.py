@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from features.engine import N_FEATURES
+from features.engine import FINGERPRINT, N_FEATURES
 from model.checkpoint import CheckpointError
 from model.config import TFTConfig
 from streams.corrections import CorrectionConfig, SymbolState
@@ -169,7 +169,8 @@ def forecaster(app: BarcastApp) -> Forecaster:
     watcher = CheckpointWatcher(settings.model_dir)
     engine = initial_engine(app, watcher)
     lookback = TFTConfig.lookback if engine is None else engine.lookback
-    windows = WindowStore(app.runtime.changelog("forecast-window-slots"), lookback, N_FEATURES)
+    changelog = app.runtime.changelog("forecast-window-slots")
+    windows = WindowStore(changelog, lookback, N_FEATURES, FINGERPRINT)
     stage = Forecaster(app.runtime, engine, windows, scoring(app))
 
     @app.task
