@@ -43,6 +43,7 @@ NAMES = {
     "tod_ewma_empirical": "time-of-day x plain EWMA (weight, half-lives fitted), residuals",
     "tod_ewma_gaussian": "time-of-day x plain EWMA (weight, half-lives fitted), Gaussian",
     "tod_ewma_gaussian_likelihood": "time-of-day x plain EWMA, Gaussian, by the TFT scale's rule",
+    "volatility_scale_gaussian": "the TFT's volatility scale alone (no network), Gaussian",
     "ewma_empirical": "EWMA, empirical residual quantiles",
     "ewma_gaussian": "EWMA, Gaussian",
     "rolling_quantiles": "rolling empirical quantiles (1 day)",

@@ -135,7 +135,7 @@ def begin(
     # scalar stores reach the cache before the sums' vector loads need them.
     write_record(cs, t, ctx, plh, pll)
     tr = true_range_atr(cs, t, h, lo_, pc)
-    ewma_variances(cs, t, r, c, ctx)
+    ewma_variances(cs, t, r, c, t > 0 and ts - get_i64(cs, TS) == calendar.NS_PER_MIN, ctx)
     ctx[X_TR], ctx[X_ATR] = tr, cs[ATR]
     exchange_clock(cs, t, ts, ctx)
 
@@ -163,14 +163,20 @@ def true_range_atr(cs: np.ndarray, t: int, h: float, lo_: float, pc: float) -> f
 
 
 @kernel
-def ewma_variances(cs: np.ndarray, t: int, r: float, c: float, ctx: np.ndarray) -> None:
+def ewma_variances(
+    cs: np.ndarray, t: int, r: float, c: float, contiguous: bool, ctx: np.ndarray
+) -> None:
     """The EWMA variances before and after this bar, and ATR / C (after true_range_atr).
 
     The first bar has no return: the variances start with the second (their weights are 0
-    until then, and ratios4 reads 0/0 as 0). One packed division for the four estimates."""
+    until then, and ratios4 reads 0/0 as 0). The slow one folds only returns of consecutive
+    minutes: it is the level the TFT's volatility scale starts from, and a session break's
+    jump is not a one-minute move (the volatility baselines leave it out too,
+    `model.volatility.contiguous_returns`). One packed division for the four estimates."""
     before = (cs[EVF], cs[EVF + 1])
     if t > 0:
         ewma_fold(cs, EVF, r, EWMA_FAST)
+    if contiguous:
         ewma_fold(cs, EVS, r, EWMA_SLOW)
     ctx[X_EVF_PREV], ctx[X_EVF], ctx[X_EVS], ctx[X_ATR_REL] = ratios4(
         (before[0], cs[EVF], cs[EVS], cs[ATR]), (before[1], cs[EVF + 1], cs[EVS + 1], c)

@@ -120,7 +120,7 @@ SPECS = (
     spec(
         "ewma_vol_slow",
         EWMA_WARMUP,
-        "sqrt(EWMA r², λ = 0.997), bias-corrected",
+        "sqrt(EWMA r², λ = 0.997) of consecutive minutes (no session-break jump), bias-corrected",
         decay=core.EWMA_SLOW,
     ),
     spec("up_fraction_20", 20, "share of up bars over 20"),

@@ -20,6 +20,16 @@ TOD_SIN, TOD_COS = calendar.cyclic_table(calendar.MIN_PER_DAY)
 DOW_SIN, DOW_COS = calendar.cyclic_table(7)
 MOY_SIN, MOY_COS = calendar.cyclic_table(12)
 EUROPE_OPEN, US_OPEN, US_CLOSE = 2 * 60, 8 * 60 + 30, 16 * 60  # US/Central minutes of day
+# Days a date feature takes to run through all its values: a model trained on fewer has not seen
+# the values it will be served (model.dataset.fit_normalizer leaves such a feature out).
+CYCLE_DAYS = {
+    "dow_sin": 7,
+    "dow_cos": 7,
+    "us_dst": 366,
+    "dom_frac": 31,
+    "moy_sin": 366,
+    "moy_cos": 366,
+}
 
 SPECS = (
     spec("tod_sin", 0, "sin(2π · US/Central minute of day / 1440)"),

@@ -137,8 +137,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             out_dir=args.out,
         )
         return {
-            k: report[k]
-            for k in ("model_id", "n_windows", "model", "baselines", "attention_entropy")
+            k: report[k] for k in ("model_id", "calibration", "n_windows", "model", "baselines")
         }
 
     return _guarded("evaluate", run)

@@ -24,6 +24,8 @@ from model.covariates import NS_PER_MIN, SymbolVocab, future_covariates
 from model.normalization import Normalizer
 from model.volatility import TimeOfDayProfile, VolatilityScale, contiguous_returns
 
+NS_PER_DAY = 1440 * NS_PER_MIN
+
 
 class Part(IntEnum):
     TRAIN = 0
@@ -182,6 +184,12 @@ def labels_over_gap_fills(panel: Panel, ends: np.ndarray, horizon: int) -> np.nd
     return filled[ends + horizon + 1] - filled[ends + 1] > 0
 
 
+def calibration_windows(panel: Panel, ends: np.ndarray, horizon: int) -> np.ndarray:
+    """The calibration split's windows `ends` that calibrate interval scales: those whose label
+    crosses no gap fill. Scoring sets those apart, so they would only narrow every interval."""
+    return ends[~labels_over_gap_fills(panel, ends, horizon)]
+
+
 @dataclass
 class Batch:
     """Windows as their distinct feature rows: overlapping windows share most rows, and the
@@ -277,9 +285,21 @@ def fit_profile(panel: Panel, train_end: int) -> TimeOfDayProfile:
 
 
 def fit_normalizer(panel: Panel, train_ends: np.ndarray, lookback: int) -> Normalizer:
-    """Normalization statistics from the input rows of training windows only."""
+    """Normalization statistics from the input rows of training windows only; calendar
+    features whose cycle those rows do not span are left out (`Normalizer.ignored`): a month
+    of training has seen a day-of-month only up to its last training day."""
+    from features.timefeat import CYCLE_DAYS
+
     rows = np.unique((train_ends[:, None] + np.arange(-lookback + 1, 1)).ravel())
-    return Normalizer.fit(panel.features[rows])
+    span_days = (panel.ts[rows].max() - panel.ts[rows].min()) / NS_PER_DAY
+    uncovered = np.array([CYCLE_DAYS.get(n, 0) > span_days for n in panel.feature_names])
+    return Normalizer.fit(panel.features[rows], ignore=uncovered if len(uncovered) else None)
+
+
+def ignored_names(panel: Panel, ignored: np.ndarray) -> list[str]:
+    """The names of the `ignored` `(F,)` columns of `panel.features`."""
+    names = panel.feature_names or tuple(f"#{i}" for i in range(panel.features.shape[1]))
+    return [names[i] for i in np.flatnonzero(ignored)]
 
 
 def target_quantiles(panel: Panel, ends: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:

@@ -2,12 +2,11 @@
 
 The windows are those the worker forecasts (a real last bar, warm features; `model.dataset`),
 and the TFT's quantiles come from the serving engine itself (`ForecastEngine`), so the figures
-are those of the forecasts the worker publishes. Baselines (`model.baselines`) are each
-calibrated like the TFT (`model.calibration`) on the checkpoint's calibration split, the EWMAs'
-half-lives and blend chosen there too; on the test split the blend is also scored as chosen by
-the TFT scale's own rule (likelihood on the validation windows). Windows whose labels run over
-gap fills are scored on a line of their own; windows where some forecaster has too little
-history are left out for all and counted.
+are those of the forecasts the worker publishes. The baselines (`model.calibrated_baselines`,
+the TFT's own volatility scale without the network among them) are each calibrated like the TFT
+on the checkpoint's calibration split. Windows whose labels run over gap fills are scored on a
+line of their own and calibrate nobody; windows where some forecaster has too little history
+are left out for all and counted.
 Also reported: a block-bootstrap interval of the TFT's pinball difference to the best baseline,
 attention entropy and variable-selection importances.
 Writes evaluation.json, calibration.png and fan_chart.png.
@@ -15,9 +14,7 @@ Writes evaluation.json, calibration.png and fan_chart.png.
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,24 +22,28 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from model import baselines, plots
+from model import plots
 from model.bars import data_fingerprint, load_bars
-from model.calibration import apply_interval_scale, fit_interval_scale
-from model.checkpoint import CheckpointMeta
+from model.calibrated_baselines import baseline_forecasts
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
-from model.dataset import Panel, Part, Split, build_panel, labels_over_gap_fills, window_ends
+from model.dataset import (
+    Panel,
+    Part,
+    Split,
+    build_panel,
+    calibration_windows,
+    labels_over_gap_fills,
+    window_ends,
+)
 from model.explain import explain_windows
 from model.forecaster import Forecaster
 from model.metrics import coverage, pinball_per_window, summarize
 from model.significance import block_bootstrap
-from model.volatility import TimeOfDayProfile, gaussian_misfit
 
 if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
     from streams.forecast.engine import ForecastEngine
 
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
-HALFLIVES = (10, 20, 30, 60, 120, 240)  # bars; each EWMA baseline keeps its best on calibration
-BLEND_WEIGHTS = (0.2, 0.4, 0.6, 0.8)  # the time-of-day EWMA's below 1 (baselines.profile_blend)
 NEW_DATA_CALIBRATION = 0.2  # share of a file's windows that calibrate the baselines (--split all)
 PARTS = ("test", "val", "all")
 
@@ -177,9 +178,16 @@ def evaluation_windows(
         raise ValueError(f"the checkpoint records no data split; use --split all, not {part}")
     else:
         source = {"source": "the checkpoint's calibration split", "tft": "the same"}
+    if part == "val":
+        source["in_sample"] = (
+            "the validation windows chose the TFT's best epoch and its scale, and the calibration "
+            "split after them calibrates every forecaster: not an out-of-sample score"
+        )
     scored_part = Part.VAL if part == "val" else Part.TEST
     ends = window_ends(panel, split, scored_part, lookback, horizon)
-    fit_ends = window_ends(panel, split, Part.CALIB, lookback, horizon)
+    fit_ends = calibration_windows(
+        panel, window_ends(panel, split, Part.CALIB, lookback, horizon), horizon
+    )
     bounds = {"val": split.train_end, "test": split.calib_end, "all": split.calib_end}
     if len(ends) == 0:
         raise ValueError(
@@ -223,95 +231,6 @@ def run_engine(
     ):
         out.append(engine.predict(requests[start : start + batch_size]))
     return np.concatenate(out)
-
-
-def baseline_forecasts(
-    panel: Panel,
-    ends: np.ndarray,
-    fit_ends: np.ndarray,
-    meta: CheckpointMeta,
-    window: int,
-    select_ends: np.ndarray | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
-    """Every baseline's calibrated quantiles on `ends`, and what was fitted for each. With
-    `select_ends` (the checkpoint's validation windows), the time-of-day x plain EWMA is also
-    scored with its blend chosen by the rule the TFT's scale chooses its own by: Gaussian
-    likelihood there (`tod_ewma_gaussian_likelihood`, from the baseline's own candidates), so
-    neither wins by its selection rule alone."""
-    quantiles = meta.config.quantiles
-    select_ends = np.empty(0, dtype=np.int64) if select_ends is None else select_ends
-    n_fit, n_used = len(fit_ends), len(fit_ends) + len(ends)  # calibrated, then scored
-    rows = np.concatenate([fit_ends, ends, select_ends])
-    raw = {
-        "persistence": baselines.persistence(meta.persistence_quantiles, n_used),
-        "rolling_quantiles": baselines.rolling_quantiles(panel, rows[:n_used], quantiles, window),
-    }
-    candidates: dict[str, list[tuple[dict[str, float], np.ndarray]]] = {}
-    likelihood: list[tuple[float, dict[str, float], np.ndarray]] = []
-    for choice, all_sigma in volatility_candidates(panel, rows, meta.volatility.profile):
-        sigma, selecting = all_sigma[:n_used], all_sigma[n_used:]
-        if not np.isfinite(sigma[:n_fit]).all():
-            continue  # candidates compete on the same calibration windows, or not at all
-        family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
-        shapes = {
-            "gaussian": baselines.gaussian(sigma, quantiles),
-            "empirical": baselines.standardized_residuals(
-                sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
-            ),
-        }
-        for shape, q in shapes.items():
-            candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
-        if family == "tod_ewma" and len(select_ends) and np.isfinite(selecting).all():
-            misfit = gaussian_misfit(selecting, panel.targets[select_ends])
-            likelihood.append((misfit, choice, shapes["gaussian"]))
-    if likelihood:
-        _, choice, q = min(likelihood, key=lambda item: item[0])
-        candidates["tod_ewma_gaussian_likelihood"] = [(choice, q)]
-    y_fit = panel.targets[fit_ends]
-    out, fitted = {}, {}
-    for name, options in ({k: [({}, q)] for k, q in raw.items()} | candidates).items():
-        scored = []
-        for choice, q in options:
-            scale, fit_loss = calibrate(q[:n_fit], y_fit, quantiles)
-            scored.append((fit_loss, choice, scale, q[n_fit:]))
-        fit_loss, choice, scale, q = min(scored, key=lambda item: item[0])
-        out[name] = apply_interval_scale(q, scale, quantiles.index(0.5))
-        fitted[name] = {"interval_scale": scale.tolist(), "calibration_pinball": fit_loss} | choice
-    return out, fitted
-
-
-def volatility_candidates(
-    panel: Panel, ends: np.ndarray, profile: TimeOfDayProfile
-) -> Iterator[tuple[dict[str, float], np.ndarray]]:
-    """Every EWMA volatility `(n, H)` the calibration chooses from, with its settings: the plain
-    EWMA at each half-life (profile weight 0), and the time-of-day EWMA at each half-life
-    geometrically blended with the plain EWMA at each half-life of its own (a slow level and
-    a fast daily shape, or the reverse: the calibration split says which)."""
-    flat = {h: baselines.ewma_sigma(panel, ends, TimeOfDayProfile.flat(), h) for h in HALFLIVES}
-    tod = {h: baselines.ewma_sigma(panel, ends, profile, h) for h in HALFLIVES}
-    for halflife in HALFLIVES:
-        yield {"halflife_bars": halflife, "profile_weight": 0.0}, flat[halflife]
-        yield {"halflife_bars": halflife, "profile_weight": 1.0}, tod[halflife]
-        for flat_halflife, weight in itertools.product(HALFLIVES, BLEND_WEIGHTS):
-            choice = {
-                "halflife_bars": halflife,
-                "flat_halflife_bars": flat_halflife,
-                "profile_weight": weight,
-            }
-            yield choice, baselines.profile_blend(flat[flat_halflife], tod[halflife], weight)
-
-
-def calibrate(
-    q: np.ndarray, y: np.ndarray, quantiles: tuple[float, ...]
-) -> tuple[np.ndarray, float]:
-    """Interval scale fitted on the calibration windows where `q` is defined, and the
-    calibrated mean pinball there (bp)."""
-    ok = np.isfinite(q).all(axis=(1, 2))
-    if not ok.any():
-        return np.ones(q.shape[1:]), float("inf")
-    scale = fit_interval_scale(q[ok], y[ok], quantiles)
-    calibrated = apply_interval_scale(q[ok], scale, quantiles.index(0.5))
-    return scale, float(pinball_per_window(y[ok], calibrated, quantiles).mean() * 1e4)
 
 
 def compare(

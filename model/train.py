@@ -33,8 +33,10 @@ from model.dataset import (
     Split,
     WindowData,
     build_panel,
+    calibration_windows,
     fit_normalizer,
     fit_profile,
+    ignored_names,
     target_quantiles,
     window_ends,
     window_rows,
@@ -120,11 +122,9 @@ def train_on_panel(
     vocab = SymbolVocab.from_symbols(panel.symbols)
     config = replace(c, n_symbols=vocab.size, n_hist=panel.features.shape[1])
     data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale, volatility)
-    _log(
-        cfg,
-        f"windows: {', '.join(f'{p.name.lower()} {len(e)}' for p, e in ends.items())}; "
-        f"{int(normalizer.constant.sum())} constant features",
-    )
+    windows = {p.name.lower(): len(e) for p, e in ends.items()}
+    left_out = ignored_names(panel, normalizer.ignored)
+    _log(cfg, f"windows {windows}; left out (constant, or a date cycle not spanned): {left_out}")
 
     device = resolve_device(cfg.device)
     model = TemporalFusionTransformer(config).to(device)
@@ -143,7 +143,7 @@ def train_on_panel(
         vocab=vocab,
         persistence_quantiles=target_quantiles(panel, ends[Part.TRAIN], c.quantiles),
         data=data_report
-        | {"split": split.to_dict(), "windows": {p.name.lower(): len(e) for p, e in ends.items()}},
+        | {"split": split.to_dict(), "windows": windows, "ignored_features": left_out},
         metrics=metrics,
     )
     model_id = checkpoint.save(out_dir, model, meta)
@@ -183,8 +183,8 @@ def run_metrics(
 def split_windows(
     panel: Panel, c: TFTConfig, cfg: TrainConfig
 ) -> tuple[Split, dict[Part, np.ndarray]]:
-    """The time split and each part's windows; training, validation and calibration must
-    have some."""
+    """The time split and each part's windows (calibration's without labels over gap fills);
+    training, validation and calibration must have some."""
     split = Split.from_fractions(
         panel.ts,
         cfg.val_fraction,
@@ -193,6 +193,7 @@ def split_windows(
         cfg.embargo or c.lookback + c.horizon,
     )
     ends = {part: window_ends(panel, split, part, c.lookback, c.horizon) for part in Part}
+    ends[Part.CALIB] = calibration_windows(panel, ends[Part.CALIB], c.horizon)
     for part in (Part.TRAIN, Part.VAL, Part.CALIB):
         if len(ends[part]) == 0:
             raise TrainingError(

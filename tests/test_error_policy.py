@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
+from confluent_kafka import KafkaError, KafkaException
 
 from features.engine import FINGERPRINT, N_FEATURES
 from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
@@ -136,6 +137,8 @@ def test_only_kafka_failures_exit_as_the_clusters() -> None:
     assert exit_code(KafkaTimeoutError()) == EXIT_BROKER_FAILED
     assert exit_code(RequestTimedOutError()) == EXIT_BROKER_FAILED
     assert exit_code(TimeoutError()) == EXIT_BROKER_FAILED
+    # librdkafka's (confluent-kafka): a restore's or a refetch's read, a committed-offset lookup
+    assert exit_code(KafkaException(KafkaError(KafkaError._TIMED_OUT))) == EXIT_BROKER_FAILED
     assert exit_code(KeyError("symbol")) == EXIT_AGENT_FAILED
 
 

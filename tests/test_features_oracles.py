@@ -173,3 +173,26 @@ def test_transition_probabilities_match_decayed_counts(sixe_bars: pd.DataFrame) 
     w = regime.WARMUP
     assert np.array_equal(values[w:], ref[w:])
     assert ((values[w:, :3] > 0.0) & (values[w:, :3] < 1.0)).all()
+
+
+def test_the_slow_ewma_volatility_leaves_out_session_break_jumps(sixe_bars: pd.DataFrame) -> None:
+    """ewma_vol_slow is the level the TFT's volatility scale starts from: like the volatility
+    baselines (`model.volatility.contiguous_returns`), it folds only returns of consecutive
+    minutes, so the month's daily reopens and weekend gaps leave it as it was."""
+    from model.volatility import contiguous_returns
+
+    bars = as_dict(sixe_bars)
+    got = batch(bars)[:, INDEX["ewma_vol_slow"]]
+    r = contiguous_returns(bars["ts_event"], bars["close"])
+    breaks = np.count_nonzero(np.isnan(r[1:]))
+    assert breaks >= 20  # the month has its daily halts and weekends
+    ref = np.empty(len(r))
+    total = weight = 0.0
+    for t, x in enumerate(r):
+        if math.isfinite(x):
+            total = core.EWMA_SLOW * total + (1.0 - core.EWMA_SLOW) * x * x
+            weight = core.EWMA_SLOW * weight + (1.0 - core.EWMA_SLOW)
+        ref[t] = math.sqrt(total / weight) if weight > 0.0 else 0.0
+    w = INDEX["ewma_vol_slow"]
+    warm = engine.WARMUPS[w]
+    np.testing.assert_allclose(got[warm:], ref[warm:], rtol=1e-12)

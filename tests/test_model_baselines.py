@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 from model import baselines
-from model.calibration import apply_interval_scale, fit_interval_scale
-from model.covariates import NS_PER_MIN
-from model.dataset import Panel, fit_profile, panel_from_arrays, window_rows
-from model.evaluate import (
+from model.calibrated_baselines import (
     BLEND_WEIGHTS,
     HALFLIVES,
     baseline_forecasts,
     calibrate,
     volatility_candidates,
 )
+from model.calibration import apply_interval_scale, fit_interval_scale
+from model.covariates import NS_PER_MIN
+from model.dataset import Panel, fit_profile, panel_from_arrays, window_rows
 from model.metrics import coverage, pinball_per_window
 from model.significance import block_bootstrap
 from model.synthetic import scale_inputs
@@ -123,9 +123,11 @@ def test_the_blend_chosen_by_likelihood_on_the_selection_windows_is_the_datas() 
     fit = np.arange(11 * MINUTES_PER_DAY, 13 * MINUTES_PER_DAY, 3)
     ends = np.arange(13 * MINUTES_PER_DAY, 16 * MINUTES_PER_DAY - 10, 3)
     meta = SimpleNamespace(
-        config=SimpleNamespace(quantiles=QUANTILES),
         persistence_quantiles=np.zeros((10, 3)),
-        volatility=SimpleNamespace(profile=profile),
+        volatility=SimpleNamespace(  # the checkpoint's own scale: not what this test is about
+            profile=profile, columns=(0,), scale=lambda ts, inputs, h: np.ones((len(ts), h))
+        ),
+        config=SimpleNamespace(quantiles=QUANTILES, lookback=60, horizon=10),
     )
     for daily, weights in ((True, (0.8, 1.0)), (False, (0.0, min(BLEND_WEIGHTS)))):
         data, _ = intraday_panel(days=16, seed=1, daily=daily)

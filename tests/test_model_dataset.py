@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -100,13 +101,28 @@ def test_normalizer_is_fitted_on_training_rows_only() -> None:
     panel.features[:, 4] = 7.0  # zero variance
     normalizer = fit_normalizer(panel, ends[Part.TRAIN], LOOKBACK)
     assert abs(normalizer.center[2]) < 1 and normalizer.scale[2] < 10
-    assert normalizer.constant.tolist() == [False, False, False, False, True]
+    assert normalizer.ignored.tolist() == [False, False, False, False, True]
+    panel.features[parts != Part.TRAIN, 4] = 9.0  # serving sees a value training never did
     z = normalizer.apply(panel.features)
     assert z.dtype == np.float32 and np.all(np.isfinite(z))
     assert np.all(z[:, 4] == 0) and z[parts != Part.TRAIN, 2].max() == normalizer.clip
     assert normalizer.apply(np.full((1, 5), np.nan)).tolist() == [[0.0] * 5]
     restored = Normalizer.from_dict(normalizer.to_dict())
     np.testing.assert_array_equal(restored.apply(panel.features), z)
+
+
+def test_date_features_whose_cycle_training_does_not_span_are_left_out() -> None:
+    """A model trained on part of a month has seen day-of-month values only up to its last
+    training day: serving would feed its untrained weights values it never saw."""
+    panel = synthetic_panel(n_bars=1200, n_features=4, horizon=HORIZON)
+    names = ("dow_sin", "dom_frac", "moy_cos", "tod_sin")
+    ends = np.arange(LOOKBACK, len(panel.ts))
+    for minutes, left_out in ((1, [True, True, True, False]), (12, [False, True, True, False])):
+        ts = START_NS + np.arange(len(panel.ts)) * minutes * MIN  # a day, then ten days
+        spread = replace(panel, ts=ts, feature_names=names)
+        normalizer = fit_normalizer(spread, ends, LOOKBACK)
+        assert normalizer.ignored.tolist() == left_out
+        assert not normalizer.apply(spread.features)[:, np.array(left_out)].any()
 
 
 def test_labels_are_cumulative_log_returns_and_stop_at_gaps() -> None:

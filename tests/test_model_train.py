@@ -26,6 +26,7 @@ from model.train import (
     check_epoch,
     fit_volatility,
     predict_windows,
+    split_windows,
     train,
     train_on_panel,
 )
@@ -96,6 +97,45 @@ def test_a_model_that_does_not_learn_is_an_error(tmp_path: Path) -> None:
 def test_impossible_validation_losses_are_errors(val_loss: float, message: str) -> None:
     with pytest.raises(TrainingError, match=message):
         check_epoch({"epoch": 2, "train_loss": 0.3, "val_loss": val_loss}, [])
+
+
+def test_training_refuses_a_validation_loss_of_exactly_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard is wired into the epoch loop, not only defined: the seed report's run scored
+    a validation loss of exactly 0 and wrote a checkpoint."""
+    monkeypatch.setattr("model.train.evaluate_loss", lambda *args: 0.0)
+    panel = synthetic_panel(n_bars=900, n_features=16)
+    with pytest.raises(TrainingError, match="exactly 0"):
+        train_on_panel(panel, tmp_path, TINY, replace(QUIET, epochs=1), "synthetic", {})
+    assert not (tmp_path / checkpoint.WEIGHTS).exists()
+
+
+def test_the_test_split_is_never_read_and_calibration_moves_only_the_interval_scale(
+    tmp_path: Path,
+) -> None:
+    """Training reads its own rows, validation (epoch, scale) and calibration (interval scale)
+    and nothing after: new test-period data leaves the checkpoint byte-identical, and new
+    calibration-period data changes its interval scale and nothing else."""
+    cfg = replace(QUIET, epochs=2, test_fraction=0.25)
+    panel = synthetic_panel(n_bars=2000, n_features=16)
+    split, _ = split_windows(panel, TINY, cfg)
+    saved = {}
+    for name, since in (("as is", None), ("test", split.calib_end), ("calib", split.val_end)):
+        changed = replace(panel, features=panel.features.copy(), targets=panel.targets.copy())
+        if since is not None:
+            rows = changed.ts >= since
+            changed.features[rows] *= 3.0
+            changed.targets[rows] *= 3.0
+        train_on_panel(changed, tmp_path / name, TINY, cfg, "synthetic", {})
+        config = json.loads((tmp_path / name / checkpoint.CONFIG).read_text())
+        weights = (tmp_path / name / checkpoint.WEIGHTS).read_bytes()
+        config["metrics"].pop("peak_memory_mb")  # the process's, not the run's alone
+        assert config["metrics"].pop("interval_scale") == config["interval_scale"]
+        saved[name] = (config.pop("interval_scale"), config, weights)
+    assert saved["test"] == saved["as is"]
+    assert saved["calib"][1:] == saved["as is"][1:]
+    assert saved["calib"][0] != saved["as is"][0]
 
 
 def test_a_constant_training_loss_is_an_error() -> None:
@@ -185,10 +225,15 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
         "tod_ewma_gaussian",
         "tod_ewma_empirical",
         "tod_ewma_gaussian_likelihood",  # its blend chosen on the validation windows
+        "volatility_scale_gaussian",  # the TFT's own scale without the network
     }
     assert "halflife_bars" in report["baselines"]["tod_ewma_gaussian_likelihood"]
     assert report["comparison"]["best_baseline"] in report["baselines"]
     assert report["calibration"]["n_windows"] > 0
+    # two days of training have seen neither every day of the month nor another month
+    ignored = json.loads((out / checkpoint.CONFIG).read_text())["data"]["ignored_features"]
+    assert {"dom_frac", "moy_sin", "moy_cos", "us_dst"} <= set(ignored)
+    assert "tod_sin" not in ignored and "ewma_vol_slow" not in ignored
     for result in (report["model"], *report["baselines"].values()):
         assert result["mean_pinball"] > 0 and 0 < result["coverage_interval"] <= 1
         assert len(result["pinball_per_horizon"]) == 10

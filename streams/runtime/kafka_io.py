@@ -9,12 +9,13 @@ watermark as the last *batch*'s base offset + 1, and a restore reads up to the h
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaProducer
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.kafka import aiokafka_config, confluent_config, ensure_topics
 from streams.runtime.records import Out, Record
@@ -24,10 +25,16 @@ if TYPE_CHECKING:
 
 # One produce request carries a batch per partition: this bounds a request at partitions x this.
 BATCH_BYTES = 256 * 1024
-READ_TIMEOUT_S = 30.0
+# Messages one consume call returns: librdkafka takes at most 1,000,000, and this bounds what a
+# restore holds beyond its states.
+READ_CHUNK = 10_000
+STALL_S = 30.0  # a read fails once the broker has sent no message for this long
+POLL_S = 0.5
 COMPACTED = {"cleanup.policy": "compact"}
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]  # key .. headers
+Apply = Callable[[list[tuple[bytes, bytes]]], None]  # a restore's step: a chunk of records
 Runs = dict[tuple[str, int], list[Row]]  # by topic partition
+log = logging.getLogger("barcast.runtime")
 
 
 class BatchProducer:
@@ -94,58 +101,143 @@ def record_batches(producer: Any, records: Sequence[Row], lone_last: bool) -> li
 
 
 def _consumer(settings: Settings, group: str) -> Any:
-    return Consumer(confluent_config(settings, **{"group.id": group, "enable.auto.commit": False}))
+    """A consumer that reports the log's end (`_PARTITION_EOF`), and that fails at an offset
+    deleted by retention since it read the low watermark rather than jump to the log's end."""
+    return Consumer(
+        confluent_config(
+            settings,
+            **{"group.id": group, "enable.auto.commit": False},
+            **{"enable.partition.eof": True, "auto.offset.reset": "error"},
+        )
+    )
 
 
 def read_range(
     settings: Settings, topic: str, partition: int, start: int, end: int
 ) -> list[Record]:
-    """Records start..end-1 of a partition (fewer if the broker has fewer by READ_TIMEOUT_S)."""
+    """The records start..end-1 of a partition that are in its log, in order (`scan`)."""
+    records: list[Record] = []
     consumer = _consumer(settings, "barcast-refetch")
-    consumer.assign([TopicPartition(topic, partition, start)])
-    records: dict[int, Record] = {}
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    try:  # until the last offset came (a compacted topic has holes) or the deadline
-        while end - 1 not in records and time.monotonic() < deadline:
-            for m in consumer.consume(max(1, end - start), timeout=0.5):
-                if not m.error() and start <= m.offset() < end:
-                    ms, headers = float(m.timestamp()[1]), list(m.headers() or [])
-                    record = Record(topic, partition, m.offset(), ms, m.key(), m.value(), headers)
-                    records[m.offset()] = record
-    finally:
-        consumer.close()
-    return [records[o] for o in sorted(records)]
-
-
-def read_changelog(settings: Settings, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of a changelog partition up to its high watermark, in order."""
-    consumer = _consumer(settings, "barcast-restore")
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
-        if high <= low:
-            return []
-        records = read_range(settings, topic, partition, low, high)
+        first = _readable_start(consumer, topic, partition, start, end)
+        scan(consumer, topic, partition, first, end, records.extend)
     finally:
         consumer.close()
-    if not records or records[-1].offset != high - 1:
-        raise RuntimeError(
-            f"{topic}[{partition}]: read {len(records)} of the records {low}..{high - 1} within "
-            f"{READ_TIMEOUT_S:.0f}s; cannot restore state from it: check the broker"
-        )
-    return [(r.key or b"", r.value) for r in records]
+    return records
+
+
+def read_changelog(
+    settings: Settings, topic: str, partition: int, apply: Callable[[list[Record]], None]
+) -> int:
+    """Every record of a changelog partition below its high watermark, in order, to `apply` a
+    chunk at a time (in this thread); how many. A compacted log may hold many records per key
+    (the cleaner never touches its active segment), so a restore holds only a chunk of them."""
+    consumer = _consumer(settings, "barcast-restore")
+    read = 0
+
+    def counted(chunk: list[Record]) -> None:
+        nonlocal read
+        read += len(chunk)
+        apply(chunk)
+
+    try:
+        low, high = _watermarks(consumer, topic, partition)
+        scan(consumer, topic, partition, low, high, counted)
+    finally:
+        consumer.close()
+    return read
+
+
+def scan(
+    consumer: Any,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    apply: Callable[[list[Record]], None],
+) -> None:
+    """Every record start..end-1 in a partition's log to `apply`, `READ_CHUNK` at a time. Not
+    every offset holds a record (a compacted topic has holes, a transactional producer's commit
+    markers take offsets), so the range is read once a message at `end` or later came, the
+    consumer's position reached `end`, or the log ended. Raises TimeoutError (exit 69) after
+    `STALL_S` without a message, and KafkaException on a consumer error (offsets deleted by
+    retention while reading: the restarted worker reads again from the low watermark)."""
+    if start >= end:
+        return
+    where = TopicPartition(topic, partition)
+    consumer.assign([TopicPartition(topic, partition, start)])
+    reached, heard = start, time.monotonic()
+    while reached < end:
+        messages = consumer.consume(READ_CHUNK, timeout=POLL_S)
+        chunk, reached = _take(messages, topic, partition, reached, end)
+        if chunk:
+            apply(chunk)
+        if messages:
+            heard = time.monotonic()
+        elif time.monotonic() - heard > STALL_S:
+            raise TimeoutError(
+                f"{topic}[{partition}]: the broker sent nothing for {STALL_S:.0f}s while offsets "
+                f"{reached}..{end - 1} were being read; check the brokers in BARCAST_BROKER"
+            )
+        reached = max(reached, consumer.position([where])[0].offset)
+
+
+def _take(
+    messages: list[Any], topic: str, partition: int, reached: int, end: int
+) -> tuple[list[Record], int]:
+    """The records below `end` among `messages`, and the offset the read has reached."""
+    chunk: list[Record] = []
+    for m in messages:
+        error = m.error()
+        if error is None:
+            reached = max(reached, m.offset() + 1)
+            if m.offset() < end:
+                ms, headers = float(m.timestamp()[1]), list(m.headers() or [])
+                chunk.append(Record(topic, partition, m.offset(), ms, m.key(), m.value(), headers))
+        elif error.code() == KafkaError._PARTITION_EOF:  # nothing at m.offset() or after yet
+            _warn_missing(topic, partition, max(reached, m.offset()), end, "past the log's end")
+            reached = max(reached, end)
+        else:
+            raise KafkaException(error)
+    return chunk, reached
 
 
 def committed_offset(settings: Settings, group: str, topic: str, partition: int) -> int:
-    """The committed offset of `group` on a partition (read, not joining it), or its first."""
+    """The committed offset of `group` on a partition (read, not joining it), or its first;
+    never below its low watermark (offsets below it were deleted by retention: logged)."""
     consumer = _consumer(settings, group)
     try:
         [committed] = consumer.committed([TopicPartition(topic, partition)], timeout=10.0)
-        if committed.offset >= 0:
-            return int(committed.offset)
-        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
-        return int(low)
+        if committed.offset < 0:
+            return _watermarks(consumer, topic, partition)[0]
+        return _readable_start(consumer, topic, partition, committed.offset)
     finally:
         consumer.close()
+
+
+def _watermarks(consumer: Any, topic: str, partition: int) -> tuple[int, int]:
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
+    return int(low), int(high)
+
+
+def _readable_start(
+    consumer: Any, topic: str, partition: int, start: int, end: int | None = None
+) -> int:
+    """`start`, or the low watermark where retention deleted the offsets before it (the
+    deleted ones, of start..end-1 if an `end` is given, logged)."""
+    low, _ = _watermarks(consumer, topic, partition)
+    if start < low:
+        gone = low if end is None else min(low, end)
+        _warn_missing(topic, partition, start, gone, "deleted by retention")
+    return max(start, low)
+
+
+def _warn_missing(topic: str, partition: int, first: int, end: int, why: str) -> None:
+    if first < end:
+        log.warning(
+            "%s[%d]: offsets %d..%d are not in the log (%s); the records among them, if any, "
+            "cannot be read", topic, partition, first, end - 1, why,
+        )  # fmt: skip
 
 
 class KafkaChangelogs:
@@ -159,9 +251,14 @@ class KafkaChangelogs:
         await self._create(topic)
         await asyncio.gather(*await self.producer.send_changelog(topic, records))
 
-    async def read(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
+    async def read(self, topic: str, partition: int, apply: Apply) -> int:
+        """The partition's (key, value) records to `apply`, a chunk at a time, in a thread."""
         await self._create(topic)
-        return await asyncio.to_thread(read_changelog, self.settings, topic, partition)
+
+        def pairs(chunk: list[Record]) -> None:
+            apply([(r.key or b"", r.value) for r in chunk])
+
+        return await asyncio.to_thread(read_changelog, self.settings, topic, partition, pairs)
 
     async def _create(self, topic: str) -> None:
         if topic not in self.created:

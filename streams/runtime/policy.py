@@ -30,7 +30,7 @@ NULL_VALUE_HEADER = "barcast-null-value"  # "true": the original had a null valu
 KEPT_BYTES = 16_384  # of a bounded copy's key and of its value
 HEADROOM = 4_096  # below the limit, records are not measured exactly: far below it
 # Exit codes of a worker that stops uncommitted; the orchestrator restarts it either way.
-EXIT_BROKER_FAILED = 69  # EX_UNAVAILABLE: the Kafka cluster failed a request (send, acks)
+EXIT_BROKER_FAILED = 69  # EX_UNAVAILABLE: the Kafka cluster failed a request (send, acks, read)
 EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: a bug in barcast
 T = TypeVar("T")
 Source = tuple[str, int, int]  # topic, partition, offset of a record
@@ -162,9 +162,11 @@ def exit_uncommitted(what: str, error: BaseException) -> NoReturn:
 
 
 def exit_code(error: BaseException) -> int:
-    """69 for a failure of the Kafka cluster (a request, an ack), 70 for anything else."""
+    """69 for a failure of the Kafka cluster (a request, an ack, a read: aiokafka's errors and
+    librdkafka's, as confluent-kafka raises them), 70 for anything else."""
     from aiokafka.errors import KafkaError
+    from confluent_kafka import KafkaException
 
-    if isinstance(error, KafkaError | ConnectionError | TimeoutError):
+    if isinstance(error, KafkaError | KafkaException | ConnectionError | TimeoutError):
         return EXIT_BROKER_FAILED
     return EXIT_AGENT_FAILED

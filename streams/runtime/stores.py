@@ -24,7 +24,11 @@ S = TypeVar("S")
 class ChangelogIO(Protocol):
     async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None: ...
 
-    async def read(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]: ...
+    async def read(
+        self, topic: str, partition: int, apply: Callable[[list[tuple[bytes, bytes]]], None]
+    ) -> int:
+        """The partition's (key, value) records, in order, to `apply` a chunk at a time (maybe
+        in another thread); how many."""
 
 
 class Changelog:
@@ -46,20 +50,27 @@ class Changelog:
 
     async def restore(self, partition: int, boundary: int) -> None:
         """The partition's entries written before source offset `boundary`, into a store
-        holding nothing of it (never seen, or forgotten since)."""
-        records = await self.io.read(self.topic, partition)
+        holding nothing of it (never seen, or forgotten since). Each key's latest such entry is
+        kept as the records are read, not the log: a compacted log holds many per key."""
+        restored: dict[bytes, tuple[int, int, bytes]] = {}  # the reading thread's until read
         skipped = 0
-        for key, value in records:
-            offset, source = _HEAD.unpack_from(value)
-            if offset < boundary:
-                self.entries[key] = (source, offset, value[_HEAD.size :])
-            else:
-                skipped += 1
-        if records:
+
+        def apply(chunk: list[tuple[bytes, bytes]]) -> None:
+            nonlocal skipped
+            for key, value in chunk:
+                offset, source = _HEAD.unpack_from(value)
+                if offset < boundary:
+                    restored[key] = (source, offset, value[_HEAD.size :])
+                else:
+                    skipped += 1
+
+        read = await self.io.read(self.topic, partition, apply)
+        self.entries.update(restored)
+        if read:
             log.info(
                 "Restoring state from changelog topics: %s[%d], %d records (%d written from "
                 "offset %d on by a flush that never completed, whose inputs are replayed)",
-                self.topic, partition, len(records), skipped, boundary,
+                self.topic, partition, read, skipped, boundary,
             )  # fmt: skip
 
 

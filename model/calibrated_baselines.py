@@ -1,0 +1,121 @@
+"""Every baseline `barcast evaluate` scores, calibrated like the TFT (`model.calibration`) on
+the same calibration windows, each EWMA's half-lives and blend chosen there too, and, where the
+validation windows are given, the blend also chosen by the TFT scale's own rule."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from model import baselines
+from model.calibration import apply_interval_scale, fit_interval_scale
+from model.checkpoint import CheckpointMeta
+from model.dataset import Panel, window_rows
+from model.metrics import pinball_per_window
+from model.volatility import TimeOfDayProfile, gaussian_misfit
+
+HALFLIVES = (10, 20, 30, 60, 120, 240)  # bars; each EWMA baseline keeps its best on calibration
+BLEND_WEIGHTS = (0.2, 0.4, 0.6, 0.8)  # the time-of-day EWMA's below 1 (baselines.profile_blend)
+
+
+def baseline_forecasts(
+    panel: Panel,
+    ends: np.ndarray,
+    fit_ends: np.ndarray,
+    meta: CheckpointMeta,
+    window: int,
+    select_ends: np.ndarray | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """Every baseline's calibrated quantiles on `ends`, and what was fitted for each. With
+    `select_ends` (the checkpoint's validation windows), the time-of-day x plain EWMA is also
+    scored with its blend chosen by the rule the TFT's scale chooses its own by: Gaussian
+    likelihood there (`tod_ewma_gaussian_likelihood`, from the baseline's own candidates), so
+    neither wins by its selection rule alone."""
+    quantiles = meta.config.quantiles
+    select_ends = np.empty(0, dtype=np.int64) if select_ends is None else select_ends
+    n_fit, n_used = len(fit_ends), len(fit_ends) + len(ends)  # calibrated, then scored
+    rows = np.concatenate([fit_ends, ends, select_ends])
+    raw = {
+        "persistence": baselines.persistence(meta.persistence_quantiles, n_used),
+        "rolling_quantiles": baselines.rolling_quantiles(panel, rows[:n_used], quantiles, window),
+        "volatility_scale_gaussian": baselines.gaussian(
+            scale_alone(panel, rows[:n_used], meta), quantiles
+        ),
+    }
+    candidates: dict[str, list[tuple[dict[str, float], np.ndarray]]] = {}
+    likelihood: list[tuple[float, dict[str, float], np.ndarray]] = []
+    for choice, all_sigma in volatility_candidates(panel, rows, meta.volatility.profile):
+        sigma, selecting = all_sigma[:n_used], all_sigma[n_used:]
+        if not np.isfinite(sigma[:n_fit]).all():
+            continue  # candidates compete on the same calibration windows, or not at all
+        family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
+        shapes = {
+            "gaussian": baselines.gaussian(sigma, quantiles),
+            "empirical": baselines.standardized_residuals(
+                sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
+            ),
+        }
+        for shape, q in shapes.items():
+            candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
+        if family == "tod_ewma" and len(select_ends) and np.isfinite(selecting).all():
+            misfit = gaussian_misfit(selecting, panel.targets[select_ends])
+            likelihood.append((misfit, choice, shapes["gaussian"]))
+    if likelihood:
+        _, choice, q = min(likelihood, key=lambda item: item[0])
+        candidates["tod_ewma_gaussian_likelihood"] = [(choice, q)]
+    y_fit = panel.targets[fit_ends]
+    out, fitted = {}, {}
+    for name, options in ({k: [({}, q)] for k, q in raw.items()} | candidates).items():
+        scored = []
+        for choice, q in options:
+            scale, fit_loss = calibrate(q[:n_fit], y_fit, quantiles)
+            scored.append((fit_loss, choice, scale, q[n_fit:]))
+        fit_loss, choice, scale, q = min(scored, key=lambda item: item[0])
+        out[name] = apply_interval_scale(q, scale, quantiles.index(0.5))
+        fitted[name] = {"interval_scale": scale.tolist(), "calibration_pinball": fit_loss} | choice
+    return out, fitted
+
+
+def scale_alone(panel: Panel, ends: np.ndarray, meta: CheckpointMeta) -> np.ndarray:
+    """`(n, H)` the checkpoint's own volatility scale on windows `ends`, without the network:
+    what the TFT adds is measured against it on every run."""
+    volatility, config = meta.volatility, meta.config
+    inputs = window_rows(panel.features[:, list(volatility.columns)], config.lookback)[ends]
+    return volatility.scale(panel.ts[ends], inputs, config.horizon)
+
+
+def volatility_candidates(
+    panel: Panel, ends: np.ndarray, profile: TimeOfDayProfile
+) -> Iterator[tuple[dict[str, float], np.ndarray]]:
+    """Every EWMA volatility `(n, H)` the calibration chooses from, with its settings: the plain
+    EWMA at each half-life (profile weight 0), and the time-of-day EWMA at each half-life
+    geometrically blended with the plain EWMA at each half-life of its own (a slow level and
+    a fast daily shape, or the reverse: the calibration split says which)."""
+    flat = {h: baselines.ewma_sigma(panel, ends, TimeOfDayProfile.flat(), h) for h in HALFLIVES}
+    tod = {h: baselines.ewma_sigma(panel, ends, profile, h) for h in HALFLIVES}
+    for halflife in HALFLIVES:
+        yield {"halflife_bars": halflife, "profile_weight": 0.0}, flat[halflife]
+        yield {"halflife_bars": halflife, "profile_weight": 1.0}, tod[halflife]
+        for flat_halflife, weight in itertools.product(HALFLIVES, BLEND_WEIGHTS):
+            choice = {
+                "halflife_bars": halflife,
+                "flat_halflife_bars": flat_halflife,
+                "profile_weight": weight,
+            }
+            yield choice, baselines.profile_blend(flat[flat_halflife], tod[halflife], weight)
+
+
+def calibrate(
+    q: np.ndarray, y: np.ndarray, quantiles: tuple[float, ...]
+) -> tuple[np.ndarray, float]:
+    """Interval scale fitted on the calibration windows where `q` is defined, and the
+    calibrated mean pinball there (bp)."""
+    ok = np.isfinite(q).all(axis=(1, 2))
+    if not ok.any():
+        return np.ones(q.shape[1:]), float("inf")
+    scale = fit_interval_scale(q[ok], y[ok], quantiles)
+    calibrated = apply_interval_scale(q[ok], scale, quantiles.index(0.5))
+    return scale, float(pinball_per_window(y[ok], calibrated, quantiles).mean() * 1e4)

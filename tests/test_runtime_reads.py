@@ -1,0 +1,201 @@
+"""The runtime's plain librdkafka reads (streams.runtime.kafka_io): a restore reads a changelog
+longer than one consume call a chunk at a time, keeping each key's latest state; a range ends
+where the log does even when its last offsets hold no record (commit markers, the log's end,
+retention), and what cannot be read fails as the cluster's (exit 69), never skipped."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from streams.kafka import ensure_topics
+from streams.runtime import kafka_io
+from streams.runtime.kafka_io import (
+    BatchProducer,
+    KafkaChangelogs,
+    committed_offset,
+    read_changelog,
+    read_range,
+)
+from streams.runtime.policy import EXIT_BROKER_FAILED, exit_code
+from streams.runtime.records import Record
+from streams.runtime.stores import Changelog
+from streams.settings import Settings
+
+CHUNK = 7  # records per consume call in these tests: a changelog of 100 takes 15
+
+
+async def test_a_changelog_longer_than_a_chunk_restores_each_keys_latest_state(
+    broker_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kafka_io, "READ_CHUNK", CHUNK)
+    topic = f"{broker_settings.topic_raw}-counts-changelog"
+    producer = BatchProducer(broker_settings)
+    changelogs = KafkaChangelogs(broker_settings, producer)
+    written = Changelog(topic, changelogs)
+    latest: dict[bytes, tuple[int, int, bytes]] = {}  # each key's last write before BOUNDARY
+    boundary = 95
+    try:
+        for offset in range(100):  # ten keys, ten states each, in four flushes
+            key, payload = b"k%d" % (offset % 10), b"state at %d" % offset
+            written.put(key, 0, offset, payload)
+            if offset < boundary:
+                latest[key] = (0, offset, payload)
+            if offset % 25 == 24:
+                await written.flush()
+    finally:
+        await producer.stop()
+
+    chunks: list[list[Record]] = []
+    assert read_changelog(broker_settings, topic, 0, chunks.append) == 100
+    assert max(len(c) for c in chunks) <= CHUNK and len(chunks) >= 100 // CHUNK
+    payloads = [r.value[12:] for c in chunks for r in c]  # after the source offset, partition
+    assert payloads == [b"state at %d" % offset for offset in range(100)]
+
+    restored = Changelog(topic, KafkaChangelogs(broker_settings, BatchProducer(broker_settings)))
+    await restored.restore(0, boundary)
+    assert restored.entries == latest
+
+
+def test_a_range_ends_where_the_log_does_though_its_last_offsets_hold_no_record(
+    broker: str,
+    broker_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A transactional producer's commit markers take offsets 3 and 7: no record is ever
+    there. A read waiting for them would fail after STALL_S (shortened: it stays fast)."""
+    monkeypatch.setattr(kafka_io, "STALL_S", 5.0)
+    topic = f"{broker_settings.topic_raw}.txn"
+    ensure_topics(broker_settings, [topic], partitions=1)
+    producer = Producer({"bootstrap.servers": broker, "transactional.id": topic})
+    producer.init_transactions(10)
+    for transaction in range(2):
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, key=b"k", value=b"%d.%d" % (transaction, i), partition=0)
+        producer.commit_transaction(10)
+
+    def offsets(start: int, end: int) -> list[tuple[int, bytes]]:
+        return [(r.offset, r.value) for r in read_range(broker_settings, topic, 0, start, end)]
+
+    first, second = [(0, b"0.0"), (1, b"0.1"), (2, b"0.2")], [(4, b"1.0"), (5, b"1.1")]
+    assert offsets(0, 4) == first  # the next record, at 4, ends it
+    assert offsets(0, 8) == [*first, *second, (6, b"1.2")]  # the log ends at the marker
+    with caplog.at_level(logging.WARNING, logger="barcast.runtime"):
+        assert offsets(5, 12) == [(5, b"1.1"), (6, b"1.2")]
+    assert f"{topic}[0]: offsets 8..11 are not in the log (past the log's end)" in caplog.text
+
+
+@dataclass
+class Message:
+    offset_: int
+    error_: KafkaError | None = None
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def error(self) -> KafkaError | None:
+        return self.error_
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, 0
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v%d" % self.offset_
+
+    def headers(self) -> None:
+        return None
+
+
+@dataclass
+class Consumer:
+    """A consumer's calls the reads make, answered from a script (unit tests: no broker)."""
+
+    low: int
+    batches: list[list[Message]]
+    committed_at: int = -1001
+    high: int = 100
+    assigned: list[int] = field(default_factory=list)
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        return self.low, self.high
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tps[0].topic, tps[0].partition, self.committed_at)]
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned.append(tps[0].offset)
+
+    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        return self.batches.pop(0) if self.batches else []
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tps[0].topic, tps[0].partition, -1001)]
+
+    def close(self) -> None:
+        pass
+
+
+def reading(monkeypatch: pytest.MonkeyPatch, consumer: Consumer) -> Settings:
+    monkeypatch.setattr(kafka_io, "_consumer", lambda settings, group: consumer)
+    monkeypatch.setattr(kafka_io, "STALL_S", 0.05)
+    return Settings.from_env()
+
+
+def test_offsets_retention_deleted_are_logged_and_the_read_starts_at_the_low_watermark(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    consumer = Consumer(low=5, batches=[[Message(5), Message(6), Message(8)]], committed_at=2)
+    settings = reading(monkeypatch, consumer)
+    with caplog.at_level(logging.WARNING, logger="barcast.runtime"):
+        assert committed_offset(settings, "g", "t", 0) == 5
+        assert [r.offset for r in read_range(settings, "t", 0, 3, 8)] == [5, 6]
+    assert consumer.assigned == [5]
+    gone = "t[0]: offsets %s are not in the log (deleted by retention)"
+    assert gone % "2..4" in caplog.text and gone % "3..4" in caplog.text
+
+
+def test_a_read_the_broker_stops_answering_fails_as_the_clusters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = reading(monkeypatch, Consumer(low=0, batches=[[Message(0), Message(1)]]))
+    with pytest.raises(TimeoutError, match=r"t\[0\]: .* offsets 2\.\.9 were being read") as err:
+        read_range(settings, "t", 0, 0, 10)
+    assert exit_code(err.value) == EXIT_BROKER_FAILED
+
+
+def test_a_consumer_error_fails_the_read_as_the_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
+    denied = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    settings = reading(monkeypatch, Consumer(low=0, batches=[[Message(0), Message(1, denied)]]))
+    with pytest.raises(KafkaException) as err:
+        read_range(settings, "t", 0, 0, 10)
+    assert exit_code(err.value) == EXIT_BROKER_FAILED
+
+
+def test_a_chunk_is_applied_before_the_next_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    eof = KafkaError(KafkaError._PARTITION_EOF)
+    batches = [[Message(0), Message(1)], [Message(2), Message(3, eof)]]
+    consumer = Consumer(low=0, batches=batches, high=3)
+    settings = reading(monkeypatch, consumer)
+    seen: list[tuple[list[int], int]] = []  # a chunk's offsets, and the batches left to read
+
+    def apply(chunk: list[Record]) -> None:
+        seen.append(([r.offset for r in chunk], len(consumer.batches)))
+
+    assert read_changelog(settings, "t", 0, apply) == 3
+    assert seen == [([0, 1], 1), ([2], 0)]
+
+
+def test_a_fake_consumer_answers_what_the_reads_call() -> None:
+    """The script above stays a consumer: the methods it fakes are librdkafka's."""
+    from confluent_kafka import Consumer as Real
+
+    names = [n for n in vars(Consumer) if not n.startswith("_") and callable(vars(Consumer)[n])]
+    assert all(hasattr(Real, n) for n in names)
