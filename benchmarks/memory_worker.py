@@ -15,7 +15,7 @@ import torch
 from benchmarks.memory_parts import RELEASED, Probe
 from benchmarks.pipeline_data import Series, build_series
 from benchmarks.pipeline_models import product_checkpoint
-from features.engine import N_FEATURES
+from features.engine import FINGERPRINT, N_FEATURES
 from streams import schema
 from streams.agents import BATCH_MAX
 from streams.corrections import CorrectionConfig, SymbolState
@@ -90,7 +90,7 @@ class ProbeWorker:
         calibration = CalibrationConfig(enabled=settings.online_calibration)
         self.scoring = Scoring(scores, calibrations, calibration, "scores")
         windows = WindowStore(
-            Changelog("forecast-window-slots", self.io), engine.lookback, N_FEATURES
+            Changelog("forecast-window-slots", self.io), engine.lookback, N_FEATURES, FINGERPRINT
         )
         self.stores["forecast-window-slots"] = windows
         self.forecaster = Forecaster(self.runtime, engine, windows, self.scoring)  # type: ignore[arg-type]

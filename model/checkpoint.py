@@ -155,7 +155,7 @@ def load(
                 f"checkpoint {directory}: {path.name} is missing; point "
                 "--checkpoint at a directory written by `barcast train`"
             )
-    values = json.loads(config_path.read_text())
+    values = _config(config_path)
     meta = _meta(values, config_path, expected_fingerprint)
     digest = file_sha256(weights)
     recorded = values.get("weights", {}).get("sha256")
@@ -168,6 +168,21 @@ def load(
     model = TemporalFusionTransformer(meta.config)
     model.load_state_dict(_tensors(weights, model.state_dict()), strict=True)
     return model.eval(), meta, digest[:16]
+
+
+def _config(config_path: Path) -> dict[str, Any]:
+    """config.json's values; CheckpointError if it is not a JSON object (one copied in by
+    hand may be caught half-written)."""
+    try:
+        values = json.loads(config_path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(
+            f"{config_path} is not JSON ({exc}); it may be partly copied — copy the checkpoint "
+            f"directory again, {CONFIG} last"
+        ) from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{config_path} is not a JSON object; retrain the checkpoint")
+    return values
 
 
 def _meta(
@@ -183,7 +198,13 @@ def _meta(
             f"{config_path}: checkpoint format version {values.get('version')}, this barcast "
             f"reads version {VERSION}; retrain it with this barcast's `barcast train`"
         )
-    meta = CheckpointMeta.from_dict(values)
+    try:
+        meta = CheckpointMeta.from_dict(values)
+    except (KeyError, TypeError, ValueError) as exc:  # ConfigError is a ValueError
+        raise CheckpointError(
+            f"{config_path}: {type(exc).__name__} {exc} reading its metadata; the file is "
+            "incomplete or from another barcast version — copy it again or retrain"
+        ) from None
     if expected_fingerprint is not None and meta.feature_fingerprint != expected_fingerprint:
         raise CheckpointError(
             f"checkpoint {config_path.parent} was trained on feature set "

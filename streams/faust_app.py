@@ -92,11 +92,10 @@ class BarcastApp(faust.App):
         self.metrics.fetch_max_wait_ms.set(fetcher._fetch_max_wait_ms)
 
     async def freeze_heap(self, *args: Any, **kwargs: Any) -> None:
-        """Put every object alive once partitions are assigned (modules, torch, recovered
-        tables: ~360k objects) out of the cycle collector's reach. In a probed burst, full
-        collections over them took ~250 ms every few seconds, stalling whatever burst was in
-        flight; objects made later are still collected as usual, and refcounting frees frozen
-        ones."""
+        """Put every object alive once partitions are assigned (modules, torch, the restored
+        stores) out of the cycle collector's reach: they live as long as the worker, and the
+        collector's full passes over so many objects stall whatever burst is in flight. Objects
+        made later are still collected as usual, and refcounting frees frozen ones."""
         gc.freeze()
 
     async def on_stop(self) -> None:
@@ -221,7 +220,10 @@ def create_app(settings: Settings) -> BarcastApp:
 
     @app.timer(LAG_INTERVAL_S)
     async def record_lag() -> None:
-        app.metrics.record_lag(app.consumer)
+        try:
+            app.metrics.record_lag(app.consumer)
+        except InternalsMoved as exc:  # loudly, as for the fetch wait: exit 70
+            exit_uncommitted("cannot read the consumer's committed offsets", exc)
 
     from streams.agents import register_agents
 

@@ -3,6 +3,7 @@ that fails loudly, naming the installed versions, when an upgrade moved it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -14,6 +15,8 @@ class InternalsMoved(RuntimeError):
 # fetcher's attribute holding the wait.
 FETCHER_PATH = ("_thread", "_consumer", "_fetcher")
 FETCH_WAIT = "_fetch_max_wait_ms"
+# Faust's consumer's committed offsets (last processed + 1) by TP, which it keeps only here.
+COMMITTED = "_committed_offset"
 
 
 def live_fetcher(consumer: Any) -> Any:
@@ -23,17 +26,32 @@ def live_fetcher(consumer: Any) -> Any:
     for depth, name in enumerate(FETCHER_PATH):
         node = getattr(node, name, None)
         if node is None:
-            raise InternalsMoved(_moved(".".join(FETCHER_PATH[: depth + 1])))
+            raise InternalsMoved(_moved(".".join(FETCHER_PATH[: depth + 1]), *_FETCH_USE))
     if not isinstance(getattr(node, FETCH_WAIT, None), int):
-        raise InternalsMoved(_moved(".".join((*FETCHER_PATH, FETCH_WAIT))))
+        raise InternalsMoved(_moved(".".join((*FETCHER_PATH, FETCH_WAIT)), *_FETCH_USE))
     return node
 
 
-def _moved(path: str) -> str:
+_FETCH_USE = ("sets the fetch wait", "FETCHER_PATH")
+
+
+def committed_offsets(consumer: Any) -> Mapping[Any, int | None]:
+    """The committed offset of each partition a Faust consumer has committed (the metrics'
+    consumer lag); InternalsMoved (naming the installed versions) if it no longer keeps them
+    where barcast reads them."""
+    offsets = getattr(consumer, COMMITTED, None)
+    if not isinstance(offsets, Mapping):
+        raise InternalsMoved(_moved(COMMITTED, "reads the committed offsets", "COMMITTED"))
+    return offsets
+
+
+def _moved(path: str, use: str, constant: str) -> str:
+    """The message for a moved `path`: what barcast `use`s it for, and the `constant` of this
+    module that names it."""
     from importlib.metadata import version
 
     return (
         f"Faust's consumer has no {path} (faust-streaming {version('faust-streaming')}, "
-        f"aiokafka {version('aiokafka')}): barcast sets the fetch wait there; update "
-        "streams.internals.FETCHER_PATH for these versions or pin the ones in pyproject.toml"
+        f"aiokafka {version('aiokafka')}): barcast {use} there; update "
+        f"streams.internals.{constant} for these versions or pin the ones in pyproject.toml"
     )

@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import Metric
 
+from streams.internals import committed_offsets
+
 if TYPE_CHECKING:
     from streams.corrections import CorrectionStats
 
@@ -62,9 +64,8 @@ BAR_TO_FORECAST_BUCKETS = (
 
 
 class LagSource(Protocol):
-    """The part of a Faust consumer (`app.consumer`) that consumer lag is computed from."""
-
-    _committed_offset: dict  # Faust keeps committed offsets (last processed + 1) only here
+    """The part of a Faust consumer (`app.consumer`) that consumer lag is computed from, with
+    its committed offsets (streams.internals.committed_offsets: no public API has them)."""
 
     def assignment(self) -> Iterable: ...
 
@@ -210,13 +211,15 @@ class Metrics:
 
         A partition with nothing committed yet counts from the highwater: all of it is lag.
         Partitions whose highwater is unknown (no fetch yet) are skipped until it is.
+        InternalsMoved if Faust no longer keeps the committed offsets where barcast reads them.
         """
         current: set[tuple[str, str]] = set()
+        offsets = committed_offsets(consumer)
         for tp in consumer.assignment():
             highwater = consumer.highwater(tp)
             if highwater is None:
                 continue
-            committed = consumer._committed_offset.get(tp) or 0
+            committed = offsets.get(tp) or 0
             self.set_lag(tp.topic, tp.partition, highwater - committed)
             current.add((tp.topic, str(tp.partition)))
         for labels in self._lag_labels() - current:

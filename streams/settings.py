@@ -35,6 +35,28 @@ class SettingError(ValueError):
     """A `BARCAST_*` variable holds a value barcast cannot use."""
 
 
+# Numeric settings' accepted ranges (inclusive; None: no upper bound) and what they count, for
+# the message that names the fix. A timeout of 0 s would fail every request it bounds.
+RANGES: dict[str, tuple[float, float | None, str]] = {
+    "partitions": (1, None, "partitions per topic"),
+    "replication": (1, None, "replicas per partition, at most the brokers'"),
+    "max_batch": (1, None, "forecast requests per micro-batch"),
+    "max_delay_ms": (0, None, "ms"),
+    "session_timeout_s": (0.001, None, "s"),
+    "rebalance_timeout_s": (0.001, None, "s"),
+    "connect_timeout_s": (0.001, None, "s"),
+    "fetch_max_wait_ms": (1, 1500, "ms"),
+    "checkpoint_max_s": (0.1, 60, "s"),
+    "score_window": (1, None, "scored forecasts"),
+    "explain_top_k": (1, N_FEATURES, "historical features per explanation"),
+    "max_record_bytes": (
+        MIN_RECORD_BYTES,
+        MAX_RECORD_BYTES,
+        "at most the brokers' message.max.bytes",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     broker: str = field(
@@ -55,6 +77,7 @@ class Settings:
         default="all",
         metadata={
             "doc": "Agents this worker runs: `all`, `stream` (corrections+features), "
+            "`corrections` (corrections alone: `bars.raw` to `bars.clean` and `bars.dlq`), "
             "`forecast`, or `passthrough` (benchmark anchor)."
         },
     )
@@ -205,34 +228,19 @@ class Settings:
                 raise SettingError(
                     f"{PREFIX}{name.upper()}={value!r} is not valid; use one of {allowed}"
                 )
-        if not 1 <= self.fetch_max_wait_ms <= 1500:
-            raise SettingError(
-                f"{PREFIX}FETCH_MAX_WAIT_MS={self.fetch_max_wait_ms} is out of range; "
-                "use 1-1500 (ms)"
-            )
-        if not 0.1 <= self.checkpoint_max_s <= 60:
-            raise SettingError(
-                f"{PREFIX}CHECKPOINT_MAX_S={self.checkpoint_max_s} is out of range; use 0.1-60 (s)"
-            )
+        for name, (low, high, unit) in RANGES.items():
+            value = getattr(self, name)
+            if value < low or (high is not None and value > high):
+                accepted = f"{_number(low)} or more"
+                if high is not None:
+                    accepted = f"{_number(low)}-{_number(high)}"
+                raise SettingError(
+                    f"{PREFIX}{name.upper()}={value} is out of range; use {accepted} ({unit})"
+                )
         if self.online_calibration and not self.online_scoring:
             raise SettingError(
                 f"{PREFIX}ONLINE_CALIBRATION=true calibrates from the scores, which "
                 f"{PREFIX}ONLINE_SCORING=false turns off; set both to false, or scoring to true"
-            )
-        if self.score_window < 1:
-            raise SettingError(
-                f"{PREFIX}SCORE_WINDOW={self.score_window} is out of range; use 1 or more "
-                "(scored forecasts)"
-            )
-        if not 1 <= self.explain_top_k <= N_FEATURES:
-            raise SettingError(
-                f"{PREFIX}EXPLAIN_TOP_K={self.explain_top_k} is out of range; use 1-{N_FEATURES} "
-                "(historical features per explanation)"
-            )
-        if not MIN_RECORD_BYTES <= self.max_record_bytes <= MAX_RECORD_BYTES:
-            raise SettingError(
-                f"{PREFIX}MAX_RECORD_BYTES={self.max_record_bytes} is out of range; use "
-                f"{MIN_RECORD_BYTES}-{MAX_RECORD_BYTES} (at most the brokers' message.max.bytes)"
             )
         if self.ssl_cafile and not Path(self.ssl_cafile).is_file():
             raise SettingError(
@@ -314,6 +322,11 @@ def markdown_table() -> str:
         shown = _format(default) or "(empty)"
         rows.append(f"| `{PREFIX}{f.name.upper()}` | `{shown}` | {f.metadata['doc']} |")
     return "\n".join(rows)
+
+
+def _number(value: float) -> str:
+    """`value` as a person writes it: 60, not 60.0 or 6e+01."""
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def _format(value: Any) -> str:

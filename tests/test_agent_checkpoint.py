@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from streams.runtime.checkpoint import INTERVAL_S, MAX_HELD, QUIET_S, checkpoint_due
+import asyncio
+import time
+
+from streams.metrics import Metrics
+from streams.runtime.checkpoint import (
+    INTERVAL_S,
+    MAX_HELD,
+    QUIET_S,
+    Checkpointer,
+    Runtime,
+    checkpoint_due,
+)
 from streams.runtime.observers import notify
+from streams.settings import Settings
 
 MAX_S = 2.0
 
@@ -50,3 +62,53 @@ def test_observers_see_every_value_in_order_and_one_failing_never_stops_the_othe
     values = [{"n": 1}, {"n": 2, "fail": True}, {"n": 3}]
     notify([first, second], "observe_bar", values)
     assert first.bars == second.bars == [{"n": 1}, {"n": 3}]
+
+
+class Event:
+    def __init__(self) -> None:
+        self.acked = False
+
+    def ack(self) -> bool:
+        self.acked = True
+        return True
+
+
+def held_long_ago(checkpointer: Checkpointer) -> Event:
+    """An event held past every bound, the worker quiet since: a checkpoint is due."""
+    event = Event()
+    checkpointer.held, checkpointer.held_since = [event], time.monotonic() - 10 * MAX_S
+    return event
+
+
+async def tick_behind_the_lock(checkpointer: Checkpointer, agent_meanwhile: bool) -> None:
+    """A timer's tick that finds a checkpoint due, then waits for the lock the agent holds;
+    `agent_meanwhile`: the agent checkpoints and takes a new burst's first records before it
+    lets go."""
+    async with checkpointer.lock:
+        tick = asyncio.ensure_future(checkpointer.tick())
+        await asyncio.sleep(0)  # one turn of the loop: the tick is past its check, at the lock
+        assert not tick.done()
+        if agent_meanwhile:
+            checkpointer.held, checkpointer.held_since = [Event()], time.monotonic()
+            checkpointer.runtime.worked = time.monotonic()
+    await tick
+
+
+def test_a_tick_checks_again_under_the_lock_whether_a_checkpoint_is_due() -> None:
+    async def run() -> None:
+        commits: list[None] = []
+
+        async def commit() -> None:
+            commits.append(None)
+
+        runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, commit)
+        checkpointer = Checkpointer(runtime, "bars.raw", [])
+        held_long_ago(checkpointer)
+        await tick_behind_the_lock(checkpointer, agent_meanwhile=True)
+        assert len(checkpointer.held) == 1 and commits == []  # the new burst is not cut
+        event = held_long_ago(checkpointer)
+        await tick_behind_the_lock(checkpointer, agent_meanwhile=False)
+        await asyncio.gather(*checkpointer.completing)
+        assert checkpointer.held == [] and event.acked and commits == [None]
+
+    asyncio.run(run())

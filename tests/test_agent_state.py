@@ -81,10 +81,10 @@ def test_a_restore_takes_each_key_as_of_the_boundary() -> None:
         later = counter_store(io)
         await later.restore(0, boundary=4)
         return (
-            restored.read(b"a", 0),
-            restored.read(b"b", 0),
-            restored.read(b"c", 1),
-            later.read(b"a", 0),
+            restored.read(b"a"),
+            restored.read(b"b"),
+            restored.read(b"c"),
+            later.read(b"a"),
         )
 
     a, b, c, a_later = asyncio.run(run())
@@ -115,8 +115,8 @@ def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restore
     lookback, features = 4, 3
 
     async def run() -> tuple[tuple[int, np.ndarray], tuple[int, np.ndarray], np.ndarray]:
-        store = WindowStore(Changelog("t-windows-changelog", io), lookback, features)
-        window = store.read(b"s", 0)
+        store = WindowStore(Changelog("t-windows-changelog", io), lookback, features, "f")
+        window = store.read(b"s")
         for offset in range(10):  # slots are overwritten as the ring turns
             window.append(offset, 1.0, False, True, np.full(features, float(offset)))
             store.write(b"s", 0, offset, window)
@@ -127,9 +127,9 @@ def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restore
         window.append(10, 1.0, False, True, np.full(features, 10.0))
         store.write(b"s", 0, 10, window)
         await flush(store)  # never completed
-        again = WindowStore(Changelog("t-windows-changelog", io), lookback, features)
+        again = WindowStore(Changelog("t-windows-changelog", io), lookback, features, "f")
         await again.restore(0, boundary=10)
-        return committed, window_rows(again.read(b"s", 0)), window.ordered_values()
+        return committed, window_rows(again.read(b"s")), window.ordered_values()
 
     committed, restored, latest = asyncio.run(run())
     assert restored[0] == committed[0] == 10
@@ -226,3 +226,31 @@ def test_the_stages_import_no_faust_and_no_kafka_client() -> None:
     code += "'aiokafka', 'confluent_kafka'}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_stored_window_of_another_feature_set_starts_empty_and_is_stored_anew() -> None:
+    io, lookback = MemoryChangelogs(), 4
+
+    def appended(store: WindowStore, offsets: range, features: int) -> None:
+        window = store.read(b"s")
+        for offset in offsets:
+            window.append(offset, 1.0, False, True, np.full(features, float(offset)))
+            store.write(b"s", 0, offset, window)
+
+    async def run() -> tuple[int, tuple[int, np.ndarray]]:
+        before = WindowStore(Changelog("t-windows-changelog", io), lookback, 3, "old")
+        appended(before, range(6), 3)
+        await flush(before)
+        # An upgrade changed the feature set, and its width: the old rows must not load.
+        after = WindowStore(Changelog("t-windows-changelog", io), lookback, 5, "new")
+        await after.restore(0, boundary=6)
+        emptied = after.read(b"s").count
+        appended(after, range(6, 8), 5)
+        await flush(after)
+        again = WindowStore(Changelog("t-windows-changelog", io), lookback, 5, "new")
+        await again.restore(0, boundary=8)
+        return emptied, window_rows(again.read(b"s"))
+
+    emptied, (count, values) = asyncio.run(run())
+    assert emptied == 0 and count == 2
+    assert np.array_equal(values[:count, 0], [6.0, 7.0])  # the rest of the ring is unused

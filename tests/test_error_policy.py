@@ -13,7 +13,7 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from confluent_kafka import KafkaError, KafkaException
 
-from features.engine import N_FEATURES
+from features.engine import FINGERPRINT, N_FEATURES
 from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
 from streams.corrections import Reason as Rejected
 from streams.internals import InternalsMoved, live_fetcher
@@ -22,18 +22,28 @@ from streams.runtime.policy import (
     EXIT_AGENT_FAILED,
     EXIT_BROKER_FAILED,
     KEPT_BYTES,
+    NULL_VALUE_HEADER,
     SHA256_HEADER,
     TRUNCATED_HEADER,
     Reason,
     dead_letter,
     exit_code,
     publishable,
+    readable,
     record_bytes,
 )
-from streams.runtime.records import CleanBar, Out, Record
+from streams.runtime.records import CleanBar, FeatureRow, Out, Record
 from streams.runtime.stages import features
+from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.windows import feature_row
-from streams.schema import DLQ_REASON, encode_feature_values, encode_features, features_value
+from streams.runtime.stores import Changelog, StateStore
+from streams.schema import (
+    DLQ_MESSAGE,
+    DLQ_REASON,
+    encode_feature_values,
+    encode_features,
+    features_value,
+)
 
 BAR = {
     "instrument_id": 1,
@@ -203,3 +213,44 @@ def test_a_record_that_is_no_feature_row_raises_value_error_saying_why(
         feature_row(features_event(change(record)))  # type: ignore[operator]
     with pytest.raises(ValueError, match="keyed"):
         feature_row(features_event(orjson.dumps(record), key=None))
+
+
+def test_a_feature_row_of_another_feature_set_is_a_dead_letter_naming_both_fingerprints() -> None:
+    row = orjson.loads(feature_message({**BAR, "status": "clean"}, np.zeros(N_FEATURES), True))
+    stale = features_event(orjson.dumps({**row, "fingerprint": "0123456789abcdef"}))
+    good = features_event(orjson.dumps(row))
+    letter, read = readable([stale, good], "bars.dlq", feature_row, "not a features record: ")
+    assert isinstance(letter, Out) and isinstance(read, FeatureRow)
+    meta = headers(letter)
+    assert letter.topic == "bars.dlq" and letter.value == stale.value
+    assert meta[DLQ_REASON] == Reason.FINGERPRINT_MISMATCH.encode()
+    why = meta[DLQ_MESSAGE].decode()
+    assert "0123456789abcdef" in why and FINGERPRINT in why and not why.startswith("not a")
+
+
+@pytest.mark.parametrize("topic", ["bars.clean", "features"])
+def test_a_tombstone_is_a_dead_letter_of_empty_bytes_saying_its_value_was_null(topic: str) -> None:
+    read = features.clean_bar if topic == "bars.clean" else feature_row
+    tombstone = Record(topic, 2, 9, 0.0, b"6EH4", None, [])
+    (letter,) = readable([tombstone], "bars.dlq", read, "not a record: ")
+    assert isinstance(letter, Out)
+    assert (letter.topic, letter.key, letter.value, letter.partition) == (
+        "bars.dlq",
+        b"6EH4",
+        b"",
+        2,
+    )
+    meta = headers(letter)
+    assert meta[NULL_VALUE_HEADER] == b"true" and meta[DLQ_REASON] == Reason.MALFORMED.encode()
+    assert b"null" in meta[DLQ_MESSAGE] and meta["__connect.errors.offset"] == b"9"
+    assert publishable([letter], LIMIT, "bars.dlq", Metrics()) == [letter]
+
+
+def test_a_tombstone_on_bars_raw_is_a_dead_letter_of_empty_bytes() -> None:
+    changelog = Changelog("corrections-state", None)  # type: ignore[arg-type]  # never flushed
+    store = StateStore(changelog, SymbolState.from_bytes, SymbolState.to_bytes, SymbolState)
+    stage = Corrections(store, CorrectionConfig(), ("bars.raw", "bars.clean", "bars.dlq"))
+    cleaned = stage.run([Record("bars.raw", 1, 4, 0.0, b"6EH4", None, [])], 0)
+    (letter,) = cleaned.outputs
+    assert (letter.topic, letter.value) == ("bars.dlq", b"")
+    assert headers(letter)[NULL_VALUE_HEADER] == b"true"

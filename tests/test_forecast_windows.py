@@ -35,7 +35,7 @@ def test_ordered_values_are_a_copy() -> None:
 def test_a_window_rebuilt_from_its_stored_rows_is_identical() -> None:
     window = filled(2 * LOOKBACK + 3)
     rebuilt = SymbolWindow(LOOKBACK, FEATURES)
-    rebuilt.load_meta(window.meta_bytes())
+    rebuilt.load_meta(window.meta_bytes("f"))
     for row in rebuilt.rows():
         slot = window.slot_of(row)
         rebuilt.load_slot(rebuilt.slot_of(row), window.slot_bytes(slot))

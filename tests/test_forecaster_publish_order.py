@@ -69,7 +69,9 @@ def test_scores_of_a_minutes_bars_follow_its_forecasts(tmp_path: Path) -> None:
     runtime = Runtime(settings, Metrics(), "t", lambda topic: {0}, lambda: asyncio.sleep(0))
     producer = runtime.producer = Producer()  # type: ignore[assignment]
     io = MemoryChangelogs()
-    windows = WindowStore(Changelog("t-windows-changelog", io), engine.lookback, N_FEATURES)
+    windows = WindowStore(
+        Changelog("t-windows-changelog", io), engine.lookback, N_FEATURES, FINGERPRINT
+    )
     stage = Forecaster(runtime, engine, windows, scoring(io))
     first_scored = engine.lookback - 1 + engine.horizon  # the minute whose bars decide scores
 

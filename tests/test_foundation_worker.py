@@ -8,8 +8,10 @@ import signal
 import subprocess
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import orjson
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams.broker import free_port
@@ -115,4 +117,27 @@ def test_worker_with_a_malformed_broker_exits_2_naming_the_accepted_forms(
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "BARCAST_BROKER" in done.stderr and "kafka://host:port" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("BARCAST_MAX_BATCH", "0"), ("BARCAST_MAX_DELAY_MS", "-1"), ("BARCAST_PARTITIONS", "0")],
+)
+def test_worker_with_an_out_of_range_setting_exits_2_on_one_line(
+    tmp_path: Path, name: str, value: str
+) -> None:
+    env = {**os.environ, "BARCAST_WORK_DIR": str(tmp_path), name: value}
+    done = subprocess.run(
+        [str(FAUST), "-A", "streams", "worker", "-l", "info"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"barcast worker: {name}=") and "is out of range; use" in line
     assert "Traceback" not in done.stderr

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from importlib.metadata import version
 from typing import NamedTuple
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from streams.internals import InternalsMoved
 from streams.metrics import BAR_OUTCOMES, Metrics, Outcome, Stage
 
 EXPORTED = {
@@ -202,3 +204,13 @@ def test_record_lag_follows_the_assignment() -> None:
     assert lag == {
         ("barcast_consumer_lag", frozenset({"topic": "bars.raw", "partition": "0"}.items())): 0
     }
+
+
+def test_committed_offsets_that_moved_fail_loudly_naming_the_versions() -> None:
+    consumer = Consumer({TP("bars.raw", 0): 100}, {})
+    del consumer._committed_offset  # where an upgrade of Faust no longer keeps them
+    with pytest.raises(InternalsMoved) as error:
+        Metrics().record_lag(consumer)
+    message = str(error.value)
+    assert "_committed_offset" in message and "streams.internals.COMMITTED" in message
+    assert f"faust-streaming {version('faust-streaming')}" in message

@@ -21,7 +21,7 @@ from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import forecast_history
 from streams.ingest.producer import BarProducer
 from streams.kafka import ensure_topics, pipeline_topics
-from streams.runtime.policy import KEPT_BYTES, SHA256_HEADER, TRUNCATED_HEADER
+from streams.runtime.policy import KEPT_BYTES, NULL_VALUE_HEADER, SHA256_HEADER, TRUNCATED_HEADER
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
 from tests.bar_streams import expected_features
@@ -181,11 +181,14 @@ def test_bad_features_records_go_to_the_dlq_and_forecasts_go_on(
         orjson.dumps({k: v for k, v in row.items() if k != "values"}),
         orjson.dumps({**row, "ts_event": "1704150000000000000"}),
         orjson.dumps({**row, "values": "AAAA"}),
+        orjson.dumps({**row, "fingerprint": "0123456789abcdef"}),  # another barcast version's
+        None,  # a tombstone
     ]
+    at = {75 + 110 * n: value for n, value in enumerate(bad)}
     records = []
     for i, bar in enumerate(clean):
-        if i % 150 == 75:
-            records.append((b"6EH4", bad[(i // 150) % len(bad)]))
+        if i in at:
+            records.append((b"6EH4", at[i]))
         records.append((b"6EH4", feature_message(bar, values[i], bool(warm[i]))))
     assert len(records) == len(clean) + len(bad)
     produce(settings.broker, settings.topic_features, records)
@@ -202,8 +205,14 @@ def test_bad_features_records_go_to_the_dlq_and_forecasts_go_on(
     finally:
         forecasts.close()
         dlq.close()
-    assert sorted(dlq.values.values()) == sorted(bad)
-    assert {h[DLQ_REASON] for h in dlq.headers.values()} == {b"malformed"}
+    assert sorted(dlq.values.values()) == sorted(b"" if v is None else v for v in bad)
+    assert [h[NULL_VALUE_HEADER] for h in dlq.headers.values() if NULL_VALUE_HEADER in h] == [
+        b"true"
+    ]
+    assert Counter(h[DLQ_REASON] for h in dlq.headers.values()) == {
+        b"malformed": len(bad) - 1,
+        b"fingerprint_mismatch": 1,
+    }
     assert all(h[DLQ_TOPIC] == settings.topic_features.encode() for h in dlq.headers.values())
     assert_matches(
         reference, {(s, ts): orjson.loads(v) for (s, ts, _), v in forecasts.values.items()}

@@ -7,11 +7,12 @@ untouched, the anchor the corrections benchmark compares against."""
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from features.engine import N_FEATURES
+from features.engine import FINGERPRINT, N_FEATURES
 from model.checkpoint import CheckpointError
 from model.config import TFTConfig
 from streams.corrections import CorrectionConfig, SymbolState
@@ -41,6 +42,9 @@ BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.01
 SUMMARY_INTERVAL_S = 30.0
 RELOAD_INTERVAL_S = 2.0
+# EX_CONFIG: the checkpoint in BARCAST_MODEL_DIR at start cannot be served (README's table of
+# worker exit codes); a restart serves it no better, so it is not 70's restart-and-retry.
+EXIT_CHECKPOINT_REFUSED = 78
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 log = logging.getLogger("barcast.forecast")
 
@@ -144,8 +148,9 @@ def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngin
         return None
     try:
         engine, _ = load_engine(path, app.barcast, None, None)
-    except CheckpointError as exc:  # never serve a model of other features: refuse to start
-        raise SystemExit(f"barcast forecast worker: {exc}") from None
+    except (CheckpointError, OSError) as exc:  # never serve a model of other features
+        print(f"barcast forecast worker: {exc}", file=sys.stderr)  # before logging is set up
+        raise SystemExit(EXIT_CHECKPOINT_REFUSED) from None
     watcher.accept(path)
     app.metrics.set_model(engine.model_id, engine.fingerprint)
     log.info("serving checkpoint %s on %s", engine.model_id, engine.device)
@@ -164,7 +169,8 @@ def forecaster(app: BarcastApp) -> Forecaster:
     watcher = CheckpointWatcher(settings.model_dir)
     engine = initial_engine(app, watcher)
     lookback = TFTConfig.lookback if engine is None else engine.lookback
-    windows = WindowStore(app.runtime.changelog("forecast-window-slots"), lookback, N_FEATURES)
+    changelog = app.runtime.changelog("forecast-window-slots")
+    windows = WindowStore(changelog, lookback, N_FEATURES, FINGERPRINT)
     stage = Forecaster(app.runtime, engine, windows, scoring(app))
 
     @app.task

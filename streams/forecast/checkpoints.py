@@ -24,26 +24,32 @@ class CheckpointWatcher:
         self._rejected: dict[Path, tuple[int, int, int]] = {}
 
     def newest(self) -> Path | None:
+        """The complete checkpoint whose config.json is newest; one removed while this looks
+        (a rollback) is not one."""
         if (self.model_dir / CONFIG).is_file():
             return self.model_dir
-        if not self.model_dir.is_dir():
+        try:
+            entries = list(self.model_dir.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        candidates = [
-            d
-            for d in self.model_dir.iterdir()
-            if (d / CONFIG).is_file() and (d / WEIGHTS).is_file()
-        ]
-        if not candidates:
-            return None
-        return max(candidates, key=lambda d: ((d / CONFIG).stat().st_mtime_ns, d.name))
+        candidates = []
+        for d in entries:
+            if not ((d / CONFIG).is_file() and (d / WEIGHTS).is_file()):
+                continue
+            try:
+                candidates.append(((d / CONFIG).stat().st_mtime_ns, d.name, d))
+            except FileNotFoundError:  # removed since it was listed
+                continue
+        return max(candidates)[2] if candidates else None
 
     def poll(self) -> Path | None:
         """A checkpoint newer than the one served that has not failed validation, or None."""
         newest = self.newest()
         if newest is None or newest == self.current:
             return None
-        if self._rejected.get(newest) == _signature(newest):
-            return None
+        signature = _signature(newest)
+        if signature is None or self._rejected.get(newest) == signature:
+            return None  # removed since, or refused and unchanged since
         return newest
 
     def accept(self, path: Path) -> None:
@@ -51,12 +57,20 @@ class CheckpointWatcher:
 
     def reject(self, path: Path) -> None:
         """Remember a checkpoint that failed validation until its files change again (one
-        caught half-copied is retried once the copy completes)."""
-        self._rejected[path] = _signature(path)
+        caught half-copied is retried once the copy completes; one removed is forgotten)."""
+        signature = _signature(path)
+        if signature is None:
+            self._rejected.pop(path, None)
+        else:
+            self._rejected[path] = signature
 
 
-def _signature(path: Path) -> tuple[int, int, int]:
-    config, weights = (path / CONFIG).stat(), (path / WEIGHTS).stat()
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a checkpoint's files are copied again; None once they are gone."""
+    try:
+        config, weights = (path / CONFIG).stat(), (path / WEIGHTS).stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     return config.st_mtime_ns, weights.st_mtime_ns, weights.st_size
 
 

@@ -167,7 +167,9 @@ class Checkpointer:
         """Checkpoint from a timer (every `TICK_S`): how a quiet worker's records commit."""
         if self._due():
             async with self.lock:
-                if self.held:  # the agent may have checkpointed while we waited
+                # Due still? While this waited, the agent may have checkpointed and taken a new
+                # burst's first records, which a checkpoint now would cut in the middle.
+                if self._due():
                     await self.checkpoint()
 
     async def on_revoked(self) -> None:

@@ -190,7 +190,9 @@ class Forecaster:
 
     async def reload(self, watcher: CheckpointWatcher) -> None:
         """Validate a new checkpoint off the loop, then swap it in between batches; the
-        step-encoding cache belongs to the old weights, so it goes with them."""
+        step-encoding cache belongs to the old weights, so it goes with them. One that fails
+        validation, or whose files vanish while it loads (a rollback), is refused and logged:
+        the worker goes on serving the model it has."""
         path = watcher.poll()
         if path is None:
             return
@@ -199,9 +201,10 @@ class Forecaster:
             engine, served = await asyncio.to_thread(
                 load_engine, path, self.settings, self.engine, self.lookback
             )
-        except CheckpointError as exc:
+        except (CheckpointError, OSError) as exc:  # OSError: files removed or unreadable
             watcher.reject(path)
-            log.error("not serving %s: %s", path, exc)
+            serving = watcher.current or "none (bars are not forecast until one is valid)"
+            log.error("not serving %s: %s; the checkpoint served is still %s", path, exc, serving)
             return
         async with self.lock:
             engine.swap(served)

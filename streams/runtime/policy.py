@@ -26,6 +26,7 @@ log = logging.getLogger("barcast.runtime")
 TRUNCATED_HEADER = "barcast-truncated"  # "KEY_BYTES,VALUE_BYTES" of the original record
 SHA256_HEADER = "barcast-sha256"  # hex digest of the original value
 INTENDED_TOPIC_HEADER = "barcast-intended-topic"  # where an unpublishable output was going
+NULL_VALUE_HEADER = "barcast-null-value"  # "true": the original had a null value (a tombstone)
 KEPT_BYTES = 16_384  # of a bounded copy's key and of its value
 HEADROOM = 4_096  # below the limit, records are not measured exactly: far below it
 # Exit codes of a worker that stops uncommitted; the orchestrator restarts it either way.
@@ -41,13 +42,33 @@ class Reason(StrEnum):
     MALFORMED = "malformed"  # a record its stage cannot read
     REFUSED = "refused"  # a bar the feature engine refuses
     UNPUBLISHABLE = "unpublishable"  # an output over BARCAST_MAX_RECORD_BYTES
+    FINGERPRINT_MISMATCH = "fingerprint_mismatch"  # a feature row of another feature set
+
+
+class Refused(ValueError):
+    """A record its stage can read but must not process, with the dead letter's reason code
+    (a plain ValueError from a reader is `malformed`)."""
+
+    def __init__(self, reason: Reason, why: str) -> None:
+        super().__init__(why)
+        self.reason = reason
 
 
 def dead_letter(
-    dlq: str, key: bytes | None, value: bytes, source: Source, reason: str, why: str, partition: int
+    dlq: str,
+    key: bytes | None,
+    value: bytes | None,
+    source: Source,
+    reason: str,
+    why: str,
+    partition: int,
 ) -> Out:
-    """A `bars.dlq` record for `value` read at `source` (topic, partition, offset)."""
+    """A `bars.dlq` record for `value` read at `source` (topic, partition, offset). A null
+    value (a tombstone, which Faust hands over as None) is published as b"" with
+    `NULL_VALUE_HEADER`: an output's value is always bytes."""
     headers = encode_dlq_headers(DeadLetterHeaders(*source, reason, why))
+    if value is None:
+        value, headers = b"", [*headers, (NULL_VALUE_HEADER, b"true")]
     return Out(dlq, key, value, None, headers, partition)
 
 
@@ -61,17 +82,26 @@ def readable(
     records: Sequence[Record], dlq_topic: str, read: Callable[[Record], T], what: str = ""
 ) -> list[T | Control | Out]:
     """A stage's input: each record as a control record or as `read` makes it, or, where
-    `read` raises ValueError, its dead letter (the message `what` + the error)."""
+    `read` raises ValueError, its dead letter: `malformed`, the message `what` + the error,
+    or for a `Refused` error its own reason and message."""
     items: list[T | Control | Out] = []
     for record in records:
         control = control_of(record)
         if control is not None:
             items.append(control)
             continue
+        if record.value is None:  # a tombstone: no reader's error would say so
+            why = f"{what}the value is null (a tombstone); {record.topic} records carry one"
+            items.append(record_dead_letter(dlq_topic, record, Reason.MALFORMED, why))
+            continue
         try:
             items.append(read(record))
         except ValueError as exc:  # orjson's and base64's errors are ValueErrors too
-            items.append(record_dead_letter(dlq_topic, record, Reason.MALFORMED, f"{what}{exc}"))
+            if isinstance(exc, Refused):  # a record of its kind: `what` would mislead
+                letter = record_dead_letter(dlq_topic, record, exc.reason, str(exc))
+            else:
+                letter = record_dead_letter(dlq_topic, record, Reason.MALFORMED, f"{what}{exc}")
+            items.append(letter)
     return items
 
 

@@ -19,7 +19,7 @@ class Record:  # as consumed
     offset: int
     timestamp_ms: float
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone, which only a dead letter takes (runtime.policy)
     headers: schema.Headers
 
 

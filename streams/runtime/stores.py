@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from streams.forecast.windows import SymbolWindow, meta_key, slot_key
+from streams.forecast.windows import SymbolWindow, meta_fingerprint, meta_key, slot_key
 
 log = logging.getLogger("barcast.runtime")
 
@@ -117,7 +117,8 @@ class StateStore(Store[S]):
         super().__init__(changelog)
         self.decode, self.encode, self.new = decode, encode, new
 
-    def read(self, key: bytes, partition: int) -> S:
+    def read(self, key: bytes) -> S:
+        """The key's state: in memory, else decoded from its restored entry, else new."""
         state = self.states.get(key)
         if state is None:
             entry = self.changelog.entries.get(key)
@@ -136,26 +137,41 @@ class StateStore(Store[S]):
 
 class WindowStore(Store[SymbolWindow]):
     """Per-symbol forecast windows, stored slot by slot: a new bar writes its slot and the
-    window's row count, not the whole window."""
+    window's row count, not the whole window. A stored window of a feature set other than
+    `fingerprint` (written before an upgrade changed the features) starts empty instead: its
+    rows and the new ones would mix in one forecast's input."""
 
-    def __init__(self, changelog: Changelog, lookback: int, n_features: int) -> None:
+    def __init__(
+        self, changelog: Changelog, lookback: int, n_features: int, fingerprint: str
+    ) -> None:
         super().__init__(changelog)
-        self.lookback, self.n_features = lookback, n_features
+        self.lookback, self.n_features, self.fingerprint = lookback, n_features, fingerprint
         self.flushed: dict[bytes, int] = {}  # key -> row count at its last flush
 
-    def read(self, key: bytes, partition: int) -> SymbolWindow:
+    def read(self, key: bytes) -> SymbolWindow:
+        """The key's window: in memory, else rebuilt from its restored slots, else empty."""
         window = self.states.get(key)
         if window is None:
             window = self.states[key] = SymbolWindow(self.lookback, self.n_features)
             entries = self.changelog.entries
             meta = entries.get(meta_key(key))
-            if meta is not None:
+            if meta is not None and self._of_this_feature_set(key, meta[2]):
                 window.load_meta(meta[2])
                 for row in window.rows():
                     slot = window.slot_of(row)
                     window.load_slot(slot, entries[slot_key(key, slot)][2])
             self.flushed[key] = window.count
         return window
+
+    def _of_this_feature_set(self, key: bytes, meta: bytes) -> bool:
+        stored = meta_fingerprint(meta)
+        if stored != self.fingerprint:
+            log.warning(
+                "the stored forecast window of %r holds rows of feature set %s, this worker's "
+                "is %s: it starts empty, and the symbol is forecast again once %d new rows "
+                "fill it", key, stored or "(unrecorded)", self.fingerprint, self.lookback,
+            )  # fmt: skip
+        return stored == self.fingerprint
 
     def forget(self) -> None:
         super().forget()
@@ -167,5 +183,5 @@ class WindowStore(Store[SymbolWindow]):
         for row in range(max(self.flushed[key] + 1, window.rows().start), window.count + 1):
             slot = window.slot_of(row)
             put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
-        put(meta_key(key), partition, offset, window.meta_bytes())
+        put(meta_key(key), partition, offset, window.meta_bytes(self.fingerprint))
         self.flushed[key] = window.count

@@ -49,7 +49,7 @@ class Corrections:
 
     def _bar(self, record: Record, out: Cleaned) -> None:
         key, source = record.key or b"", (record.topic, record.partition, record.offset)
-        state = self.store.read(key, record.partition)
+        state = self.store.read(key)
         now, n = out.now_ns, len(key)
         step = rules.correct(
             record.value, state, self.config, self.stats, ref=list(source), now_ns=now, key_bytes=n
@@ -62,7 +62,7 @@ class Corrections:
         on so the forecast stage can flush the minute."""
         partition = control.partition
         for key in self.store.keys_in(partition):
-            state = self.store.read(key, partition)
+            state = self.store.read(key)
             if state.held is not None:
                 step = rules.flush(state, self.config, self.stats, until_ts=control.ts_event)
                 if step.outcomes:
@@ -78,7 +78,8 @@ class Corrections:
         for outcome in step.outcomes:
             if outcome.status is rules.Status.REJECTED:
                 value = outcome.value
-                value = value if isinstance(value, bytes) else orjson.dumps(value)
+                if not (value is None or isinstance(value, bytes)):  # None: a tombstone's
+                    value = orjson.dumps(value)
                 ref, reason, why = tuple(outcome.ref), outcome.reason.value, outcome.message
                 out.outputs.append(
                     dead_letter(self.dlq_topic, key, value, ref, reason, why, partition)

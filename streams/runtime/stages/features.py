@@ -88,7 +88,7 @@ class Features:
                 row = rows.get(item.key)
                 if row is None:
                     row = rows[item.key] = len(symbols)
-                    symbols.append(self.store.read(item.key, item.partition))
+                    symbols.append(self.store.read(item.key))
                     last.append(None)
                 symbol = symbols[row]
                 if item.value["ts_event"] <= symbol.last_ts:  # re-published upstream

@@ -97,7 +97,7 @@ class Scoring:
         if key in self.unsettled:
             self._score(out)  # the calibration needs what its symbol's earlier bars decided
         offset = self.waiting[key][0].offset  # the row of this forecast, next to apply
-        calibration = self.calibrations.read(key, partition)
+        calibration = self.calibrations.read(key)
         value = calibration.apply(value, self.config)
         if self.config.enabled:
             self.calibrations.write(key, partition, offset, calibration)
@@ -113,7 +113,7 @@ class Scoring:
             if requested and not calibrated:
                 break  # its forecast is still in the model
             waiting.popleft()
-            state = self.scores.read(key, partition)
+            state = self.scores.read(key)
             decided = state.add_bar(bar)
             if requested:
                 decided += state.add_forecast(calibrated.popleft())  # type: ignore[union-attr]
@@ -135,7 +135,7 @@ class Scoring:
         for (key, partition, offset, _), (record, increments) in zip(decided, scores, strict=True):
             # The state was written when it decided, and a checkpoint settles before encoding.
             self.scores.states[key].rolling.add(record, increments)
-            calibration = self.calibrations.read(key, partition)
+            calibration = self.calibrations.read(key)
             calibration.update(record)
             if self.config.enabled:
                 self.calibrations.write(key, partition, offset, calibration)

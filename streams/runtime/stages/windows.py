@@ -1,6 +1,8 @@
 """Feature rows -> forecast requests: a request for every real bar whose window holds `lookback`
 warm rows (the rule streams.forecast.offline replays). A row at or before the window's last
-ts_event is one a restarted features worker re-published: skipped."""
+ts_event is one a restarted features worker re-published: skipped. A row of another feature set
+(a features worker of another barcast version) goes to the dead-letter topic: the model was
+trained on this worker's feature set, and the row's offset must not block the ones after it."""
 
 from __future__ import annotations
 
@@ -8,16 +10,25 @@ import time
 
 from features.engine import FINGERPRINT, N_FEATURES
 from streams.forecast.engine import WindowRequest
+from streams.runtime.policy import Reason, Refused
 from streams.runtime.records import FeatureRow, Record
 from streams.runtime.stores import WindowStore
 from streams.schema import decode_feature_values, decode_features, decode_received_ns
 
 
 def feature_row(record: Record) -> FeatureRow:
-    """A `features` record as a row; ValueError saying what is wrong if it is not one."""
+    """A `features` record as a row; ValueError saying what is wrong if it is not one, Refused
+    if it is one of another feature set."""
     if not record.key:
         raise ValueError("a features record is keyed by its symbol")
     value = decode_features(record.value)
+    if value["fingerprint"] != FINGERPRINT:  # a served checkpoint's is this one, too
+        raise Refused(
+            Reason.FINGERPRINT_MISMATCH,
+            f"the feature row for {value['symbol']} has feature fingerprint "
+            f"{value['fingerprint']} but this forecast worker's is {FINGERPRINT}: run the "
+            "stream workers and the forecast worker from the same barcast version",
+        )
     values = decode_feature_values(value["values"])
     if values.size != N_FEATURES:
         raise ValueError(f"values hold {values.size} features, not {N_FEATURES}")
@@ -39,14 +50,9 @@ def feature_row(record: Record) -> FeatureRow:
 
 def slide(store: WindowStore, row: FeatureRow, forecast: bool) -> WindowRequest | None:
     """Slide the row into its symbol's window; the request to forecast it, if `forecast` (a
-    model is served) and the window is ready."""
-    if row.fingerprint != FINGERPRINT:  # a served checkpoint's is this one, too
-        raise RuntimeError(
-            f"feature row for {row.symbol} has fingerprint {row.fingerprint} but this "
-            f"worker's feature set is {FINGERPRINT}: run the stream workers and the "
-            "forecast worker from the same barcast version"
-        )
-    window = store.read(row.key, row.partition)
+    model is served) and the window is ready; `row` is of this worker's feature set (a
+    `feature_row`, or one this process computed)."""
+    window = store.read(row.key)
     if window.count and row.ts_event <= window.last_ts:
         return None
     window.append(row.ts_event, row.close, row.synthetic, row.warm, row.values)
