@@ -123,6 +123,7 @@ class Consumer:
     committed_at: int = -1001
     high: int = 100
     assigned: list[int] = field(default_factory=list)
+    asked: list[int] = field(default_factory=list)  # num_messages of each consume call
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
         return self.low, self.high
@@ -134,6 +135,7 @@ class Consumer:
         self.assigned.append(tps[0].offset)
 
     def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        self.asked.append(num_messages)
         return self.batches.pop(0) if self.batches else []
 
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
@@ -191,6 +193,9 @@ def test_a_chunk_is_applied_before_the_next_is_read(monkeypatch: pytest.MonkeyPa
 
     assert read_changelog(settings, "t", 0, apply) == 3
     assert seen == [([0, 1], 1), ([2], 0)]
+    # never more than the range still holds: consume returns as soon as those came, instead of
+    # waiting out its timeout for a chunk the range cannot fill while a rebalance waits
+    assert consumer.asked == [3, 1]
 
 
 def test_a_fake_consumer_answers_what_the_reads_call() -> None:

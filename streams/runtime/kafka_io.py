@@ -168,7 +168,9 @@ def scan(
     consumer.assign([TopicPartition(topic, partition, start)])
     reached, heard = start, time.monotonic()
     while reached < end:
-        messages = consumer.consume(READ_CHUNK, timeout=POLL_S)
+        # No more than the range still holds: consume returns once it has them, rather than
+        # wait out POLL_S for a chunk the range cannot fill (a restore blocks a rebalance).
+        messages = consumer.consume(min(READ_CHUNK, end - reached), timeout=POLL_S)
         chunk, reached = _take(messages, topic, partition, reached, end)
         if chunk:
             apply(chunk)
