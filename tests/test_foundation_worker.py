@@ -16,7 +16,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams.broker import free_port
 from streams.kafka import ensure_topics
+from streams.runtime.policy import NULL_VALUE_HEADER
+from streams.schema import DLQ_REASON, DLQ_TOPIC
 from streams.settings import REPO_ROOT, Settings
+from tests.kafka_io import produce
+from tests.topic_logs import DeadLetterLog
 from tests.worker import FAUST, Worker
 
 BAR = {
@@ -59,6 +63,24 @@ def test_worker_moves_a_message_between_topics(broker_settings: Settings) -> Non
     with Worker(settings):
         out = asyncio.run(_roundtrip(settings))
     assert out == [(b"6EH4", orjson.dumps(BAR))]
+
+
+def test_passthrough_dead_letters_a_tombstone_and_goes_on(broker_settings: Settings) -> None:
+    settings = replace(broker_settings, role="passthrough")
+    ensure_topics(settings, [settings.topic_raw, settings.topic_clean, settings.topic_dlq])
+    produce(settings.broker, settings.topic_raw, [(b"6EH4", None)])
+    dlq = DeadLetterLog(settings.broker, settings.topic_dlq, settings.partitions)
+    try:
+        with Worker(settings) as worker:
+            out = asyncio.run(_roundtrip(settings))
+            assert dlq.read_until(1) == 1
+            assert worker.process is not None and worker.process.poll() is None
+    finally:
+        dlq.close()
+    assert out == [(b"6EH4", orjson.dumps(BAR))]
+    ((headers, value),) = [(dlq.headers[k], dlq.values[k]) for k in dlq.values]
+    assert value == b"" and headers[NULL_VALUE_HEADER] == b"true"
+    assert headers[DLQ_REASON] == b"malformed" and headers[DLQ_TOPIC] == settings.topic_raw.encode()
 
 
 def test_worker_without_broker_logs_one_line_and_retries(broker_settings: Settings) -> None:

@@ -24,7 +24,7 @@ from streams.metrics import MetricsFeed
 from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
 from streams.runtime.forecaster import Forecaster
 from streams.runtime.observers import notify
-from streams.runtime.policy import exit_uncommitted, readable
+from streams.runtime.policy import exit_uncommitted, readable, tombstone_letter
 from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
@@ -251,15 +251,25 @@ def register_pipeline(app: BarcastApp) -> None:
 
 def register_passthrough(app: BarcastApp) -> None:
     settings = app.barcast
-    raw_topic(app, settings.topic_clean)
+    for topic in (settings.topic_clean, settings.topic_dlq):
+        raw_topic(app, topic)
     checkpointer = Checkpointer(app.runtime, settings.topic_raw, [])
 
     async def handle(batch: list[Record]) -> None:
-        clean = settings.topic_clean
-        outs = [Out(clean, r.key, r.value, r.timestamp_ms, r.headers, r.partition) for r in batch]
+        outs = [copied(r, settings.topic_clean, settings.topic_dlq) for r in batch]
+        app.metrics.dlq.inc(sum(out.topic == settings.topic_dlq for out in outs))
         await checkpointer.publish(outs)
 
     serve(app, "passthrough", checkpointer, handle)
+
+
+def copied(record: Record, topic: str, dlq: str) -> Out:
+    """`record` on `topic`, or a tombstone's dead letter: an output's value is always bytes."""
+    if record.value is None:
+        return tombstone_letter(dlq, record)
+    return Out(
+        topic, record.key, record.value, record.timestamp_ms, record.headers, record.partition
+    )
 
 
 ROLES: dict[str, tuple[Callable[[BarcastApp], None], ...]] = {

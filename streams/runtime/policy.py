@@ -78,6 +78,12 @@ def record_dead_letter(dlq: str, record: Record, reason: str, why: str) -> Out:
     return dead_letter(dlq, record.key, record.value, source, reason, why, record.partition)
 
 
+def tombstone_letter(dlq: str, record: Record, what: str = "") -> Out:
+    """The dead letter of a record with a null value (a tombstone), `malformed`."""
+    why = f"{what}the value is null (a tombstone); {record.topic} records carry one"
+    return record_dead_letter(dlq, record, Reason.MALFORMED, why)
+
+
 def readable(
     records: Sequence[Record], dlq_topic: str, read: Callable[[Record], T], what: str = ""
 ) -> list[T | Control | Out]:
@@ -91,8 +97,7 @@ def readable(
             items.append(control)
             continue
         if record.value is None:  # a tombstone: no reader's error would say so
-            why = f"{what}the value is null (a tombstone); {record.topic} records carry one"
-            items.append(record_dead_letter(dlq_topic, record, Reason.MALFORMED, why))
+            items.append(tombstone_letter(dlq_topic, record, what))
             continue
         try:
             items.append(read(record))
