@@ -124,11 +124,9 @@ def test_worker_takes_the_broker_as_faust_writes_it(broker_settings: Settings) -
     assert out == [(b"6EH4", orjson.dumps(BAR))]
 
 
-def test_worker_with_a_malformed_broker_exits_2_naming_the_accepted_forms(
-    broker_settings: Settings,
-) -> None:
-    env = {**os.environ, **broker_settings.to_env(), "BARCAST_BROKER": "kafka://127.0.0.1"}
-    done = subprocess.run(
+def worker_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A worker run with `env` that must stop on its own at start-up."""
+    return subprocess.run(
         [str(FAUST), "-A", "streams", "worker", "-l", "info"],
         cwd=REPO_ROOT,
         env=env,
@@ -137,6 +135,13 @@ def test_worker_with_a_malformed_broker_exits_2_naming_the_accepted_forms(
         timeout=60,
         check=False,
     )
+
+
+def test_worker_with_a_malformed_broker_exits_2_naming_the_accepted_forms(
+    broker_settings: Settings,
+) -> None:
+    env = {**os.environ, **broker_settings.to_env(), "BARCAST_BROKER": "kafka://127.0.0.1"}
+    done = worker_exit(env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "BARCAST_BROKER" in done.stderr and "kafka://host:port" in done.stderr
     assert "Traceback" not in done.stderr
@@ -150,15 +155,7 @@ def test_worker_with_an_out_of_range_setting_exits_2_on_one_line(
     tmp_path: Path, name: str, value: str
 ) -> None:
     env = {**os.environ, "BARCAST_WORK_DIR": str(tmp_path), name: value}
-    done = subprocess.run(
-        [str(FAUST), "-A", "streams", "worker", "-l", "info"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = worker_exit(env)
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"barcast worker: {name}=") and "is out of range; use" in line
