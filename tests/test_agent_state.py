@@ -42,10 +42,13 @@ class MemoryChangelogs:
 
     def __init__(self) -> None:
         self.partitions: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+        self.last_write: dict[tuple[str, int], int] = {}  # where the last write began
 
     async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
         for partition, run in records.items():
-            self.partitions.setdefault((topic, partition), []).extend(run)
+            log = self.partitions.setdefault((topic, partition), [])
+            self.last_write[(topic, partition)] = len(log)
+            log.extend(run)
 
     async def read(
         self, topic: str, partition: int, apply: Callable[[list[tuple[bytes, bytes]]], None]
@@ -53,6 +56,16 @@ class MemoryChangelogs:
         records = list(self.partitions.get((topic, partition), []))
         apply(records)
         return len(records)
+
+    def compact(self) -> None:
+        """The most the log cleaner may do: keep each key's last record of the segments before
+        the active one, which a write may have just rolled (the active one holds at least
+        the last write's records)."""
+        for where, run in self.partitions.items():
+            active = self.last_write[where]
+            last = {key: i for i, (key, _) in enumerate(run[:active])}
+            self.partitions[where] = [run[i] for i in sorted(last.values())] + run[active:]
+            self.last_write[where] = len(last)
 
 
 def counter_store(io: MemoryChangelogs) -> StateStore[list[int]]:
@@ -90,6 +103,33 @@ def test_a_restore_takes_each_key_as_of_the_boundary() -> None:
     a, b, c, a_later = asyncio.run(run())
     assert (a, b, c) == ([3], [2], [0])  # the incomplete flush left no trace
     assert a_later == [4]
+
+
+def test_a_worker_crashing_in_every_checkpoint_keeps_its_state_through_compaction() -> None:
+    io = MemoryChangelogs()
+
+    async def crash_in_checkpoint(n: int) -> None:
+        store = counter_store(io)
+        await store.restore(0, boundary=3)
+        store.write(b"a", 0, 3, [n])
+        await flush(store)  # its offsets are never committed
+        io.compact()
+
+    async def run() -> tuple[list[tuple[bytes, bytes]], list[int]]:
+        store = counter_store(io)
+        store.write(b"a", 0, 2, [1])
+        await flush(store)  # a checkpoint that completed: boundary 3
+        await counter_store(io).restore(0, boundary=3)
+        clean = list(io.partitions[("t-counts-changelog", 0)])  # nothing to write again
+        for n in (10, 20, 30):
+            await crash_in_checkpoint(n)
+        restored = counter_store(io)
+        await restored.restore(0, boundary=3)
+        return clean, restored.read(b"a")
+
+    clean, state = asyncio.run(run())
+    assert len(clean) == 1
+    assert state == [1]
 
 
 def test_keys_in_a_partition_are_the_stored_and_the_changed() -> None:

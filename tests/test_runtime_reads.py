@@ -1,7 +1,8 @@
 """The runtime's plain librdkafka reads (streams.runtime.kafka_io): a restore reads a changelog
-longer than one consume call a chunk at a time, keeping each key's latest state; a range ends
-where the log does even when its last offsets hold no record (commit markers, the log's end,
-retention), and what cannot be read fails as the cluster's (exit 69), never skipped."""
+longer than one consume call a chunk at a time, keeping each key's latest state, from a topic
+created compacted in small segments; a range ends where the log does even when its last offsets
+hold no record (commit markers, the log's end, retention), and what cannot be read fails as the
+cluster's (exit 69), never skipped."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 
-from streams.kafka import ensure_topics
+from streams.kafka import confluent_config, ensure_topics
 from streams.runtime import kafka_io
 from streams.runtime.kafka_io import (
+    COMPACTED,
     BatchProducer,
     KafkaChangelogs,
     committed_offset,
@@ -23,7 +26,7 @@ from streams.runtime.kafka_io import (
 from streams.runtime.policy import EXIT_BROKER_FAILED, exit_code
 from streams.runtime.records import Record
 from streams.runtime.stores import Changelog
-from streams.settings import Settings
+from streams.settings import REPO_ROOT, Settings
 
 CHUNK = 7  # records per consume call in these tests: a changelog of 100 takes 15
 
@@ -58,6 +61,31 @@ async def test_a_changelog_longer_than_a_chunk_restores_each_keys_latest_state(
     restored = Changelog(topic, KafkaChangelogs(broker_settings, BatchProducer(broker_settings)))
     await restored.restore(0, boundary)
     assert restored.entries == latest
+
+
+async def test_a_changelog_topic_is_created_compacted_in_small_segments(
+    broker_settings: Settings,
+) -> None:
+    topic = f"{broker_settings.topic_raw}-sizes-changelog"
+    producer = BatchProducer(broker_settings)
+    try:  # a restore creates its changelog too: the first thing a fresh worker does
+        await Changelog(topic, KafkaChangelogs(broker_settings, producer)).restore(0, 0)
+    finally:
+        await producer.stop()
+    admin = AdminClient(confluent_config(broker_settings))
+    (described,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    configs = {name: entry.value for name, entry in described.result(timeout=30).items()}
+    assert {name: configs.get(name) for name in COMPACTED} == COMPACTED
+    assert COMPACTED["cleanup.policy"] == "compact"
+    assert (
+        int(COMPACTED["segment.bytes"]) <= 64 * 2**20 and int(COMPACTED["segment.ms"]) <= 3600_000
+    )
+
+
+def test_the_runbook_alters_older_changelog_topics_to_the_segments_barcast_creates() -> None:
+    runbook = (REPO_ROOT / "deploy" / "RUNBOOK.md").read_text()
+    sizes = f"segment.bytes={COMPACTED['segment.bytes']},segment.ms={COMPACTED['segment.ms']}"
+    assert f"--add-config {sizes}" in runbook
 
 
 def test_a_range_ends_where_the_log_does_though_its_last_offsets_hold_no_record(

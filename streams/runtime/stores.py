@@ -1,9 +1,10 @@
 """Stores: the worker's state (corrections states, feature states, forecast windows) in memory,
 made durable in a changelog topic the runtime owns, not a Faust table (the contract:
 streams.runtime). The changelog partition is the source partition: a store is co-partitioned
-with its topic. A restore skips a record past its boundary without deleting it: the log cleaner
-never compacts a partition's active segment, and the next checkpoint rewrites every key such a
-record held."""
+with its topic. A restore skips a record past its boundary (written by a flush whose offsets were
+never committed) and writes the key's restored entry again: otherwise, once a segment roll let
+the log cleaner keep only each key's last record, a worker crashing in every checkpoint would
+lose the key's state to records it never restores."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ class ChangelogIO(Protocol):
         in another thread); how many."""
 
 
+def _entry_bytes(partition: int, offset: int, payload: bytes) -> bytes:
+    return _HEAD.pack(offset, partition) + payload
+
+
 class Changelog:
     """A store's encoded entries (key -> source partition, offset, bytes) and its topic."""
 
@@ -41,7 +46,8 @@ class Changelog:
 
     def put(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
         self.entries[key] = (partition, offset, payload)
-        self.unsent.setdefault(partition, []).append((key, _HEAD.pack(offset, partition) + payload))
+        record = (key, _entry_bytes(partition, offset, payload))
+        self.unsent.setdefault(partition, []).append(record)
 
     async def flush(self) -> None:
         unsent, self.unsent = self.unsent, {}
@@ -50,19 +56,24 @@ class Changelog:
 
     async def restore(self, partition: int, boundary: int) -> None:
         """The partition's entries written before source offset `boundary`, into a store
-        holding nothing of it (never seen, or forgotten since). Each key's latest such entry is
-        kept as the records are read, not the log: a compacted log holds many per key."""
+        holding nothing of it (never seen, or forgotten since): each key's entry of the highest
+        such offset, the later in the log on a tie, kept as the records are read (a compacted log
+        holds many per key). An entry that is not its key's last record is written again."""
         restored: dict[bytes, tuple[int, int, bytes]] = {}  # the reading thread's until read
         skipped = 0
+        buried: set[bytes] = set()  # keys whose last record in the log is not the restored one
 
         def apply(chunk: list[tuple[bytes, bytes]]) -> None:
             nonlocal skipped
             for key, value in chunk:
                 offset, source = _HEAD.unpack_from(value)
-                if offset < boundary:
+                skipped += offset >= boundary
+                prior = restored.get(key)
+                if offset < boundary and (prior is None or offset >= prior[1]):
                     restored[key] = (source, offset, value[_HEAD.size :])
+                    buried.discard(key)
                 else:
-                    skipped += 1
+                    buried.add(key)
 
         read = await self.io.read(self.topic, partition, apply)
         self.entries.update(restored)
@@ -72,6 +83,9 @@ class Changelog:
                 "offset %d on by a flush that never completed, whose inputs are replayed)",
                 self.topic, partition, read, skipped, boundary,
             )  # fmt: skip
+        again = [(key, _entry_bytes(*restored[key])) for key in sorted(buried) if key in restored]
+        if again:
+            await self.io.write(self.topic, {partition: again})
 
 
 class Store(ABC, Generic[S]):
