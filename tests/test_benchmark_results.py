@@ -85,3 +85,14 @@ def test_feature_rows_state_their_design() -> None:
     assert {"per_minute", "one_bar_per_call", "wide", "talipp"} <= set(report["rows"])
     assert all(row["design"] for row in report["rows"].values())
     assert report["wide_symbols"] >= 1000
+
+
+def test_the_readme_reference_calibration_table_shows_its_results_file() -> None:
+    reference = load("online_calibration")["ideal_reference"]["calibrations"]
+    labels = {"static": "no calibration", "product": "the product's tracking"}
+    readme = (REPO_ROOT / "README.md").read_text()
+    for name, c in reference.items():
+        low, high = 100 * c["rolling_min_median"], 100 * c["rolling_max_median"]
+        share, cost = 100 * c["rolling_within_80pm3_share"], 100 * c["pinball_cost"]
+        row = f"| {labels.get(name, name)} | {low:.1f}-{high:.1f} % | {share:.0f} % of seeds |"
+        assert f"{row} +{cost:.1f} % |" in readme, name
