@@ -20,6 +20,8 @@ from confluent_kafka import Consumer, TopicPartition
 from streams.corrections import CorrectionConfig, SymbolState, correct_history
 from streams.forecast.windows import SymbolWindow
 from streams.kafka import ensure_topics
+from streams.metrics import Metrics
+from streams.runtime.checkpoint import MARK, Checkpointer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
 from streams.runtime.records import Record
 from streams.runtime.stages.corrections import Corrections
@@ -130,6 +132,40 @@ def test_a_worker_crashing_in_every_checkpoint_keeps_its_state_through_compactio
     clean, state = asyncio.run(run())
     assert len(clean) == 1
     assert state == [1]
+
+
+class CountedReads(MemoryChangelogs):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read(
+        self, topic: str, partition: int, apply: Callable[[list[tuple[bytes, bytes]]], None]
+    ) -> int:
+        self.reads += 1
+        return await super().read(topic, partition, apply)
+
+
+def test_records_delivered_again_below_a_mark_restore_the_partition_once() -> None:
+    io = CountedReads()
+
+    async def run() -> list[int]:
+        runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, asyncio.sleep)
+        runtime.changelogs = io
+        checkpointer = Checkpointer(runtime, "bars.raw", [counter_store(io)])
+        checkpointer.marks.put(MARK + b"0", 0, 5, b"")  # a checkpoint ended at offset 5,
+        await checkpointer.marks.flush()  # then its commit never came
+        admitted: list[int] = []
+
+        async def stages(records: list[Record]) -> None:
+            admitted.extend(r.offset for r in records)
+
+        again = [Record("bars.raw", 0, offset, 0.0, b"k", b"v", []) for offset in range(7)]
+        await checkpointer.run(again, [], stages)
+        return admitted
+
+    assert asyncio.run(run()) == [5, 6]
+    assert io.reads == 2  # the marks' changelog and the one store's, once
 
 
 def test_keys_in_a_partition_are_the_stored_and_the_changed() -> None:

@@ -207,8 +207,8 @@ class Checkpointer:
         for record in records:
             partition, offset = record.partition, record.offset
             expected = self.next.get(partition)
-            if expected is None:
-                expected = await self._start(partition)
+            if expected is None:  # kept before a skip too: else the next record restores again
+                expected = self.next[partition] = await self._start(partition)
             if offset < expected:
                 continue  # delivered again: passed on already
             if offset > expected:
