@@ -95,9 +95,10 @@ def _register_evaluate(subparsers: argparse._SubParsersAction) -> None:  # type:
     evaluate.add_argument("--data", type=Path, nargs="+", required=True, metavar="PATH")
     evaluate.add_argument(
         "--split",
-        choices=("test", "calib", "val", "all"),
+        choices=("test", "val", "all"),  # model.evaluate.PARTS, without importing torch here
         default="test",
-        help="the checkpoint's test, calibration or validation period, or every window",
+        help="the checkpoint's test or validation period, or every window (a file the model "
+        "never saw; its first 20%% of bars calibrate the baselines)",
     )
     evaluate.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     evaluate.add_argument(

@@ -69,6 +69,8 @@ def evaluate(
     ends, fit_ends, calibration_source = evaluation_windows(
         panel, split, part, config.lookback, config.horizon
     )
+    if part == "all":
+        calibration_source |= trained_on_these(data_report["files"], meta.data.get("files", {}))
     # Where the TFT's scale chose its blend: the baseline's blend may be chosen there too.
     select_ends = (
         window_ends(panel, split, Part.VAL, config.lookback, config.horizon)
@@ -202,6 +204,18 @@ def evaluation_windows(
             "or --split all"
         )
     return ends, fit_ends, source
+
+
+def trained_on_these(files: dict[str, str], trained: dict[str, str]) -> dict[str, str]:
+    """An `in_sample` warning where a file to score (path -> sha256) trained the checkpoint."""
+    seen = sorted(path for path, digest in files.items() if digest in set(trained.values()))
+    if not seen:
+        return {}
+    return {
+        "in_sample": f"{', '.join(seen)} trained this checkpoint: --split all scores its "
+        "training, validation and calibration windows too, not an out-of-sample score; "
+        "--split test scores the windows it never saw"
+    }
 
 
 def run_engine(

@@ -10,7 +10,8 @@ import pytest
 
 from model.bars import load_bars
 from model.dataset import Part, Split, build_panel, window_ends
-from model.evaluate import evaluate, run_engine
+from model.evaluate import PARTS, evaluate, run_engine, trained_on_these
+from streams.cli import build_parser
 from streams.corrections import bars_from_frame
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import clean_history, forecast_history, window_requests
@@ -73,4 +74,20 @@ def test_split_all_scores_a_short_file_and_says_what_it_left_out(
     assert report["n_windows"] > 200
     assert left_out["rolling_quantiles: too little history"] > 0
     assert report["calibration"]["n_windows"] > 20
+    assert "in_sample" not in report["calibration"]
     assert np.isfinite(report["comparison"]["relative_gain"])
+
+
+def test_split_all_on_a_file_that_trained_the_checkpoint_says_it_is_in_sample() -> None:
+    files = {"jan.csv": "aa", "feb.csv": "bb"}
+    (warning,) = trained_on_these(files, {"/data/copy-of-jan.csv": "aa"}).values()
+    assert warning.startswith("jan.csv trained this checkpoint") and "feb.csv" not in warning
+    assert trained_on_these(files, {"/data/mar.csv": "cc"}) == {}
+
+
+def test_the_command_line_offers_exactly_the_splits_evaluate_takes() -> None:
+    parser = build_parser()
+    command = ["evaluate", "--checkpoint", "model", "--data", "bars.csv", "--split"]
+    assert [parser.parse_args([*command, part]).split for part in PARTS] == list(PARTS)
+    with pytest.raises(SystemExit):
+        parser.parse_args([*command, "calib"])  # the baselines calibrate on it: nothing to score
