@@ -27,8 +27,11 @@ def block_bootstrap(
     rng = np.random.default_rng(seed)
     k = -(-n // block)
     starts = rng.integers(0, n - block + 1, size=(replicates, k))
-    index = (starts[:, :, None] + np.arange(block)).reshape(replicates, -1)[:, :n]
-    means = diff[index].mean(axis=1)
+    # Block sums from prefix sums: memory replicates x k, not replicates x n.
+    prefix = np.concatenate([[0.0], np.cumsum(diff, dtype=np.float64)])
+    lengths = np.full(k, block)
+    lengths[-1] = n - (k - 1) * block  # the last block is cut where n windows are reached
+    means = (prefix[starts + lengths] - prefix[starts]).sum(axis=1) / n
     lo, hi = np.quantile(means, [0.025, 0.975])
     return {
         "mean": float(diff.mean()),

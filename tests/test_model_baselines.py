@@ -197,6 +197,17 @@ def test_block_bootstrap_sees_a_real_difference_and_not_a_spurious_one() -> None
     assert not null["excludes_zero"] and null["ci95"][0] < 0 < null["ci95"][1]
 
 
+def test_block_bootstrap_resamples_whole_blocks_cut_at_n() -> None:
+    """Its interval is that of the replicates written out: k blocks drawn from the same
+    generator, joined, cut to n windows, averaged."""
+    diff = np.random.default_rng(4).normal(0.001, 0.01, 23)
+    block, replicates = 5, 300
+    starts = np.random.default_rng(0).integers(0, 23 - block + 1, size=(replicates, 5))
+    means = [np.concatenate([diff[s : s + block] for s in row])[:23].mean() for row in starts]
+    result = block_bootstrap(diff, block=block, replicates=replicates, seed=0)
+    assert np.allclose(result["ci95"], np.quantile(means, [0.025, 0.975]), rtol=0, atol=1e-15)
+
+
 def scaled_panel(days: int, seed: int, daily: bool) -> Panel:
     """`intraday_panel`'s returns with the volatility scale's input columns."""
     bare, _ = intraday_panel(days, seed, daily)
