@@ -45,38 +45,57 @@ def baseline_forecasts(
             scale_alone(panel, rows[:n_used], meta), quantiles
         ),
     }
-    candidates: dict[str, list[tuple[dict[str, float], np.ndarray]]] = {}
-    likelihood: list[tuple[float, dict[str, float], np.ndarray]] = []
+    best = Calibrated(panel.targets[fit_ends], quantiles)
+    for name, q in raw.items():
+        best.offer(name, {}, q)
+    likeliest: tuple[float, dict[str, float], np.ndarray] | None = None
     for choice, all_sigma in volatility_candidates(panel, rows, meta.volatility.profile):
         sigma, selecting = all_sigma[:n_used], all_sigma[n_used:]
         if not np.isfinite(sigma[:n_fit]).all():
             continue  # candidates compete on the same calibration windows, or not at all
         family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
-        shapes = {
-            "gaussian": baselines.gaussian(sigma, quantiles),
-            "empirical": baselines.standardized_residuals(
+        gaussian = baselines.gaussian(sigma, quantiles)
+        best.offer(f"{family}_gaussian", choice, gaussian)
+        best.offer(
+            f"{family}_empirical",
+            choice,
+            baselines.standardized_residuals(
                 sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
             ),
-        }
-        for shape, q in shapes.items():
-            candidates.setdefault(f"{family}_{shape}", []).append((choice, q))
+        )
         if family == "tod_ewma" and len(select_ends) and np.isfinite(selecting).all():
             misfit = gaussian_misfit(selecting, panel.targets[select_ends])
-            likelihood.append((misfit, choice, shapes["gaussian"]))
-    if likelihood:
-        _, choice, q = min(likelihood, key=lambda item: item[0])
-        candidates["tod_ewma_gaussian_likelihood"] = [(choice, q)]
-    y_fit = panel.targets[fit_ends]
-    out, fitted = {}, {}
-    for name, options in ({k: [({}, q)] for k, q in raw.items()} | candidates).items():
-        scored = []
-        for choice, q in options:
-            scale, fit_loss = calibrate(q[:n_fit], y_fit, quantiles)
-            scored.append((fit_loss, choice, scale, q[n_fit:]))
-        fit_loss, choice, scale, q = min(scored, key=lambda item: item[0])
-        out[name] = apply_interval_scale(q, scale, quantiles.index(0.5))
-        fitted[name] = {"interval_scale": scale.tolist(), "calibration_pinball": fit_loss} | choice
-    return out, fitted
+            if likeliest is None or misfit < likeliest[0]:
+                likeliest = (misfit, choice, gaussian)
+    if likeliest is not None:
+        best.offer("tod_ewma_gaussian_likelihood", likeliest[1], likeliest[2])
+    return best.results(quantiles.index(0.5))
+
+
+class Calibrated:
+    """Each baseline's best candidate so far by calibrated pinball on the calibration windows
+    (the first of equals), calibrated as it is offered: only the best is kept in memory."""
+
+    def __init__(self, y_fit: np.ndarray, quantiles: tuple[float, ...]) -> None:
+        self.y_fit, self.quantiles = y_fit, quantiles
+        self.best: dict[str, tuple[float, dict[str, float], np.ndarray, np.ndarray]] = {}
+
+    def offer(self, name: str, choice: dict[str, float], q: np.ndarray) -> None:
+        """`q`: the candidate's quantiles on the calibration windows, then the scored ones."""
+        n_fit = len(self.y_fit)
+        scale, fit_loss = calibrate(q[:n_fit], self.y_fit, self.quantiles)
+        if name not in self.best or fit_loss < self.best[name][0]:
+            self.best[name] = (fit_loss, choice, scale, q[n_fit:])
+
+    def results(self, median: int) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+        out, fitted = {}, {}
+        for name, (fit_loss, choice, scale, q) in self.best.items():
+            out[name] = apply_interval_scale(q, scale, median)
+            fitted[name] = {
+                "interval_scale": scale.tolist(),
+                "calibration_pinball": fit_loss,
+            } | choice
+        return out, fitted
 
 
 def scale_alone(panel: Panel, ends: np.ndarray, meta: CheckpointMeta) -> np.ndarray:
