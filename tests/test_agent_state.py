@@ -330,3 +330,25 @@ def test_a_stored_window_of_another_feature_set_starts_empty_and_is_stored_anew(
     emptied, (count, values) = asyncio.run(run())
     assert emptied == 0 and count == 2
     assert np.array_equal(values[:count, 0], [6.0, 7.0])  # the rest of the ring is unused
+
+
+def test_a_stored_window_of_another_lookback_starts_empty() -> None:
+    """A checkpoint trained with another --lookback, served after a restart: the stored rows
+    sit in other slots (a shorter window would load stale rows, a longer one find none)."""
+    io = MemoryChangelogs()
+
+    async def restored_count(lookback: int) -> int:
+        again = WindowStore(Changelog("t-windows-changelog", io), lookback, 3, "f")
+        await again.restore(0, boundary=100)
+        return again.read(b"s").count
+
+    async def run() -> list[int]:
+        store = WindowStore(Changelog("t-windows-changelog", io), 4, 3, "f")
+        window = store.read(b"s")
+        for offset in range(10):
+            window.append(offset, 1.0, False, True, np.full(3, float(offset)))
+            store.write(b"s", 0, offset, window)
+        await flush(store)
+        return [await restored_count(lookback) for lookback in (3, 6, 4)]
+
+    assert asyncio.run(run()) == [0, 0, 10]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.forecast.windows import SymbolWindow
+from streams.forecast.windows import SymbolWindow, meta_layout
 
 LOOKBACK, FEATURES = 5, 3
 
@@ -43,3 +43,13 @@ def test_a_window_rebuilt_from_its_stored_rows_is_identical() -> None:
     for name in ("ts_event", "close", "synthetic", "warm"):
         assert np.array_equal(getattr(rebuilt, name), getattr(window, name)), name
     assert rebuilt.count == window.count and rebuilt.all_warm == window.all_warm
+
+
+def test_a_window_meta_says_its_feature_set_and_lookback_and_reads_older_metas() -> None:
+    window = filled(LOOKBACK + 1)
+    assert meta_layout(window.meta_bytes("f")) == ("f", LOOKBACK)
+    older = window.meta_bytes("f").rsplit(b"\x00", 1)[0]  # as stored before windows said
+    assert meta_layout(older) == ("f", None)
+    rebuilt = SymbolWindow(LOOKBACK, FEATURES)
+    rebuilt.load_meta(older)
+    assert rebuilt.count == LOOKBACK + 1

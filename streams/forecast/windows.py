@@ -1,8 +1,9 @@
 """Per-symbol sliding windows of feature rows, stored slot by slot so a restart rebuilds them.
 
 In memory a window is a ring of `lookback` slots. In its store (streams.runtime.stores) each
-slot has a key of its own (symbol, slot) and one meta record holds the row count and the feature
-set's fingerprint (a window of another feature set is not restored: its rows would mix): a new bar
+slot has a key of its own (symbol, slot) and one meta record holds the row count, the feature
+set's fingerprint and the lookback (a window of another feature set or lookback is not restored:
+its rows would mix, or sit in other slots): a new bar
 writes one slot (~1.8 kB) instead of the whole window (~108 kB). A flush that never committed is
 not restored at all, so a restarted worker's first forecast sees exactly the window an
 uninterrupted worker would.
@@ -77,8 +78,8 @@ class SymbolWindow:
         self.values[slot] = np.frombuffer(data, dtype="<f8", offset=_SLOT_HEAD.size)
 
     def meta_bytes(self, fingerprint: str) -> bytes:
-        """The row count, and the feature set (`fingerprint`) the rows are of."""
-        return _META.pack(self.count) + fingerprint.encode()
+        """The row count, the feature set (`fingerprint`) the rows are of, and the lookback."""
+        return _META.pack(self.count) + f"{fingerprint}\x00{self.lookback}".encode()
 
     def load_meta(self, data: bytes) -> None:
         (self.count,) = _META.unpack_from(data)
@@ -91,9 +92,11 @@ class SymbolWindow:
         return (row - 1) % self.lookback
 
 
-def meta_fingerprint(data: bytes) -> str:
-    """The feature set a stored window's rows are of ("" if stored before windows said)."""
-    return data[_META.size :].decode()
+def meta_layout(data: bytes) -> tuple[str, int | None]:
+    """The feature set a stored window's rows are of ("" if stored before windows said), and its
+    lookback (None if stored before windows said)."""
+    fingerprint, said, lookback = data[_META.size :].decode().partition("\x00")
+    return fingerprint, int(lookback) if said else None
 
 
 def slot_key(symbol: bytes, slot: int) -> bytes:

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from streams.forecast.windows import SymbolWindow, meta_fingerprint, meta_key, slot_key
+from streams.forecast.windows import SymbolWindow, meta_key, meta_layout, slot_key
 
 log = logging.getLogger("barcast.runtime")
 
@@ -153,7 +153,8 @@ class WindowStore(Store[SymbolWindow]):
     """Per-symbol forecast windows, stored slot by slot: a new bar writes its slot and the
     window's row count, not the whole window. A stored window of a feature set other than
     `fingerprint` (written before an upgrade changed the features) starts empty instead: its
-    rows and the new ones would mix in one forecast's input."""
+    rows and the new ones would mix in one forecast's input. So does one of another lookback (a
+    checkpoint trained with another `--lookback`): its rows sit in other slots."""
 
     def __init__(
         self, changelog: Changelog, lookback: int, n_features: int, fingerprint: str
@@ -169,7 +170,7 @@ class WindowStore(Store[SymbolWindow]):
             window = self.states[key] = SymbolWindow(self.lookback, self.n_features)
             entries = self.changelog.entries
             meta = entries.get(meta_key(key))
-            if meta is not None and self._of_this_feature_set(key, meta[2]):
+            if meta is not None and self._of_this_layout(key, meta[2]):
                 window.load_meta(meta[2])
                 for row in window.rows():
                     slot = window.slot_of(row)
@@ -177,15 +178,23 @@ class WindowStore(Store[SymbolWindow]):
             self.flushed[key] = window.count
         return window
 
-    def _of_this_feature_set(self, key: bytes, meta: bytes) -> bool:
-        stored = meta_fingerprint(meta)
-        if stored != self.fingerprint:
+    def _of_this_layout(self, key: bytes, meta: bytes) -> bool:
+        fingerprint, lookback = meta_layout(meta)
+        if fingerprint != self.fingerprint:
             log.warning(
                 "the stored forecast window of %r holds rows of feature set %s, this worker's "
                 "is %s: it starts empty, and the symbol is forecast again once %d new rows "
-                "fill it", key, stored or "(unrecorded)", self.fingerprint, self.lookback,
+                "fill it", key, fingerprint or "(unrecorded)", self.fingerprint, self.lookback,
             )  # fmt: skip
-        return stored == self.fingerprint
+            return False
+        if lookback not in (None, self.lookback):  # None: stored before windows said
+            log.warning(
+                "the stored forecast window of %r holds %d rows, this worker's model looks back "
+                "%d: it starts empty, and the symbol is forecast again once %d new rows fill it",
+                key, lookback, self.lookback, self.lookback,
+            )  # fmt: skip
+            return False
+        return True
 
     def forget(self) -> None:
         super().forget()
