@@ -61,8 +61,8 @@ BAR = {
 LIMIT = 100_000
 
 
-def run(value: bytes, key_bytes: int = 4) -> tuple[Status, object, list[dict]]:
-    step = correct(value, SymbolState(), CorrectionConfig(), CorrectionStats(), key_bytes=key_bytes)
+def run(value: bytes, key: bytes = b"6EH4") -> tuple[Status, object, list[dict]]:
+    step = correct(value, SymbolState(), CorrectionConfig(), CorrectionStats(), key=key)
     (outcome,) = step.outcomes
     return outcome.status, outcome.reason, step.clean
 
@@ -79,8 +79,18 @@ def test_a_bar_larger_than_the_limit_is_rejected_oversized_before_it_is_parsed()
     big = orjson.dumps({**BAR, "note": "x" * limit})
     assert run(big)[:2] == (Status.REJECTED, Rejected.OVERSIZED)
     small = orjson.dumps(BAR)
-    assert run(small, key_bytes=limit - len(small) + 1)[:2] == (Status.REJECTED, Rejected.OVERSIZED)
-    assert run(small, key_bytes=limit - len(small))[0] is Status.CLEAN
+    long_key = b"k" * (limit - len(small))
+    assert run(small, key=long_key + b"k")[:2] == (Status.REJECTED, Rejected.OVERSIZED)
+    assert (
+        run(small, key=long_key)[1] is Rejected.MALFORMED
+    )  # within the size: only its key is wrong
+
+
+def test_a_bar_keyed_other_than_by_its_symbol_is_malformed() -> None:
+    status, reason, _ = run(orjson.dumps(BAR), key=b"6EM4")
+    assert (status, reason) == (Status.REJECTED, Rejected.MALFORMED)
+    assert run(orjson.dumps(BAR), key=b"")[1] is Rejected.MALFORMED
+    assert run(orjson.dumps(BAR))[0] is Status.CLEAN
 
 
 @pytest.mark.parametrize("field", ["symbol", "source"])
@@ -211,8 +221,9 @@ def test_a_record_that_is_no_feature_row_raises_value_error_saying_why(
     record = orjson.loads(feature_message({**BAR, "status": "clean"}, values, warm=True))
     with pytest.raises(ValueError, match=why):
         feature_row(features_event(change(record)))  # type: ignore[operator]
-    with pytest.raises(ValueError, match="keyed"):
-        feature_row(features_event(orjson.dumps(record), key=None))
+    for key in (None, b"6EM4"):  # a row must land in its own symbol's window
+        with pytest.raises(ValueError, match="keyed"):
+            feature_row(features_event(orjson.dumps(record), key=key))
 
 
 def test_a_feature_row_of_another_feature_set_is_a_dead_letter_naming_both_fingerprints() -> None:

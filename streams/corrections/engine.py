@@ -32,7 +32,7 @@ def correct(
     *,
     ref: Any = None,
     now_ns: int | None = None,
-    key_bytes: int = 0,
+    key: bytes | None = None,
 ) -> Step:
     """Run every rule on one `bars.raw` message (orjson bytes or a decoded dict).
 
@@ -41,16 +41,19 @@ def correct(
     input's outcome, unless it is held as a spike candidate (then a later `correct` or `flush`
     on the same state releases it), plus the outcome of a previously held bar this one resolved.
     `ref` (JSON-serializable, e.g. [topic, partition, offset]) comes back on the outcome;
-    `now_ns` (wall clock) enables the far-future timestamp check; `key_bytes` (the message
-    key's length) counts toward `config.max_bar_bytes`.
+    `now_ns` (wall clock) enables the far-future timestamp check; `key` (the message's Kafka
+    key) counts toward `config.max_bar_bytes` and must be the bar's symbol: the topics are keyed
+    by symbol, which keeps each symbol's bars on one partition, in order.
     """
     step = Step()
-    too_large = oversized(value, key_bytes, config)
+    too_large = oversized(value, len(key or b""), config)
     if too_large is not None:
         _reject(step, stats, value, ref, Reason.OVERSIZED, too_large)
         return step
     data = decode(value)
     bar = data if isinstance(data, str) else validate(data, value, config, now_ns)
+    if not isinstance(bar, str) and key is not None and key != bar.symbol.encode():
+        bar = f"keyed {key!r}, but its symbol is {bar.symbol!r}: key bars.raw records by symbol"
     if isinstance(bar, str):
         _reject(step, stats, value, ref, Reason.MALFORMED, bar)
     else:

@@ -50,9 +50,14 @@ class Corrections:
     def _bar(self, record: Record, out: Cleaned) -> None:
         key, source = record.key or b"", (record.topic, record.partition, record.offset)
         state = self.store.read(key)
-        now, n = out.now_ns, len(key)
         step = rules.correct(
-            record.value, state, self.config, self.stats, ref=list(source), now_ns=now, key_bytes=n
+            record.value,
+            state,
+            self.config,
+            self.stats,
+            ref=list(source),
+            now_ns=out.now_ns,
+            key=key,
         )
         self.store.write(key, record.partition, record.offset, state)
         self._emit(key, step, source, out)

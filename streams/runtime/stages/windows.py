@@ -19,9 +19,12 @@ from streams.schema import decode_feature_values, decode_features, decode_receiv
 def feature_row(record: Record) -> FeatureRow:
     """A `features` record as a row; ValueError saying what is wrong if it is not one, Refused
     if it is one of another feature set."""
-    if not record.key:
-        raise ValueError("a features record is keyed by its symbol")
     value = decode_features(record.value)
+    if record.key != value["symbol"].encode():  # the window is the key's, the cache the symbol's
+        raise ValueError(
+            f"keyed {record.key!r}, but its symbol is {value['symbol']!r}: a features record is "
+            "keyed by its symbol"
+        )
     if value["fingerprint"] != FINGERPRINT:  # a served checkpoint's is this one, too
         raise Refused(
             Reason.FINGERPRINT_MISMATCH,
