@@ -144,16 +144,11 @@ def unusable(directory: Path) -> str | None:
 
 def replay(settings: Settings) -> str:
     from streams.ingest.convert import sixe_dbn
-    from streams.ingest.producer import BarProducer
     from streams.ingest.replay import Replay, ReplayOptions
 
     files = (sixe_dbn(settings), *sorted((settings.data_dir / "dbn").glob("*ohlcv-1m.dbn.zst")))
     print(f"[demo] replaying {', '.join(f.name for f in files)}", flush=True)
     summary = Replay(settings, ReplayOptions(files=files, topic=settings.topic_raw)).run()
-    # The end of the data completes the last minute: flush held bars and the last batch.
-    producer = BarProducer(settings, settings.topic_raw)
-    producer.send_control(int(time.time_ns()))
-    producer.flush()
     return f"{summary.produced} bars from {len(files)} files in {summary.seconds:.1f}s"
 
 

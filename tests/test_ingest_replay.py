@@ -97,7 +97,13 @@ def test_replaying_every_shared_file_sends_each_bar_once_bit_identical(
         if "open" in frame:
             for row in frame.reset_index().itertuples():
                 expected[(row.symbol, row.ts_event)] = (row, f"replay:{path.name}")
-    messages = read_all(broker_settings.broker, broker_settings.topic_raw)  # replay flushed
+    everything = read_all(broker_settings.broker, broker_settings.topic_raw)  # replay flushed
+    messages = [m for m in everything if m.key != schema.CONTROL_KEY]
+    controls = [m for m in everything if m.key == schema.CONTROL_KEY]
+    last = {m.partition: m for m in everything}  # each partition's last record: the end's control
+    assert sorted(m.partition for m in controls) == list(range(broker_settings.partitions))
+    assert all(last[m.partition] is m for m in controls)
+    assert {orjson.loads(m.value)["control"] for m in controls} == {"end_of_interval"}
 
     assert len(messages) == len(expected) == 84
     seen = Counter((orjson.loads(m.value)["symbol"], orjson.loads(m.value)["ts_event"])
@@ -142,7 +148,7 @@ def test_truncated_file_produces_the_readable_part_and_says_where_it_stopped(
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{cut}: truncated record" in err and f"byte {offset}" in err
     assert summary["read"] == summary["produced"] == 9 and summary["error"] in err
-    assert len(read_all(broker_settings.broker, broker_settings.topic_raw)) == 9
+    assert len(read_all(broker_settings.broker, broker_settings.topic_raw)) == 9  # no end control
 
 
 def write_mbo(path: Path) -> Path:

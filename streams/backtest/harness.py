@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,7 +91,6 @@ def broker(settings: Settings, work: Path) -> Iterator[Settings]:
 
 
 def replay_and_collect(settings: Settings, files: tuple[Path, ...], lookback: int) -> Collected:
-    from streams.ingest.producer import BarProducer
     from streams.ingest.replay import Replay, ReplayOptions
 
     worker = WorkerProcess(settings, name="backtest-worker")
@@ -102,10 +100,6 @@ def replay_and_collect(settings: Settings, files: tuple[Path, ...], lookback: in
         summary = Replay(settings, options, progress=sys.stderr).run()  # a bar on a terminal
         if summary.error:
             raise RuntimeError(f"replay failed: {summary.error}")
-        # The end of the data completes the last minute: the worker flushes what it holds.
-        producer = BarProducer(settings, settings.topic_raw)
-        producer.send_control(time.time_ns())
-        producer.flush()
         print(f"[backtest] replayed {summary.produced:,} bars from {len(files)} files", flush=True)
 
         def check_worker() -> None:
