@@ -14,11 +14,12 @@ import databento
 import databento_dbn
 import orjson
 import pytest
+from databento_dbn import UNDEF_TIMESTAMP, SType
 
 from streams import schema
 from streams.ingest import live_cli
 from streams.ingest.errors import ExitCode
-from streams.ingest.live import LiveIngest, LiveOptions, LiveStats, RecentKeys
+from streams.ingest.live import LiveIngest, LiveOptions, LiveStats, RecentKeys, interval_start
 from streams.ingest.producer import BarProducer
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
@@ -44,6 +45,14 @@ def test_recent_keys_forget_beyond_the_window() -> None:
     assert keys.add((33, 1, 1200))  # moves the horizon to 1100
     assert keys.add((33, 2, 1000)), "outside the window, no longer remembered"
     assert keys.newest == 1200
+
+
+def test_a_resubscription_before_any_bar_starts_where_the_bar_under_way_began() -> None:
+    connected = 1_716_999_960 * 10**9 + 30 * 10**9 + 5  # 30 s and 5 ns into a minute
+    assert interval_start(connected, "ohlcv-1m") == connected - 30 * 10**9 - 5
+    assert interval_start(connected, "ohlcv-1s") == connected - 5
+    assert interval_start(connected, "ohlcv-1d") % (86_400 * 10**9) == 0
+    assert 0 <= connected - interval_start(connected, "ohlcv-1h") < 3600 * 10**9
 
 
 def file_rows(path: Path) -> dict[tuple[str, int], Any]:
@@ -215,3 +224,22 @@ def test_instrument_definitions_name_live_bars(dbn_files: list[Path]) -> None:
     assert sink.dead_letters == ["unmapped_symbol"]
     assert [orjson.loads(v)["symbol"] for v in sink.bars] == ["ESM3"]
     assert ingest.stats.mappings == 2 and ingest.stats.unmapped == 1
+
+
+@pytest.mark.parametrize("keep_spreads", [False, True])
+def test_calendar_spreads_of_a_parent_subscription_are_skipped_and_counted_as_replay_does(
+    keep_spreads: bool,
+) -> None:
+    sink = Recorded()
+    options = LiveOptions("GLBX.MDP3", "ohlcv-1m", "parent", ("ES.FUT",), keep_spreads=keep_spreads)
+    ingest = LiveIngest(options, KEY, sink)  # type: ignore[arg-type]
+    ts, symbols = 28_000_000 * 60 * 10**9, {95414: "ESU4", 95415: "ESU4-ESZ4"}
+    for iid, symbol in symbols.items():
+        ingest._handle(databento_dbn.SymbolMappingMsg(
+            1, iid, ts, SType.PARENT, "ES.FUT", SType.RAW_SYMBOL, symbol, ts, UNDEF_TIMESTAMP
+        ))  # fmt: skip
+    for iid in symbols:
+        ingest._handle(databento_dbn.OHLCVMsg(33, 1, iid, ts, 4, 5, 3, 4, 7))
+    sent = [orjson.loads(v)["symbol"] for v in sink.bars]
+    assert sent == (["ESU4", "ESU4-ESZ4"] if keep_spreads else ["ESU4"])
+    assert (ingest.stats.bars, ingest.stats.spreads) == ((2, 0) if keep_spreads else (1, 1))

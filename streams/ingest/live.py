@@ -9,7 +9,8 @@ of two instruments stamped the same minute, the connection may have dropped betw
 Symbols are resolved as replay resolves them, by one `SymbolBook`: from the session's metadata
 mappings (a gateway replaying a historical file sends only those), instrument definitions and
 SymbolMappingMsg records. A bar whose instrument none of them names goes to the dead-letter
-topic with the reason `unmapped_symbol`, never only into a count.
+topic with the reason `unmapped_symbol`, never only into a count. Calendar spreads, which a
+parent subscription includes, are skipped and counted unless `keep_spreads`, as replay does.
 
 END_OF_INTERVAL system messages become one control record per partition, forwarded once per
 interval even when a replay repeats them.
@@ -33,7 +34,7 @@ from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_DTYPE
 from streams.ingest.errors import AuthFailed, GatewayUnavailable
 from streams.ingest.producer import BarProducer
-from streams.ingest.symbols import SymbolBook
+from streams.ingest.symbols import SymbolBook, SymbolFilter, Verdict
 
 log = logging.getLogger("barcast.live")
 
@@ -46,6 +47,15 @@ FATAL_ERROR_CODES = frozenset(
 # databento raises these for transport problems; any other failure to subscribe is the gateway
 # refusing the session (bad key, no entitlement), which retrying cannot fix.
 TRANSIENT_PREFIXES = ("Connection to", "Authentication with")
+INTERVAL_NS = {"ohlcv-1s": 10**9, "ohlcv-1m": 60 * 10**9, "ohlcv-1h": 3600 * 10**9}
+DAY_NS = 86_400 * 10**9  # ohlcv-1d and ohlcv-eod
+EVERY_SYMBOL = SymbolFilter()  # the subscription chose the symbols
+
+
+def interval_start(ts_ns: int, schema: str) -> int:
+    """The start of the bar interval `ts_ns` falls in: a bar is stamped there and sent at its
+    end, so a resubscription from a first connection's start replays the bar under way then."""
+    return ts_ns - ts_ns % INTERVAL_NS.get(schema, DAY_NS)
 
 
 def redact(text: str, key: str) -> str:
@@ -65,6 +75,7 @@ class LiveOptions:
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
     max_retries: int | None = None  # None: retry forever
+    keep_spreads: bool = False
 
 
 @dataclass
@@ -72,6 +83,7 @@ class LiveStats:
     bars: int = 0
     duplicates: int = 0
     unmapped: int = 0  # bars sent to the dead-letter topic
+    spreads: int = 0  # calendar spread bars skipped
     controls: int = 0
     heartbeats: int = 0
     system: int = 0
@@ -198,7 +210,7 @@ class LiveIngest:
                 f"set DATABENTO_API_KEY to the key from your Databento portal"
             ) from None
         if self._first_connect_ns is None:
-            self._first_connect_ns = time.time_ns()
+            self._first_connect_ns = interval_start(time.time_ns(), opts.schema)
         self._fatal = None
         self._metadata_read = False
         # A callback (run on the client's event loop) sees every record from the first byte;
@@ -292,8 +304,11 @@ class LiveIngest:
             return
         bars = np.frombuffer(bytes(record), dtype=OHLCV_DTYPE)
         index = self._book.resolve(bars["instrument_id"], bars["ts_event"])
+        verdicts = self._book.verdicts(EVERY_SYMBOL, self.options.keep_spreads)
         if index[0] < 0:
             self._dead_letter(bars[0])
+        elif verdicts[index[0]] == Verdict.SPREAD:
+            self.stats.spreads += 1
         else:
             values, keys, timestamps = encode_bars(bars, index, self._book, self._source)
             self._sink.send_bars(values, keys, timestamps)

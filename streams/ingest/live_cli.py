@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--heartbeat-s", type=int, default=30, help="gateway heartbeat interval (default: 30)"
     )
     parser.add_argument(
+        "--keep-spreads",
+        action="store_true",
+        help="forward calendar spreads (a parent subscription includes them; skipped, counted)",
+    )
+    parser.add_argument(
         "--max-retries",
         type=int,
         default=None,
@@ -92,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         heartbeat_interval_s=args.heartbeat_s,
         max_retries=args.max_retries,
+        keep_spreads=args.keep_spreads,
     )
     ingest: LiveIngest | None = None
     sink: BarProducer | None = None
