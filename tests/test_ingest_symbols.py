@@ -102,6 +102,22 @@ def test_metadata_mappings_resolve_by_date() -> None:
     assert names == ["ESH4", "ESM4", "NQH4", None]
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_files_reusing_an_instrument_id_on_other_dates_each_keep_their_symbol(
+    reverse: bool,
+) -> None:
+    files = [
+        metadata({"ESH3": [(date(2022, 12, 28), date(2022, 12, 29), "5")]}),
+        metadata({"ESM4": [(date(2024, 1, 1), date(2024, 1, 2), "5")]}),
+    ]
+    book = SymbolBook()
+    for file in reversed(files) if reverse else files:
+        book.add_metadata(file)
+    dec28 = JAN1 - (365 + 4) * DAY  # 2022-12-28
+    index = book.resolve(np.array([5, 5], np.uint32), np.array([dec28, JAN1], np.uint64))
+    assert [book.symbols[i] for i in index] == ["ESH3", "ESM4"]
+
+
 def test_stream_mappings_override_metadata() -> None:
     book = SymbolBook()
     book.add_metadata(metadata({"ESH4": [(date(2024, 1, 1), date(2024, 1, 4), "5")]}))

@@ -125,8 +125,10 @@ class SymbolBook:
         self.definitions: dict[str, Definition] = {}
         self._index: dict[str, int] = {}
         self._static: dict[int, int] = {}
-        # Metadata can map one instrument_id to different symbols on different days.
+        # Metadata can map one instrument_id to different symbols on different days, within a
+        # file or across files (ids are reused): every file's ranges are kept.
         self._dated: dict[int, list[tuple[int, int, int]]] = {}
+        self._named: set[int] = set()  # by a SymbolMappingMsg or definition: over metadata
         self._tables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._verdicts: dict[tuple[int, int, bool], np.ndarray] = {}
 
@@ -142,6 +144,7 @@ class SymbolBook:
         if symbol:
             self._static[instrument_id] = self.index_of(symbol)
             self._dated.pop(instrument_id, None)
+            self._named.add(instrument_id)
 
     def add_metadata(self, metadata: databento_dbn.Metadata) -> bool:
         """Take the raw symbols of the metadata's mappings; False when it has none (e.g. a
@@ -173,12 +176,14 @@ class SymbolBook:
                 )
             )
         for instrument_id, ranges in spans.items():
-            if instrument_id in self._static and instrument_id not in self._dated:
-                continue  # a stream message already named it
-            if len({index for _, _, index in ranges}) == 1:
-                self._static[instrument_id] = ranges[0][2]
+            if instrument_id in self._named:
+                continue
+            merged = self._dated.setdefault(instrument_id, [])
+            merged += ranges
+            if len({index for _, _, index in merged}) == 1:  # one symbol on every date
+                self._static[instrument_id] = merged[0][2]
             else:
-                self._dated[instrument_id] = ranges
+                self._static.pop(instrument_id, None)
         return bool(pairs)
 
     def add_record(self, record: Any) -> bool:
