@@ -158,3 +158,21 @@ def test_a_checkpoint_for_another_feature_set_is_refused(tmp_path: Path) -> None
     make_checkpoint(tmp_path / "old", fingerprint="0" * 16)
     with pytest.raises(CheckpointError, match="feature set 0000000000000000"):
         ForecastEngine(tmp_path / "old")
+
+
+@pytest.mark.parametrize("count", [180, 230])  # behind and ahead of the cached window's 200
+def test_a_window_that_restarted_over_other_bars_is_not_served_from_the_cache(
+    tmp_path: Path, feature_rows, count: int
+) -> None:
+    """A window stored by another feature set restarts empty, and its rows are numbered anew
+    over other bars: a cache of the rows once numbered so would mix another timeline in."""
+    make_checkpoint(tmp_path / "a")
+    engine, full = ForecastEngine(tmp_path / "a"), ForecastEngine(tmp_path / "a")
+    replay(engine, feature_rows, 60, 200, batch=16)  # 6EH4's cache: rows 141..200
+    values, ts, close = feature_rows
+    other = WindowRequest(
+        "6EH4", b"6EH4", 0, count, values[500:560], int(ts[559]), float(close[559]), 0
+    )
+    assert engine.served.cache["6EH4"].count == 200
+    # Every row encoded afresh, as a full recomputation encodes them: the very same numbers.
+    assert np.array_equal(engine.predict([other], True), full.predict([other], False))

@@ -63,9 +63,20 @@ class WindowRequest:
 class _Cached:
     count: int
     encoded: Tensor  # (lookback, hidden), oldest first
+    newest: np.ndarray  # the raw values of row `count`: a later window holds it, or restarted
     # (lookback, n_hist) selection weights, kept only by explained batches: 54 KB a symbol in
     # fp32 (the encodings take 30 KB at hidden 128), so a worker that never explains pays none
     weights: Tensor | None = None
+
+    def continued_by(self, request: WindowRequest) -> bool:
+        """Whether `request`'s window holds this one's newest row: a window that restarted
+        (stored by another feature set, its rows numbered anew over other bars) must not
+        reuse the encodings of rows it no longer holds."""
+        ahead = request.count - self.count
+        lookback = len(request.values)
+        return 0 <= ahead < lookback and np.array_equal(
+            request.values[lookback - 1 - ahead], self.newest
+        )
 
 
 @dataclass
@@ -260,8 +271,12 @@ class ForecastEngine:
         there, is encoded now (once, in one call across symbols); the windows are then one
         gather from those rows."""
         lookback = self.lookback
+        firsts = {r.symbol: r for r in reversed(batch)}  # each symbol's first, oldest request
         symbols = list(dict.fromkeys(r.symbol for r in batch))
-        cached = [served.cache.get(s) if incremental else None for s in symbols]
+        cached = [
+            c if incremental and (c := served.cache.get(s)) and c.continued_by(firsts[s]) else None
+            for s in symbols
+        ]
         if explain:  # a window cached without its weights is encoded again
             cached = [None if c is None or c.weights is None else c for c in cached]
         blocks = [c.encoded for c in cached if c is not None]
@@ -298,7 +313,10 @@ class ForecastEngine:
         latest = {r.symbol: i for i, r in enumerate(batch)}  # a symbol's last window stays
         for i in latest.values():  # copied, so that it does not keep the whole batch alive
             kept = None if selected is None else selected[i].clone()
-            served.cache[batch[i].symbol] = _Cached(batch[i].count, windows[i].clone(), kept)
+            newest = batch[i].values[-1].copy()
+            served.cache[batch[i].symbol] = _Cached(
+                batch[i].count, windows[i].clone(), newest, kept
+            )
         return windows, selected
 
     def _tensor(self, array: np.ndarray) -> Tensor:
