@@ -209,6 +209,13 @@ class Batch:
         """The windows materialized, `(B, lookback, n_hist)`."""
         return self.rows[self.index]
 
+    def symbols_dropped(self, p: float) -> torch.Tensor:
+        """The windows' symbols, with probability `p` all 0 (unknown, as for a symbol unseen in
+        training): the whole batch or none, since each shared row is encoded once with one
+        window's symbol context, and a symbol dropped per window would leak into its neighbours'
+        rows (and theirs into its own)."""
+        return torch.zeros_like(self.symbol) if torch.rand(()) < p else self.symbol
+
 
 class WindowData:
     """Model-ready tensors of a panel; `batch(ends)` gathers windows without copying the panel

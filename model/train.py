@@ -294,7 +294,7 @@ def train_epoch(
     )
     for step, ends in enumerate(bar):
         batch = data.batch(ends)
-        symbol = batch.symbol.masked_fill(torch.rand(len(batch.symbol)) < cfg.symbol_dropout, 0)
+        symbol = batch.symbols_dropped(cfg.symbol_dropout)
         with autocast_for(device):
             out = forward_batch(model, batch, symbol, device)
             pred = out.quantiles.float() * batch.unit.to(device).unsqueeze(-1)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from model.bars import DataError, load_bars
 from model.covariates import (
@@ -91,6 +92,21 @@ def test_planted_marker_never_reaches_validation() -> None:
     panel.close[last_label + 1 :] *= 2.0
     moved = forward_returns(panel.ts, panel.close, HORIZON)
     np.testing.assert_array_equal(moved[ends[Part.TRAIN]], panel.targets[ends[Part.TRAIN]])
+
+
+def test_a_batch_drops_its_symbols_all_together_or_not_at_all() -> None:
+    """Its windows share rows, each encoded once with one window's symbol context: a symbol
+    dropped for some windows only would reach the rows its neighbours share."""
+    panel = synthetic_panel(n_bars=600, n_features=4, horizon=HORIZON)
+    normalizer = Normalizer(np.zeros(4), np.ones(4), clip=1e9)
+    volatility = VolatilityScale(TimeOfDayProfile.flat(), columns=(0, 1, 1, 2, 2), floor=1e-6)
+    data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0, volatility)
+    batch = data.batch(splits(panel)[1][Part.TRAIN][:8])  # consecutive windows: shared rows
+    torch.manual_seed(0)
+    draws = [batch.symbols_dropped(0.3).tolist() for _ in range(400)]
+    assert {tuple(d) for d in draws} == {(0,) * 8, tuple(batch.symbol.tolist())}
+    assert 0.2 < sum(d[0] == 0 for d in draws) / len(draws) < 0.4
+    assert batch.symbol.tolist() == [1] * 8  # "ES", known: unchanged by the draws
 
 
 def test_normalizer_is_fitted_on_training_rows_only() -> None:
