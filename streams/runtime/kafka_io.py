@@ -33,8 +33,15 @@ POLL_S = 0.5
 # The cleaner never compacts a partition's active segment and a restore reads all of it: small
 # segments that roll hourly keep a restore near the size of the state, where the broker defaults
 # (1 GiB, 7 days) let it read up to a gibibyte of superseded checkpoints. A segment rolls only
-# on an append, so a restore still finds each key's entry as of its boundary (stores.py).
-COMPACTED = {"cleanup.policy": "compact", "segment.ms": "3600000", "segment.bytes": "67108864"}
+# on an append, so a restore still finds each key's entry as of its boundary (stores.py); a
+# record stays uncompacted an hour, so a roll in the middle of a flush that never completes
+# cannot let the cleaner drop the entry its restore needs before the restore writes it again.
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "67108864",
+    "segment.ms": "3600000",
+    "min.compaction.lag.ms": "3600000",
+}
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]  # key .. headers
 Apply = Callable[[list[tuple[bytes, bytes]]], None]  # a restore's step: a chunk of records
 Runs = dict[tuple[str, int], list[Row]]  # by topic partition
