@@ -187,14 +187,27 @@ class WindowStore(Store[SymbolWindow]):
                 "fill it", key, fingerprint or "(unrecorded)", self.fingerprint, self.lookback,
             )  # fmt: skip
             return False
-        if lookback not in (None, self.lookback):  # None: stored before windows said
+        if lookback is None:  # stored before windows said: a ring of this size holds no more
+            lookback = self.lookback if self._fits(key, meta) else -1
+        if lookback != self.lookback:
             log.warning(
-                "the stored forecast window of %r holds %d rows, this worker's model looks back "
+                "the stored forecast window of %r holds %s rows, this worker's model looks back "
                 "%d: it starts empty, and the symbol is forecast again once %d new rows fill it",
-                key, lookback, self.lookback, self.lookback,
+                key, lookback if lookback > 0 else "another number of", self.lookback,
+                self.lookback,
             )  # fmt: skip
             return False
         return True
+
+    def _fits(self, key: bytes, meta: bytes) -> bool:
+        """Whether an older meta's window has every slot this lookback reads and none beyond."""
+        probe = SymbolWindow(self.lookback, 0)
+        probe.load_meta(meta)
+        entries = self.changelog.entries
+        slots = {probe.slot_of(row) for row in probe.rows()}
+        return slot_key(key, self.lookback) not in entries and all(
+            slot_key(key, slot) in entries for slot in slots
+        )
 
     def forget(self) -> None:
         super().forget()
