@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from streams import schema
 from streams.broker import EmbeddedBroker, free_port, stop_session
 from streams.ingest.convert import write_dbn
 from streams.ingest.errors import ExitCode
@@ -89,10 +90,11 @@ def test_replay_worker_and_tail_deliver_every_bar_over_tls(
     assert replayed.returncode == ExitCode.OK, replayed.stderr
     produced = orjson.loads(replayed.stdout)["produced"]
     assert produced > 0
+    everything = produced + tls_settings.partitions  # and the end's control on each partition
     with Worker(tls_settings):  # the passthrough role copies bars.raw to bars.clean
-        clean = tail(tls_settings, tls_settings.topic_clean, produced)
-    assert len(clean) == produced
-    assert clean == tail(tls_settings, tls_settings.topic_raw, produced)
+        clean = tail(tls_settings, tls_settings.topic_clean, everything)
+    assert len([key for key, _ in clean if key != schema.CONTROL_KEY.decode()]) == produced
+    assert clean == tail(tls_settings, tls_settings.topic_raw, everything)
     assert front.handshakes >= 3  # replay, worker and tail each connected through TLS
 
 
