@@ -3,10 +3,9 @@
 In memory a window is a ring of `lookback` slots. In its store (streams.runtime.stores) each
 slot has a key of its own (symbol, slot) and one meta record holds the row count, the feature
 set's fingerprint and the lookback (a window of another feature set or lookback is not restored:
-its rows would mix, or sit in other slots): a new bar
-writes one slot (~1.8 kB) instead of the whole window (~108 kB). A flush that never committed is
-not restored at all, so a restarted worker's first forecast sees exactly the window an
-uninterrupted worker would.
+its rows would mix, or sit in other slots): a new bar writes one slot (~1.8 kB) instead of the
+whole window (~108 kB). A flush that never committed is not restored at all, so a restarted
+worker's first forecast sees exactly the window an uninterrupted worker would.
 """
 
 from __future__ import annotations

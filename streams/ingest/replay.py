@@ -149,10 +149,10 @@ class Replay:
                 for reader in readers:
                     if reader.schema != DEFINITION_SCHEMA:
                         self._read_file(reader, book, symbols, sink, progress)
-            if sink is not None:  # the end of the data completes its last minute: the
-                sink.send_control(time.time_ns())  # workers decide held bars, flush batches
             if symbols.active and not complete:
                 check_filter(symbols, book, names)
+            if sink is not None:  # the end of the data completes its last minute: the
+                sink.send_control(time.time_ns())  # workers decide held bars, flush batches
         finally:
             for reader in readers:
                 reader.close()

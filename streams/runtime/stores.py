@@ -187,17 +187,16 @@ class WindowStore(Store[SymbolWindow]):
                 "fill it", key, fingerprint or "(unrecorded)", self.fingerprint, self.lookback,
             )  # fmt: skip
             return False
-        if lookback is None:  # stored before windows said: a ring of this size holds no more
-            lookback = self.lookback if self._fits(key, meta) else -1
-        if lookback != self.lookback:
+        # A meta stored before windows said their lookback: the slots it left tell.
+        fits = self._fits(key, meta) if lookback is None else lookback == self.lookback
+        if not fits:
             log.warning(
-                "the stored forecast window of %r holds %s rows, this worker's model looks back "
-                "%d: it starts empty, and the symbol is forecast again once %d new rows fill it",
-                key, lookback if lookback > 0 else "another number of", self.lookback,
-                self.lookback,
+                "the stored forecast window of %r was stored with a lookback of %s, this "
+                "worker's model looks back %d: it starts empty, and the symbol is forecast "
+                "again once %d new rows fill it",
+                key, lookback or "another", self.lookback, self.lookback,
             )  # fmt: skip
-            return False
-        return True
+        return fits
 
     def _fits(self, key: bytes, meta: bytes) -> bool:
         """Whether an older meta's window has every slot this lookback reads and none beyond."""
