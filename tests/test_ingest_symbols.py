@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
+import databento
 import databento_dbn
 import numpy as np
 import pytest
@@ -127,6 +129,50 @@ def test_stream_mappings_override_metadata() -> None:
             1, 5, JAN1, SType.PARENT, "ES.FUT", SType.RAW_SYMBOL, "ESM4", JAN1, 2**64 - 1
         )
     )
+    index = book.resolve(np.array([5], np.uint32), np.array([JAN1], np.uint64))
+    assert book.symbols[index[0]] == "ESM4"
+
+
+def mapping_record(instrument_id: int, symbol: str, start: int, end: int) -> object:
+    SType = databento_dbn.SType
+    return databento_dbn.SymbolMappingMsg(
+        1, instrument_id, start, SType.PARENT, "ES.FUT", SType.RAW_SYMBOL, symbol, start, end
+    )
+
+
+@pytest.mark.parametrize("undated_first", [False, True])
+def test_dated_mappings_win_over_undated_ones_on_their_dates(
+    dbn_files: list[Path], undated_first: bool
+) -> None:
+    """A multi-year replay: the definition file names an instrument (ESM3) on every date, and
+    a 2022 bar file's metadata names the same id ESH3 on its date (ids are reused): each bar
+    keeps the name of its date, whichever was read first; a recording's SymbolMappingMsg,
+    dated too, wins over metadata on its dates."""
+    path = next(p for p in dbn_files if "definition" in p.name)
+    record = next(r for r in databento.DBNStore.from_file(path) if r.raw_symbol == "ESM3")
+    iid, book = record.instrument_id, SymbolBook()
+    dec28 = JAN1 - (365 + 4) * DAY  # 2022-12-28
+    sources = [
+        lambda: book.add_record(record),
+        lambda: book.add_metadata(
+            metadata({"ESH3": [(date(2022, 12, 28), date(2022, 12, 29), str(iid))]})
+        ),
+    ]
+    for source in sources if undated_first else reversed(sources):
+        source()
+    ids = np.full(3, iid, np.uint32)
+    ts = np.array([dec28 + 10, JAN1, dec28 + DAY], np.uint64)
+    assert [book.symbols[i] for i in book.resolve(ids, ts)] == ["ESH3", "ESM3", "ESM3"]
+
+    book.add_record(mapping_record(iid, "ESZ2", dec28 + 3_600 * 10**9, dec28 + 2 * DAY))
+    names = [book.symbols[i] for i in book.resolve(ids, ts)]
+    assert names == ["ESZ2", "ESM3", "ESZ2"], "a record's dates start at its day's start"
+
+
+def test_a_mapping_record_without_dates_names_every_date() -> None:
+    book = SymbolBook()
+    book.add_metadata(metadata({"ESH3": [(date(2024, 1, 1), date(2024, 1, 2), "5")]}))
+    book.add_record(mapping_record(5, "ESM4", 2**64 - 1, 2**64 - 1))
     index = book.resolve(np.array([5], np.uint32), np.array([JAN1], np.uint64))
     assert book.symbols[index[0]] == "ESM4"
 

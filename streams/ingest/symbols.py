@@ -1,8 +1,12 @@
 """Symbology for ingest: instrument_id → raw symbol, the `--symbols` filter, spread detection.
 
-Raw symbols come from, in rising precedence: the DBN metadata's symbol mappings (files requested
-with `stype_in=raw_symbol`), instrument definitions, and SymbolMappingMsg records in the stream
-(live sessions and their recordings).
+Raw symbols come from instrument definitions (undated: an instrument's name on any date), the
+DBN metadata's symbol mappings (files requested with `stype_in=raw_symbol`: dated, by day) and
+SymbolMappingMsg records in the stream (live sessions and their recordings: dated from their
+`start_ts`, floored to the day as Databento's own symbol map does, to their `end_ts`). For a
+bar, a dated mapping covering its date wins over an undated one, and a record over metadata:
+instrument ids are reused over the years, so a definition file or another file's records must
+not rename bars of dates that their own file maps.
 
 Parent filters (`ES.FUT`) are decided with the instrument's definition when one was read (its
 `asset` is the root, its `instrument_class` says future or spread); without a definition, by the
@@ -113,6 +117,10 @@ def _day_ns(day: date) -> int:
     return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) * 10**9
 
 
+Span = tuple[int, int, int]  # [start, end) in UNIX ns, symbol index
+EVER = (0, 2**64 - 1)
+
+
 class SymbolBook:
     """instrument_id → raw symbol, resolved for whole arrays of records at once.
 
@@ -124,11 +132,13 @@ class SymbolBook:
         self.symbols: list[str] = []
         self.definitions: dict[str, Definition] = {}
         self._index: dict[str, int] = {}
-        self._static: dict[int, int] = {}
-        # Metadata can map one instrument_id to different symbols on different days, within a
-        # file or across files (ids are reused): every file's ranges are kept.
-        self._dated: dict[int, list[tuple[int, int, int]]] = {}
-        self._named: set[int] = set()  # by a SymbolMappingMsg or definition: over metadata
+        # Every source's mappings are kept, per instrument, lowest precedence first: metadata
+        # can map one instrument_id to different symbols on different days, within a file or
+        # across files (ids are reused).
+        self._undated: dict[int, int] = {}
+        self._metadata: dict[int, list[Span]] = {}
+        self._records: dict[int, list[Span]] = {}
+        self._plans: dict[int, int | list[Span]] = {}  # per instrument: one index, or spans
         self._tables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._verdicts: dict[tuple[int, int, bool], np.ndarray] = {}
 
@@ -141,10 +151,10 @@ class SymbolBook:
         return index
 
     def set(self, instrument_id: int, symbol: str) -> None:
+        """Name `instrument_id` on every date no dated mapping covers."""
         if symbol:
-            self._static[instrument_id] = self.index_of(symbol)
-            self._dated.pop(instrument_id, None)
-            self._named.add(instrument_id)
+            self._undated[instrument_id] = self.index_of(symbol)
+            self._plans.pop(instrument_id, None)
 
     def add_metadata(self, metadata: databento_dbn.Metadata) -> bool:
         """Take the raw symbols of the metadata's mappings; False when it has none (e.g. a
@@ -166,33 +176,30 @@ class SymbolBook:
             ]
         else:
             return False
-        spans: dict[int, list[tuple[int, int, int]]] = {}
         for instrument_id, symbol, interval in pairs:
-            spans.setdefault(instrument_id, []).append(
-                (
-                    _day_ns(interval["start_date"]),
-                    _day_ns(interval["end_date"]),
-                    self.index_of(symbol),
-                )
+            span = (
+                _day_ns(interval["start_date"]),
+                _day_ns(interval["end_date"]),
+                self.index_of(symbol),
             )
-        for instrument_id, ranges in spans.items():
-            if instrument_id in self._named:
-                continue
-            merged = self._dated.setdefault(instrument_id, [])
-            merged += ranges
-            if len({index for _, _, index in merged}) == 1:  # one symbol on every date
-                self._static[instrument_id] = merged[0][2]
-            else:
-                self._static.pop(instrument_id, None)
+            self._metadata.setdefault(instrument_id, []).append(span)
+            self._plans.pop(instrument_id, None)
         return bool(pairs)
 
     def add_record(self, record: Any) -> bool:
         """Learn from a SymbolMappingMsg or an instrument definition; False for other records."""
         if isinstance(record, databento_dbn.SymbolMappingMsg):
             if record.stype_in == databento_dbn.SType.RAW_SYMBOL:
-                self.set(record.instrument_id, record.stype_in_symbol)
+                symbol = record.stype_in_symbol
             else:
-                self.set(record.instrument_id, record.stype_out_symbol)
+                symbol = record.stype_out_symbol
+            if symbol:
+                undefined = databento_dbn.UNDEF_TIMESTAMP
+                start = EVER[0] if record.start_ts == undefined else record.start_ts
+                end = EVER[1] if record.end_ts == undefined else record.end_ts
+                span = (start - start % NANOS_PER_DAY, end, self.index_of(symbol))
+                self._records.setdefault(record.instrument_id, []).append(span)
+                self._plans.pop(record.instrument_id, None)
             return True
         if isinstance(record, databento_dbn.InstrumentDefMsg):
             symbol = record.raw_symbol
@@ -204,21 +211,34 @@ class SymbolBook:
             return True
         return False
 
+    def _plan(self, instrument_id: int) -> int | list[Span]:
+        """The instrument's symbol index if it has one name (on every date: so is a file's
+        single mapping, as Databento's own readers take it), else its spans, lowest precedence
+        first; -1 if nothing names it."""
+        plan = self._plans.get(instrument_id)
+        if plan is None:
+            undated = self._undated.get(instrument_id)
+            spans = [] if undated is None else [(*EVER, undated)]
+            spans += self._metadata.get(instrument_id, [])
+            spans += self._records.get(instrument_id, [])
+            names = {index for _, _, index in spans}
+            plan = self._plans[instrument_id] = names.pop() if len(names) == 1 else spans or -1
+        return plan
+
     def resolve(self, instrument_ids: np.ndarray, ts_event: np.ndarray) -> np.ndarray:
         """Symbol index per record, -1 where the instrument has no known raw symbol."""
         unique, inverse = np.unique(instrument_ids, return_inverse=True)
-        mapped = np.array(
-            [self._static.get(i, -2 if i in self._dated else -1) for i in unique.tolist()],
-            dtype=np.int32,
-        )
-        out = mapped[inverse]
-        for instrument_id in unique[mapped == -2].tolist():
-            rows = np.flatnonzero(instrument_ids == instrument_id)
-            ts = ts_event[rows]
-            found = np.full(len(rows), -1, dtype=np.int32)
-            for start, end, index in self._dated[instrument_id]:
-                found[(ts >= start) & (ts < end)] = index
-            out[rows] = found
+        plans = [self._plan(i) for i in unique.tolist()]
+        constant = [plan if isinstance(plan, int) else -2 for plan in plans]
+        out = np.array(constant, dtype=np.int32)[inverse]
+        for instrument_id, plan in zip(unique.tolist(), plans, strict=True):
+            if isinstance(plan, list):
+                rows = np.flatnonzero(instrument_ids == instrument_id)
+                ts = ts_event[rows]
+                found = np.full(len(rows), -1, dtype=np.int32)
+                for start, end, index in plan:  # each a higher precedence than the last
+                    found[(ts >= start) & (ts < end)] = index
+                out[rows] = found
         return out
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
