@@ -54,6 +54,7 @@ class ReplayOptions:
     end_ns: int | None = None
     keep_spreads: bool = False
     dry_run: bool = False
+    end_control: bool = True  # False: more data follows in another run (day-by-day replays)
 
 
 @dataclass
@@ -151,8 +152,11 @@ class Replay:
                         self._read_file(reader, book, symbols, sink, progress)
             if symbols.active and not complete:
                 check_filter(symbols, book, names)
-            if sink is not None:  # the end of the data completes its last minute: the
-                sink.send_control(time.time_ns())  # workers decide held bars, flush batches
+            if sink is not None and self.options.end_control:
+                # The end of the data completes its last minute: the workers decide held spike
+                # candidates and flush their batches. A run that more data follows sends none,
+                # so the next run's bars decide what this one's last bars left open.
+                sink.send_control(time.time_ns())
         finally:
             for reader in readers:
                 reader.close()

@@ -72,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="read, filter and encode, but send nothing"
     )
+    parser.add_argument(
+        "--no-end-control",
+        dest="end_control",
+        action="store_false",
+        help="send no END_OF_INTERVAL after the data: more follows in a later run (replaying "
+        "day by day, pass it to every run but the last)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -98,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         end_ns=args.end,
         keep_spreads=args.keep_spreads,
         dry_run=args.dry_run,
+        end_control=args.end_control,
     )
     replay = Replay(settings, options, progress=sys.stderr)
     code = ExitCode.OK
