@@ -13,7 +13,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 import numpy as np
 import orjson
@@ -47,6 +47,7 @@ class Kind(StrEnum):
 
 class Control(StrEnum):
     END_OF_INTERVAL = "end_of_interval"
+    OUTAGE = "outage"  # bars from ts_event up to end may be missing: the feed was down
 
 
 class RawBar(TypedDict):
@@ -94,6 +95,7 @@ class FeaturesValue(TypedDict):
 class ControlRecord(TypedDict):
     control: str
     ts_event: int
+    end: NotRequired[int]  # of an outage: the first ts_event delivered after it
 
 
 Headers = list[tuple[str, bytes]]
@@ -102,6 +104,12 @@ HeadersIn = Mapping[str, bytes] | Sequence[tuple[str, bytes]] | None
 
 def end_of_interval(ts_event: int) -> ControlRecord:
     return {"control": Control.END_OF_INTERVAL.value, "ts_event": int(ts_event)}
+
+
+def outage(start: int, end: int) -> ControlRecord:
+    """A span live ingest could not recover: bars with `start <= ts_event < end` may be
+    missing (bars at `start` were published for some instruments, maybe not all)."""
+    return {"control": Control.OUTAGE.value, "ts_event": int(start), "end": int(end)}
 
 
 def is_control(value: Any) -> bool:
@@ -262,11 +270,22 @@ def encode_control(record: ControlRecord) -> bytes:
 
 
 def decode_control(data: bytes) -> ControlRecord:
-    """An END_OF_INTERVAL record; ValueError for anything else."""
+    """An END_OF_INTERVAL or OUTAGE record; ValueError for anything else."""
     value = _object(data, "control")
-    if value.get("control") != Control.END_OF_INTERVAL or type(value.get("ts_event")) is not int:
-        raise ValueError('a control record is {"control": "end_of_interval", "ts_event": <int>}')
+    kind, ts_event, end = value.get("control"), value.get("ts_event"), value.get("end")
+    if (
+        kind not in CONTROLS
+        or type(ts_event) is not int
+        or (kind == Control.OUTAGE and not (type(end) is int and end > ts_event))
+    ):
+        raise ValueError(
+            'a control record is {"control": "end_of_interval", "ts_event": <int>} or '
+            '{"control": "outage", "ts_event": <int>, "end": <int, later>}'
+        )
     return cast(ControlRecord, value)
+
+
+CONTROLS = frozenset(c.value for c in Control)
 
 
 def encode_raw(bar: RawBar) -> bytes:

@@ -186,12 +186,25 @@ EXPLAIN_FIELDS: dict[str, dict[str, Any]] = {
         "most, `{lag, weight}` (lag 0 = the forecast's bar). Weights are rounded to 5 decimals",
     ),
 }
+CONTROL_FIELDS: dict[Control, dict[str, dict[str, Any]]] = {
+    Control.END_OF_INTERVAL: {
+        "ts_event": _field(INT, "every bar of the interval starting here was sent before it")
+    },
+    Control.OUTAGE: {
+        "ts_event": _field(
+            INT,
+            "live ingest could not recover the span from here (bars at this ts_event were "
+            "sent for some instruments, maybe not all)",
+        ),
+        "end": _field(INT, "to here (exclusive): the first ts_event delivered after it"),
+    },
+}
 CONTROL_SCHEMA = {
-    "type": "object",
     "description": f"a control record, key `{CONTROL_KEY.decode()}`",
-    "properties": {"control": {"enum": [c.value for c in Control]}, "ts_event": INT},
-    "required": ["control", "ts_event"],
-    "additionalProperties": False,
+    "oneOf": [
+        _object({"control": {"const": kind.value}, **fields}, ["control", *fields], False)
+        for kind, fields in CONTROL_FIELDS.items()
+    ],
 }
 
 

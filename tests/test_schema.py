@@ -111,8 +111,8 @@ def valid(topic: str, value: Any) -> bool:
 
 
 def test_values_round_trip_byte_for_byte() -> None:
-    control = s.end_of_interval(RAW["ts_event"])
-    assert s.decode_control(s.encode_control(control)) == control
+    for control in (s.end_of_interval(RAW["ts_event"]), s.outage(RAW["ts_event"], 2 * 10**18)):
+        assert s.decode_control(s.encode_control(control)) == control
     assert s.decode_raw(s.encode_raw(RAW)) == RAW
     bar = clean_bar()
     assert s.encode_clean(s.decode_clean(s.encode_clean(bar))) == s.encode_clean(bar)
@@ -138,6 +138,9 @@ def test_keys_and_headers_round_trip() -> None:
     ("decode", "data", "why"),
     [
         (s.decode_control, b'{"control": "end_of_interval"}', "control record"),
+        (s.decode_control, b'{"control": "outage", "ts_event": 5}', "later"),
+        (s.decode_control, b'{"control": "outage", "ts_event": 5, "end": 5}', "later"),
+        (s.decode_control, b'{"control": "other", "ts_event": 5}', "control record"),
         (s.decode_control, b"[1]", "JSON object"),
         (s.decode_raw, b"{bad", "is JSON"),
         (s.decode_clean, orjson.dumps({**RAW, "close": 1.1}), "not a bars.clean bar"),
@@ -172,6 +175,7 @@ def test_schema_files_are_the_modules(topic: str) -> None:
 
 def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
     control = s.end_of_interval(RAW["ts_event"])
+    outage = s.outage(RAW["ts_event"], RAW["ts_event"] + 600 * 10**9)
     bar = clean_bar()
     for topic, value in [
         ("bars.raw", RAW),
@@ -184,6 +188,7 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("forecasts.explain", EXPLANATION),
         ("forecasts", {**FORECAST, "raw_q10": [0.0, 0.0], "schema_version": 2}),  # calibrated
         *((topic, control) for topic in ("bars.raw", "bars.clean", "features")),
+        *((topic, outage) for topic in ("bars.raw", "bars.clean", "features")),
     ]:
         assert valid(topic, value), (topic, value)
     for topic, value in [
@@ -196,6 +201,9 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("forecasts.scores", {**SCORE, "unscored": "unknown"}),
         ("forecasts.scores", {key: v for key, v in SCORE.items() if key != "inside"}),
         ("features", {**control, "control": "other"}),
+        ("bars.raw", {**control, "end": 1}),
+        ("bars.raw", {**outage, "end": "later"}),
+        ("bars.clean", {key: v for key, v in outage.items() if key != "end"}),
         ("forecasts.explain", {**EXPLANATION, "static": {"symbol_embedding": 1.0}}),
         ("forecasts.explain", {**EXPLANATION, "historical": [{"feature": "ret_1"}]}),
         ("forecasts.explain", {**EXPLANATION, "attention": {"entropy": 1.0}}),
