@@ -15,6 +15,14 @@ minute with an END_OF_INTERVAL system message, and sends heartbeats while idle.
 How it names the instruments is `mappings`: SymbolMappingMsg records (a live session), only the
 file's own symbol mappings in the metadata (a gateway replaying a historical file, as
 Databento's test gateway does), or not at all.
+
+Failures a test asks for: `hang_ups` cuts the n-th session's TCP connection after that many bars
+(no goodbye, like a network failure); `resend_all` sends the whole file on every connection,
+whatever the start (Databento's own mock gateway does). The gateway keeps event time (`clock`):
+a bar is sent at its interval's end, and a hang-up keeps the client away `downtime_s`; with
+`replay_window_s` it replays only that far back: an older start is refused
+(INVALID_SUBSCRIPTION), or with `ages_out` streamed from the window's start after a
+REPLAY_DATA_AGED_OUT error, the minutes before it skipped.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import groupby
@@ -38,6 +46,7 @@ from databento_dbn import SType, SystemCode
 
 LSG_VERSION = "0.0.0-barcast-tests"
 MONTH_CODES = "FGHJKMNQUVXZ"
+MINUTE_NS = 60 * 10**9
 
 
 class Mappings(StrEnum):
@@ -85,16 +94,19 @@ def resolves(subscribed: str, stype_in: str, raw_symbol: str) -> bool:
 
 
 class LiveGateway:
-    """Serves `dbn_path` to every session. `disconnect_after=N` aborts the first session's
-    TCP connection after N bars (no goodbye, like a network failure)."""
+    """Serves `dbn_path` (ohlcv-1m) to every session; the failures are the module's."""
 
     def __init__(
         self,
         dbn_path: Path,
         api_key: str,
-        disconnect_after: int | None = None,
+        hang_ups: Sequence[int] = (),
         idle_heartbeat_s: float = 0.2,
         mappings: Mappings = Mappings.RECORDS,
+        resend_all: bool = False,
+        downtime_s: float = 0.0,
+        replay_window_s: float | None = None,
+        ages_out: bool = False,
     ):
         store = databento.DBNStore.from_file(dbn_path)
         self.dataset = store.metadata.dataset
@@ -110,13 +122,21 @@ class LiveGateway:
             for iv in intervals
         }
         self.api_key = api_key
-        self.disconnect_after = disconnect_after
+        self.hang_ups, self.resend_all = tuple(hang_ups), resend_all
+        self.downtime_ns = int(downtime_s * 1e9)
+        self.window_ns = None if replay_window_s is None else int(replay_window_s * 1e9)
+        self.ages_out = ages_out
+        self.now = self.bars[0].ts_event if self.bars else 0  # event time: the first bar is due
         self.idle_heartbeat_s = idle_heartbeat_s
         self.sessions: list[Session] = []
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
+
+    def clock(self) -> int:
+        """The gateway's time, in event time (UNIX ns)."""
+        return self.now
 
     def __enter__(self) -> LiveGateway:
         self._thread.start()
@@ -201,9 +221,21 @@ class LiveGateway:
         self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         sub = session.subscriptions[0]
-        start = sub.start if sub.start is not None else self.bars[0].ts_event
+        start = self.now if sub.start is None else sub.start
+        out: list[bytes] = []
+        if self.window_ns is not None and start < self.now - self.window_ns:
+            if not self.ages_out:
+                writer.write(self._refusal(sub, start))
+                return
+            start = self.now - self.window_ns
+            out.append(bytes(databento_dbn.ErrorMsg(
+                self.now, "Replay data aged out", False,
+                databento_dbn.ErrorCode.REPLAY_DATA_AGED_OUT,
+            )))  # fmt: skip
+        if self.resend_all:
+            start = self.bars[0].ts_event
         resolved, missing = self._resolve(sub)
-        out = [self._metadata(sub, start).encode()]
+        out.insert(0, self._metadata(sub, start).encode())
         for iid, subscribed in resolved.items() if self.mappings == Mappings.RECORDS else ():
             out.append(bytes(databento_dbn.SymbolMappingMsg(
                 1, iid, start, SType(sub.stype_in), subscribed, SType.RAW_SYMBOL,
@@ -216,17 +248,20 @@ class LiveGateway:
             )))  # fmt: skip
         out.append(self._system(start, "Subscription 0 succeeded", SystemCode.SUBSCRIPTION_ACK))
         writer.write(b"".join(out))
-        cut = self.disconnect_after if len(self.sessions) == 1 else None
+        index = self.sessions.index(session)
+        cut = self.hang_ups[index] if index < len(self.hang_ups) else None
         end_of_interval = f"End of interval for {sub.schema}"
         for ts, group in self._intervals(start, resolved):
             for bar in group:
                 if session.bars_sent == cut:
                     session.aborted = True
                     writer.transport.abort()
+                    self.now += self.downtime_ns
                     return
                 writer.write(bytes(bar))
                 session.bars_sent += 1
             writer.write(self._system(ts, end_of_interval, SystemCode.END_OF_INTERVAL))
+            self.now = max(self.now, ts + MINUTE_NS)
             await writer.drain()
         while True:  # idle, as a live feed is between bars: heartbeats until the client leaves
             try:
@@ -235,6 +270,14 @@ class LiveGateway:
             except TimeoutError:
                 writer.write(self._system(time.time_ns(), "Heartbeat", SystemCode.HEARTBEAT))
                 await writer.drain()
+
+    def _refusal(self, sub: Subscription, start: int) -> bytes:
+        """The session's metadata and the error that refuses a start outside the window."""
+        error = databento_dbn.ErrorMsg(
+            self.now, f"start {start} is before the intraday replay window", True,
+            databento_dbn.ErrorCode.INVALID_SUBSCRIPTION,
+        )  # fmt: skip
+        return self._metadata(sub, start).encode() + bytes(error)
 
     def _metadata(self, sub: Subscription, start: int) -> databento_dbn.Metadata:
         if self.mappings == Mappings.METADATA:  # the historical file's own symbology

@@ -19,8 +19,9 @@ from databento_dbn import UNDEF_TIMESTAMP, SType
 from streams import schema
 from streams.ingest import live_cli
 from streams.ingest.errors import ExitCode
-from streams.ingest.live import LiveIngest, LiveOptions, LiveStats, RecentKeys, interval_start
+from streams.ingest.live import LiveIngest, LiveOptions, LiveStats
 from streams.ingest.producer import BarProducer
+from streams.ingest.resume import interval_start
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings
 from tests.kafka_io import Message
@@ -36,15 +37,6 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for the live ingest"
         time.sleep(0.05)
-
-
-def test_recent_keys_forget_beyond_the_window() -> None:
-    keys = RecentKeys(window_ns=100)
-    assert keys.add((33, 1, 1000)) and keys.add((33, 2, 1000))
-    assert not keys.add((33, 1, 1000))
-    assert keys.add((33, 1, 1200))  # moves the horizon to 1100
-    assert keys.add((33, 2, 1000)), "outside the window, no longer remembered"
-    assert keys.newest == 1200
 
 
 def test_a_resubscription_before_any_bar_starts_where_the_bar_under_way_began() -> None:
@@ -63,35 +55,45 @@ def file_rows(path: Path) -> dict[tuple[str, int], Any]:
     return {(r.symbol, r.ts_event): r for r in expected.reset_index().itertuples()}
 
 
+def ingest_live(
+    settings: Settings,
+    gateway: LiveGateway,
+    done: Callable[[LiveStats], bool],
+    **options: Any,
+) -> LiveStats:
+    """Live ingest from `gateway`, on its clock, into `settings`' topics until `done` and a
+    heartbeat (the gateway has sent everything); `options` go to LiveOptions."""
+    sink = BarProducer(settings, settings.topic_raw, linger_ms=5, dead_letters=settings.topic_dlq)
+    live_options = LiveOptions(
+        "GLBX.MDP3", "ohlcv-1m", "parent", SYMBOLS, gateway="127.0.0.1", port=gateway.port,
+        backoff_s=0.1, **options,
+    )  # fmt: skip
+    ingest = LiveIngest(live_options, KEY, sink, clock=gateway.clock)
+    worker = threading.Thread(target=ingest.run)
+    worker.start()
+    try:
+        wait_until(lambda: done(ingest.stats) and ingest.stats.heartbeats > 0)
+    finally:
+        ingest.stop()
+        worker.join(30)
+    sink.flush()
+    sink.check()
+    assert not worker.is_alive()
+    return ingest.stats
+
+
 def ingest_across_a_hang_up(
     settings: Settings, path: Path, mappings: Mappings, done: Callable[[LiveStats], bool]
 ) -> tuple[LiveGateway, LiveStats]:
     """Live ingest of `path` until `done`, with the first session cut after 23 bars: odd, so
     the cut falls between ESU4 and NQU4 of the same minute, and the resubscription from that
-    minute must both drop a duplicate and deliver a bar not seen yet."""
-    with LiveGateway(path, KEY, disconnect_after=23, mappings=mappings) as gateway:
-        sink = BarProducer(
-            settings, settings.topic_raw, linger_ms=5, dead_letters=settings.topic_dlq
-        )
-        options = LiveOptions(
-            "GLBX.MDP3", "ohlcv-1m", "parent", SYMBOLS, gateway="127.0.0.1",
-            port=gateway.port, backoff_s=0.1,
-        )  # fmt: skip
-        ingest = LiveIngest(options, KEY, sink)
-        worker = threading.Thread(target=ingest.run)
-        worker.start()
-        try:
-            wait_until(lambda: done(ingest.stats) and ingest.stats.heartbeats > 0)
-        finally:
-            ingest.stop()
-            worker.join(30)
-        sink.flush()
-        sink.check()
-    assert not worker.is_alive()
+    minute must both drop a resent bar and deliver a bar not seen yet."""
+    with LiveGateway(path, KEY, hang_ups=(23,), mappings=mappings) as gateway:
+        stats = ingest_live(settings, gateway, done)
     first = gateway.sessions[0]
     assert first.aborted and first.bars_sent == 23 and first.subscriptions[0].start is None
-    assert ingest.stats.reconnects == 1 and ingest.stats.duplicates >= 1
-    return gateway, ingest.stats
+    assert stats.reconnects == 1 and stats.resent >= 1 and stats.outages == 0
+    return gateway, stats
 
 
 @pytest.mark.integration

@@ -1,10 +1,12 @@
 """Databento Live into `bars.raw`, with gap recovery across disconnects.
 
 Each connection is a fresh `databento.Live` client. When one drops, the next subscribes with
-`start` = the newest `ts_event` seen (Databento's intraday replay resends from there,
-inclusive), and bars already forwarded are dropped by their (rtype, instrument_id, ts_event), so
-nothing is lost or doubled. Bars at that exact timestamp are why `start` is not "newest + 1":
-of two instruments stamped the same minute, the connection may have dropped between them.
+`start` = the newest `ts_event` published (Databento's intraday replay resends from there,
+inclusive), and a bar not newer than the last one published for its instrument is dropped and
+counted as `resent`, whatever the gateway sends again: nothing is lost or doubled
+(`streams.ingest.resume`). A start older than the gateway's replay window is clamped to the
+window; the span before it is backfilled from Databento Historical with `backfill`, or else
+recorded as an OUTAGE control record on every partition, between the bars before it and after.
 
 Symbols are resolved as replay resolves them, by one `SymbolBook`: from the session's metadata
 mappings (a gateway replaying a historical file sends only those), instrument definitions and
@@ -21,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,16 +32,17 @@ import numpy as np
 import orjson
 
 from streams import schema
+from streams.ingest import backfill
 from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_DTYPE
 from streams.ingest.errors import AuthFailed, GatewayUnavailable
 from streams.ingest.producer import BarProducer
+from streams.ingest.resume import REPLAY_WINDOW_S, Published, earliest_start, interval_start
 from streams.ingest.symbols import SymbolBook, SymbolFilter, Verdict
 
 log = logging.getLogger("barcast.live")
 
 DEFAULT_PORT = 13000
-DEDUPE_WINDOW_NS = 10 * 60 * 10**9
 UNMAPPED = "unmapped_symbol"  # the dead-letter reason code of a bar no symbol source names
 FATAL_ERROR_CODES = frozenset(
     {databento_dbn.ErrorCode.AUTH_FAILED, databento_dbn.ErrorCode.API_KEY_DEACTIVATED}
@@ -47,15 +50,7 @@ FATAL_ERROR_CODES = frozenset(
 # databento raises these for transport problems; any other failure to subscribe is the gateway
 # refusing the session (bad key, no entitlement), which retrying cannot fix.
 TRANSIENT_PREFIXES = ("Connection to", "Authentication with")
-INTERVAL_NS = {"ohlcv-1s": 10**9, "ohlcv-1m": 60 * 10**9, "ohlcv-1h": 3600 * 10**9}
-DAY_NS = 86_400 * 10**9  # ohlcv-1d and ohlcv-eod
 EVERY_SYMBOL = SymbolFilter()  # the subscription chose the symbols
-
-
-def interval_start(ts_ns: int, schema: str) -> int:
-    """The start of the bar interval `ts_ns` falls in: a bar is stamped there and sent at its
-    end, so a resubscription from a first connection's start replays the bar under way then."""
-    return ts_ns - ts_ns % INTERVAL_NS.get(schema, DAY_NS)
 
 
 def redact(text: str, key: str) -> str:
@@ -76,12 +71,18 @@ class LiveOptions:
     max_backoff_s: float = 30.0
     max_retries: int | None = None  # None: retry forever
     keep_spreads: bool = False
+    replay_window_s: float = REPLAY_WINDOW_S  # how far back the gateway can replay
+    backfill: bool = False  # an unrecoverable span from Databento Historical
+    historical_gateway: str | None = None  # None: Databento's
+
+    def subscription(self) -> backfill.Subscription:
+        return backfill.Subscription(self.dataset, self.schema, self.stype_in, self.symbols)
 
 
 @dataclass
 class LiveStats:
     bars: int = 0
-    duplicates: int = 0
+    resent: int = 0  # bars not newer than the last one published for their instrument
     unmapped: int = 0  # bars sent to the dead-letter topic
     spreads: int = 0  # calendar spread bars skipped
     controls: int = 0
@@ -90,34 +91,12 @@ class LiveStats:
     errors: int = 0
     mappings: int = 0  # SymbolMappingMsg and instrument definition records
     reconnects: int = 0
+    outages: int = 0  # unrecoverable spans recorded as OUTAGE control records
+    backfilled: int = 0  # bars published from Databento Historical
     last_ts_event: int | None = None
 
     def to_json(self) -> str:
         return orjson.dumps(asdict(self)).decode()
-
-
-class RecentKeys:
-    """Bar keys forwarded within `window_ns` of event time behind the newest one."""
-
-    def __init__(self, window_ns: int = DEDUPE_WINDOW_NS):
-        self.window_ns = window_ns
-        self.newest: int | None = None
-        self._keys: set[tuple[int, int, int]] = set()
-        self._order: deque[tuple[int, tuple[int, int, int]]] = deque()
-
-    def add(self, key: tuple[int, int, int]) -> bool:
-        """Remember `key` = (rtype, instrument_id, ts_event); False if it was already seen."""
-        if key in self._keys:
-            return False
-        ts = key[2]
-        self._keys.add(key)
-        self._order.append((ts, key))
-        if self.newest is None or ts > self.newest:
-            self.newest = ts
-        horizon = self.newest - self.window_ns
-        while self._order and self._order[0][0] < horizon:
-            self._keys.discard(self._order.popleft()[1])
-        return True
 
 
 class _Disconnected(Exception):
@@ -128,13 +107,20 @@ class LiveIngest:
     """Runs sessions until `stop()`; raises `AuthFailed` or `GatewayUnavailable` when
     reconnecting cannot help."""
 
-    def __init__(self, options: LiveOptions, key: str, sink: BarProducer):
+    def __init__(
+        self,
+        options: LiveOptions,
+        key: str,
+        sink: BarProducer,
+        clock: Callable[[], int] = time.time_ns,
+    ):
         self.options = options
         self.stats = LiveStats()
         self._key = key
         self._sink = sink
+        self._clock = clock  # the gateway's time: its replay window ends there
         self._book = SymbolBook()
-        self._seen = RecentKeys()
+        self._published = Published()
         self._source_name = f"live:{options.dataset}"
         self._source = source_json(self._source_name)
         self._metadata_read = False
@@ -144,6 +130,9 @@ class LiveIngest:
         self._client: Any = None
         self._fatal: Exception | None = None
         self._first_connect_ns: int | None = None
+        self._settled: int | None = None  # every bar before it published, or an outage
+        self._session_start: int | None = None  # the running session's subscription start
+        self._aged_out: int | None = None  # lost from here to the next bar the gateway sends
 
     def stop(self) -> None:
         """End the session in progress (its queued records are still forwarded) and return
@@ -157,7 +146,7 @@ class LiveIngest:
         backoff = self.options.backoff_s
         failures = 0
         while not self._stop.is_set():
-            start = self._resume_from()
+            start = self._start()
             bars_before = self.stats.bars
             try:
                 self._session(start)
@@ -186,11 +175,61 @@ class LiveIngest:
             backoff = min(backoff * 2, self.options.max_backoff_s)
 
     def _resume_from(self) -> int | None:
-        if self._seen.newest is not None:
-            return self._seen.newest
-        if self.options.start_ns is not None:
-            return self.options.start_ns
-        return self._first_connect_ns
+        resume = self._published.newest
+        if resume is None:
+            start = self.options.start_ns
+            resume = self._first_connect_ns if start is None else start
+        if self._settled is not None and (resume is None or resume < self._settled):
+            return self._settled
+        return resume
+
+    def _start(self) -> int | None:
+        """The next subscription's start: where to resume, clamped to the gateway's replay
+        window; the span the clamp leaves out backfilled or recorded as an outage."""
+        wanted = self._resume_from()
+        if wanted is None:
+            return None
+        opts = self.options
+        earliest = earliest_start(self._clock(), opts.replay_window_s, opts.schema)
+        if wanted >= earliest:
+            return wanted
+        self._recover(
+            wanted, earliest, f"older than the {opts.replay_window_s:.0f} s replay window"
+        )
+        return earliest
+
+    def _recover(self, start: int, end: int, why: str) -> None:
+        """A span the gateway will not replay: backfilled, or else recorded as an outage."""
+        self._settled = end
+        if self.options.backfill and self._backfill(start, end):
+            return
+        self._sink.send_outage(start, end)
+        self.stats.outages += 1
+        log.warning(
+            "live: %s to %s is lost (%s): recorded as an outage%s",
+            _iso(start),
+            _iso(end),
+            why,
+            "" if self.options.backfill else "; --backfill fetches it from Databento Historical",
+        )
+
+    def _backfill(self, start: int, end: int) -> bool:
+        """[start, end) from Databento Historical through the live path; False if not had."""
+        try:
+            metadata, records = backfill.fetch(
+                self._key, self.options.historical_gateway, self.options.subscription(), start, end
+            )
+        except backfill.BackfillFailed as exc:
+            log.warning("live: backfill of %s to %s failed: %s", _iso(start), _iso(end), exc)
+            return False
+        self._book.add_metadata(metadata)
+        before = self.stats.bars
+        for record in records:
+            self._handle(record)
+        count = self.stats.bars - before
+        self.stats.backfilled += count
+        log.info("live: backfilled %d bars of %s to %s", count, _iso(start), _iso(end))
+        return True
 
     def _session(self, start: int | None) -> None:
         import databento
@@ -210,9 +249,10 @@ class LiveIngest:
                 f"set DATABENTO_API_KEY to the key from your Databento portal"
             ) from None
         if self._first_connect_ns is None:
-            self._first_connect_ns = interval_start(time.time_ns(), opts.schema)
+            self._first_connect_ns = interval_start(self._clock(), opts.schema)
         self._fatal = None
         self._metadata_read = False
+        self._session_start, self._aged_out = start, None
         # A callback (run on the client's event loop) sees every record from the first byte;
         # the client's iterator only queues records once it is enabled, after the session has
         # started, and can miss the symbol mappings sent first.
@@ -284,6 +324,10 @@ class LiveIngest:
             log.warning("live: gateway error %s: %s", record.code, text)
             if record.code in FATAL_ERROR_CODES:
                 raise AuthFailed(f"the Databento gateway ended the session: {text}")
+            if record.code == databento_dbn.ErrorCode.REPLAY_DATA_AGED_OUT:
+                # The replay skips what aged out: lost from where it stands to its next bar.
+                newest = self._published.newest
+                self._aged_out = max(self._session_start or 0, newest or 0) or None
 
     def _system(self, record: databento_dbn.SystemMsg) -> None:
         if record.is_heartbeat():
@@ -299,8 +343,12 @@ class LiveIngest:
             log.info("live: gateway: %s", record.msg)
 
     def _bar(self, record: databento_dbn.OHLCVMsg) -> None:
-        if not self._seen.add((int(record.rtype), record.instrument_id, record.ts_event)):
-            self.stats.duplicates += 1
+        aged_out = self._aged_out
+        if aged_out is not None and record.ts_event > aged_out:
+            self._aged_out = None
+            self._recover(aged_out, record.ts_event, "the gateway's replay had aged out")
+        if not self._published.add(int(record.rtype), record.instrument_id, record.ts_event):
+            self.stats.resent += 1
             return
         bars = np.frombuffer(bytes(record), dtype=OHLCV_DTYPE)
         index = self._book.resolve(bars["instrument_id"], bars["ts_event"])
@@ -313,7 +361,7 @@ class LiveIngest:
             values, keys, timestamps = encode_bars(bars, index, self._book, self._source)
             self._sink.send_bars(values, keys, timestamps)
             self.stats.bars += 1
-        self.stats.last_ts_event = self._seen.newest
+        self.stats.last_ts_event = self._published.newest
 
     def _dead_letter(self, bar: np.void) -> None:
         instrument_id = int(bar["instrument_id"])

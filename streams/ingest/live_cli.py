@@ -45,6 +45,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="forward calendar spreads (a parent subscription includes them; skipped, counted)",
     )
     parser.add_argument(
+        "--replay-window-s",
+        type=float,
+        default=86_400.0,
+        help="how far back the gateway replays (default: 86400, Databento's 24 h); an older "
+        "resubscription start is clamped to it and the span before recorded as an outage",
+    )
+    parser.add_argument(
+        "--backfill",
+        action="store_true",
+        help="fetch such a span from Databento Historical (same key, billed as historical "
+        "data) instead of recording an outage",
+    )
+    parser.add_argument(
+        "--historical-gateway", help="Databento Historical host (default: Databento's)"
+    )
+    parser.add_argument(
         "--max-retries",
         type=int,
         default=None,
@@ -98,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         heartbeat_interval_s=args.heartbeat_s,
         max_retries=args.max_retries,
         keep_spreads=args.keep_spreads,
+        replay_window_s=args.replay_window_s,
+        backfill=args.backfill,
+        historical_gateway=args.historical_gateway,
     )
     ingest: LiveIngest | None = None
     sink: BarProducer | None = None

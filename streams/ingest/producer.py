@@ -94,7 +94,14 @@ class BarProducer:
     def send_control(self, ts_event: int) -> None:
         """One END_OF_INTERVAL record per partition: every consumer sees the boundary, after
         every bar produced before it on its partition."""
-        value = schema.encode(schema.end_of_interval(ts_event))
+        self._to_every_partition(schema.end_of_interval(ts_event))
+
+    def send_outage(self, start: int, end: int) -> None:
+        """One OUTAGE record per partition, between the bars before the span and those after."""
+        self._to_every_partition(schema.outage(start, end))
+
+    def _to_every_partition(self, control: schema.ControlRecord) -> None:
+        value, ts_event = schema.encode(control), control["ts_event"]
         for partition in range(self.partitions):
             self._producer.produce(
                 self.topic,

@@ -1,0 +1,56 @@
+"""Where a live resubscription starts, and which bars it resends.
+
+A resubscription asks the gateway to replay from the newest `ts_event` published (inclusive: of
+two instruments stamped the same minute, the connection may have dropped between them). The
+gateway replays only its intraday window (Databento's: the last 24 hours, less over weekends),
+so an older start is clamped to the window and the span before it is unrecoverable: an outage,
+which ingest records, or backfills from Databento Historical.
+
+Whatever a gateway sends again (a replay from an earlier start, or a gateway that resends its
+whole session on every connection), a bar not newer than the last one handled for its
+instrument can never be new: `Published` drops it.
+"""
+
+from __future__ import annotations
+
+INTERVAL_NS = {"ohlcv-1s": 10**9, "ohlcv-1m": 60 * 10**9, "ohlcv-1h": 3600 * 10**9}
+DAY_NS = 86_400 * 10**9  # ohlcv-1d and ohlcv-eod
+REPLAY_WINDOW_S = 86_400.0  # Databento Live's intraday replay
+# A clamped start lies this far inside the window: the gateway's clock has moved on by the time
+# it reads the subscription, and a start it finds outside its window is refused.
+CLAMP_MARGIN_NS = 60 * 10**9
+
+
+def interval_ns(schema: str) -> int:
+    return INTERVAL_NS.get(schema, DAY_NS)
+
+
+def interval_start(ts_ns: int, schema: str) -> int:
+    """The start of the bar interval `ts_ns` falls in: a bar is stamped there and sent at its
+    end, so a resubscription from a first connection's start replays the bar under way then."""
+    return ts_ns - ts_ns % interval_ns(schema)
+
+
+def earliest_start(now_ns: int, window_s: float, schema: str) -> int:
+    """The first bar interval the gateway can still replay at `now_ns`, with a margin."""
+    earliest = now_ns - int(window_s * 1e9) + CLAMP_MARGIN_NS
+    return -(-earliest // interval_ns(schema)) * interval_ns(schema)
+
+
+class Published:
+    """The newest `ts_event` handled per (rtype, instrument_id), and the newest of all."""
+
+    def __init__(self) -> None:
+        self.newest: int | None = None
+        self._last: dict[tuple[int, int], int] = {}
+
+    def add(self, rtype: int, instrument_id: int, ts_event: int) -> bool:
+        """Take a bar; False if its instrument already had one as new or newer (a resend)."""
+        key = (rtype, instrument_id)
+        last = self._last.get(key)
+        if last is not None and ts_event <= last:
+            return False
+        self._last[key] = ts_event
+        if self.newest is None or ts_event > self.newest:
+            self.newest = ts_event
+        return True
