@@ -37,10 +37,11 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks.provenance import loadavg, run_metadata
+from features.bars import read_bar_csv
 from streams.broker import EmbeddedBroker
 from streams.corrections import CorrectionConfig, CorrectionStats, SymbolState, correct
 from streams.corrections.history import bars_from_frame
-from streams.ingest.convert import SIXE_CSV, read_bar_csv
+from streams.ingest.convert import SIXE_CSV
 from streams.ingest.producer import BarProducer
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.process import WorkerProcess

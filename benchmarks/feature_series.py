@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.ingest.convert import SIXE_CSV, read_bar_csv
+from features.bars import read_bar_csv
+from streams.ingest.convert import SIXE_CSV
 from streams.settings import Settings
 
 COLUMNS = ("ts_event", "open", "high", "low", "close", "volume")

@@ -64,9 +64,10 @@ BURST_GOAL_MS = 100.0
 
 def month_windows(settings: Settings, lookback: int, n: int) -> list[WindowRequest]:
     """`n` served windows of the 6EH4 month: runs of `RUN` consecutive ones, evenly spread."""
+    from features.bars import read_bar_csv
     from streams.corrections import bars_from_frame, correct_history
     from streams.forecast.offline import window_requests
-    from streams.ingest.convert import SIXE_CSV, read_bar_csv
+    from streams.ingest.convert import SIXE_CSV
 
     frame = read_bar_csv(settings.data_dir / SIXE_CSV)
     clean = correct_history(bars_from_frame(frame, symbol=SYMBOL, instrument_id=1)).clean

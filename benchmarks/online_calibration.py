@@ -45,6 +45,7 @@ import pandas as pd
 from benchmarks.calibration_reference import reference
 from benchmarks.calibration_replay import START, band, coverage_series, replay, summary
 from benchmarks.provenance import loadavg, run_metadata
+from features.bars import PRICE_SCALE, read_bar_csv
 from model.dataset import Split
 from streams.corrections import bars_from_frame
 from streams.forecast.conformal import CalibrationConfig
@@ -53,8 +54,7 @@ from streams.forecast.messages import forecast_value
 from streams.forecast.offline import clean_history, forecast_history
 from streams.forecast.scoring import LOWER, UPPER, ScoreValue
 from streams.forecast.scoring_state import DEFAULT_WINDOW
-from streams.ingest.convert import SIXE_CSV, read_bar_csv
-from streams.schema import PRICE_SCALE
+from streams.ingest.convert import SIXE_CSV
 from streams.settings import REPO_ROOT, Settings
 
 SYMBOL = "6EH4"

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from features.bars import read_bar_csv
 from model.config import TFTConfig
 from streams.corrections import bars_from_frame, correct_history
 from streams.forecast.engine import WindowRequest
 from streams.forecast.offline import window_requests
-from streams.ingest.convert import SIXE_CSV, read_bar_csv
+from streams.ingest.convert import SIXE_CSV
 from streams.settings import Settings
 
 MINUTE_NS = 60_000_000_000

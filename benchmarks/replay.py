@@ -35,15 +35,10 @@ import numpy as np
 import orjson
 
 from benchmarks.provenance import loadavg, run_metadata
+from features.bars import read_bar_csv
 from streams.broker import EmbeddedBroker
 from streams.ingest.bar_json import encode_bars, source_json
-from streams.ingest.convert import (
-    SIXE_CSV,
-    bars_to_records,
-    ohlcv_metadata,
-    read_bar_csv,
-    write_dbn,
-)
+from streams.ingest.convert import SIXE_CSV, bars_to_records, ohlcv_metadata, write_dbn
 from streams.ingest.dbn_source import DbnReader
 from streams.ingest.producer import BAR_HEADERS, PRODUCER_TUNING, producer_config
 from streams.ingest.replay import Replay, ReplayOptions

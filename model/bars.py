@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from features.bars import engine_columns, read_bar_csv
 from model.checkpoint import file_sha256
 from streams.corrections import CorrectionConfig, bars_from_frame, correct_history
-from streams.ingest.convert import read_bar_csv
-from streams.schema import engine_columns
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 DBN_SUFFIXES = (".dbn", ".dbn.zst")

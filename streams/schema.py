@@ -3,8 +3,8 @@ encode/decode pair per topic's key, value and headers. A decoder raises ValueErr
 is wrong with a record that is not of its topic (the caller dead-letters it).
 
 Pure: no Faust, no Kafka. Prices on `bars.raw` and `bars.clean` stay DBN fixed-point int64
-(1e-9 units) so nothing is lost to float rounding before corrections see them. The JSON Schema
-of each topic's value, and the README's tables, are streams.topic_schemas.
+(features.bars). The JSON Schema of each topic's value, and the README's tables, are
+streams.topic_schemas.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 import numpy as np
 import orjson
 
+from features.bars import PRICE_FIELDS
+
 if TYPE_CHECKING:
     from streams.runtime.records import FeatureRow
-
-PRICE_SCALE = 1e-9
-UNDEF_PRICE = 2**63 - 1
-FIXED_PER_UNIT = round(1 / PRICE_SCALE)
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -112,24 +110,12 @@ def outage(start: int, end: int) -> ControlRecord:
     return {"control": Control.OUTAGE.value, "ts_event": int(start), "end": int(end)}
 
 
-def is_control(value: Any) -> bool:
-    return isinstance(value, dict) and "control" in value
-
-
 def encode(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
 def decode(data: bytes) -> Any:
     return orjson.loads(data)
-
-
-def to_fixed(prices: np.ndarray) -> np.ndarray:
-    """Float prices as DBN fixed-point int64, `round(price * 1e9)`; NaN becomes UNDEF_PRICE."""
-    undefined = np.isnan(prices)
-    fixed = np.rint(np.where(undefined, 0.0, prices) * FIXED_PER_UNIT).astype(np.int64)
-    fixed[undefined] = UNDEF_PRICE
-    return fixed
 
 
 def encode_feature_values(values: np.ndarray) -> str:
@@ -139,21 +125,6 @@ def encode_feature_values(values: np.ndarray) -> str:
 
 def decode_feature_values(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype="<f8")
-
-
-def engine_columns(bars: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
-    """`bars.clean` values as the feature engine's input columns: ts_event, open, high, low,
-    close (fixed-point to float), volume, synthetic. The features agent and offline replays
-    convert through this one function, so both feed the engine identical floats."""
-    return (
-        np.array([b["ts_event"] for b in bars], dtype=np.int64),
-        *(
-            np.array([b[f] for b in bars], dtype=np.float64) * PRICE_SCALE
-            for f in ("open", "high", "low", "close")
-        ),
-        np.array([b["volume"] for b in bars], dtype=np.float64),
-        np.array([b.get("status") == "synthetic" for b in bars], dtype=np.bool_),
-    )
 
 
 # Keys: the raw symbol's UTF-8 bytes on every topic; control records use CONTROL_KEY.
@@ -297,7 +268,6 @@ def decode_raw(data: bytes) -> RawBar:
     return cast(RawBar, _object(data, "bars.raw"))
 
 
-PRICE_FIELDS = ("open", "high", "low", "close")
 CLEAN_FIELDS: dict[str, tuple[type, ...]] = {
     "symbol": (str,),
     "ts_event": (int,),

@@ -12,8 +12,8 @@ import orjson
 import pandas as pd
 
 from features import engine
+from features.bars import UNDEF_PRICE, engine_columns
 from streams.corrections import bars_from_frame
-from streams.schema import UNDEF_PRICE, engine_columns
 
 
 def faulty_stream(

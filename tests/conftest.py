@@ -41,7 +41,7 @@ def sixe_csv(data_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def sixe_bars(sixe_csv: Path) -> pd.DataFrame:
     """The real 6EH4 month: ts_event (int64 ns UTC, bar open), OHLC (float64), volume."""
-    from streams.ingest.convert import read_bar_csv
+    from features.bars import read_bar_csv
 
     return read_bar_csv(sixe_csv)
 

@@ -20,6 +20,7 @@ import orjson
 import pandas as pd
 import pytest
 
+from features.bars import UNDEF_PRICE
 from streams.corrections import (
     SYNTHETIC,
     CorrectionConfig,
@@ -35,7 +36,6 @@ from streams.corrections import (
     correct_history,
     flush,
 )
-from streams.schema import UNDEF_PRICE
 
 SEED = 20240131
 FIELDS = ("open", "high", "low", "close")

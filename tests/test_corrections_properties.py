@@ -10,6 +10,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from features.bars import UNDEF_PRICE
 from streams.corrections import (
     SYNTHETIC,
     CorrectionConfig,
@@ -22,7 +23,6 @@ from streams.corrections import (
     flush,
 )
 from streams.corrections.parse import REQUIRED
-from streams.schema import UNDEF_PRICE
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIG = CorrectionConfig()

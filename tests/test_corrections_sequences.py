@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from features.bars import UNDEF_PRICE
 from streams.corrections import (
     SYNTHETIC,
     CorrectionConfig,
@@ -22,7 +23,7 @@ from streams.corrections import (
     flush,
 )
 from streams.corrections.parse import validate
-from streams.schema import UNDEF_PRICE, end_of_interval
+from streams.schema import end_of_interval
 from tests.correction_bars import (
     BASE,
     CONFIG,

@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 from features import engine
+from features.bars import PRICE_SCALE
 from streams import stats_cli
 from streams.corrections import SYNTHETIC, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
-from streams.schema import PRICE_SCALE, decode_feature_values
+from streams.schema import decode_feature_values
 from streams.settings import Settings
 from tests.bar_streams import expected_features, tiled_stream
 from tests.kafka_io import produce, read_topic

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from features.bars import FIXED_PER_UNIT
 from model.covariates import NS_PER_MIN
 from streams.forecast.conformal import (
     SCHEMA_VERSION,
@@ -18,7 +19,6 @@ from streams.forecast.conformal import (
 )
 from streams.forecast.scoring import ScoreValue
 from streams.forecast.scoring_state import Scorer, SymbolScoring
-from streams.schema import FIXED_PER_UNIT
 
 T0 = 1_704_700_800_000_000_000
 H = 10

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from features.bars import FIXED_PER_UNIT
 from model.covariates import NS_PER_MIN
 from model.dataset import forward_returns, labels_over_gap_fills, panel_from_arrays
 from streams.forecast.scoring import (
@@ -33,7 +34,6 @@ from streams.forecast.scoring_state import (
     pooled_figures,
 )
 from streams.metrics import ScoringMetrics
-from streams.schema import FIXED_PER_UNIT
 
 T0 = 1_704_700_800_000_000_000  # 2024-01-08 08:00 UTC, a bar open
 

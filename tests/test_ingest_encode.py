@@ -9,13 +9,14 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from features import bars
 from streams import schema
 from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_DTYPE
 from streams.ingest.symbols import SymbolBook
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
-PRICE = st.one_of(INT64, st.just(schema.UNDEF_PRICE), st.integers(-(10**12), 10**14))
+PRICE = st.one_of(INT64, st.just(bars.UNDEF_PRICE), st.integers(-(10**12), 10**14))
 RECORD = st.fixed_dictionaries(
     {
         "instrument_id": st.integers(0, 2**32 - 1),

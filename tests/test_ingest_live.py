@@ -16,6 +16,7 @@ import orjson
 import pytest
 from databento_dbn import UNDEF_TIMESTAMP, SType
 
+from features.bars import is_control
 from streams import schema
 from streams.ingest import live_cli
 from streams.ingest.errors import ExitCode
@@ -131,7 +132,7 @@ def test_forced_disconnect_loses_and_doubles_nothing(
     for sequence in by_key.values():
         assert sequence == sorted(set(sequence)), "out of order or doubled"
     minutes = sorted({ts for _, ts in rows})
-    assert all(schema.is_control(orjson.loads(m.value)) for m in controls)
+    assert all(is_control(orjson.loads(m.value)) for m in controls)
     assert all(m.key == schema.CONTROL_KEY for m in controls)
     for partition in range(broker_settings.partitions):
         assert by_key[(partition, schema.CONTROL_KEY)] == minutes

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from features import bars
 from streams import schema
 from streams.ingest.convert import (
     SIXE_INSTRUMENT_ID,
@@ -107,7 +108,7 @@ def published(
     clean = {}
     for message in read_all(settings.broker, settings.topic_clean):
         value = orjson.loads(message.value)
-        if not schema.is_control(value):
+        if not bars.is_control(value):
             clean[(value["symbol"], value["ts_event"])] = value
     forecast = {k: orjson.loads(forecasts.identity(v)) for k, v in forecasts.values.items()}
     forecasts.close()

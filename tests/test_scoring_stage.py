@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
+from features.bars import PRICE_SCALE
 from model.covariates import NS_PER_MIN
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
 from streams.forecast.engine import WindowRequest
@@ -21,7 +22,6 @@ from streams.forecast.scoring_state import SymbolScoring
 from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stores import Changelog, StateStore
-from streams.schema import PRICE_SCALE
 from tests.test_agent_state import MemoryChangelogs, flush
 from tests.test_forecast_scoring import random_history
 

@@ -19,9 +19,10 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tqdm import tqdm
 
+from features.bars import is_control
 from streams.forecast.offline import window_requests
 from streams.kafka import confluent_config
-from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC, is_control
+from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
 from streams.settings import Settings
 
 Key = tuple[str, int]  # (symbol, ts_event)

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from features.bars import PRICE_FIELDS, is_control, to_fixed
 from streams.corrections.config import CorrectionConfig
 from streams.corrections.engine import correct, flush, process
 from streams.corrections.outcome import CorrectionStats, Gap, Outcome, Step
-from streams.corrections.parse import PRICE_FIELDS, RTYPE_OHLCV_1M, decode, oversized, validate
+from streams.corrections.parse import RTYPE_OHLCV_1M, decode, oversized, validate
 from streams.corrections.state import SymbolState
-from streams.schema import is_control, to_fixed
 
 
 @dataclass(slots=True)

@@ -10,10 +10,9 @@ from typing import Any
 import orjson
 from databento_dbn import RType
 
+from features.bars import PRICE_FIELDS, UNDEF_PRICE
 from streams.corrections.config import CorrectionConfig
-from streams.schema import UNDEF_PRICE
 
-PRICE_FIELDS = ("open", "high", "low", "close")
 REQUIRED = (
     "instrument_id",
     "symbol",
@@ -100,7 +99,7 @@ def validate(
     if "control" in data:
         return (
             "control record (END_OF_INTERVAL) given as a bar: route it with "
-            "schema.is_control() and call corrections.flush() instead"
+            "features.bars.is_control() and call corrections.flush() instead"
         )
     if not data.keys() >= REQUIRED_SET:
         missing = [name for name in REQUIRED if name not in data]

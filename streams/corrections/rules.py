@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from features.bars import PRICE_FIELDS, PRICE_SCALE
 from streams.corrections.outcome import Change, Reason, Rule
-from streams.corrections.parse import PRICE_FIELDS
-from streams.schema import PRICE_SCALE
 
 OPEN, HIGH, LOW, CLOSE = range(4)
 MAX_DECADES = 9  # DBN prices have 9 decimals: a scale slip cannot exceed 10^9

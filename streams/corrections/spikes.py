@@ -7,8 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from features.bars import PRICE_FIELDS
 from streams.corrections.config import CorrectionConfig
-from streams.corrections.parse import PRICE_FIELDS
 from streams.corrections.rules import CLOSE, HIGH, LOW, fmt
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation

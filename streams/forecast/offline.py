@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from features import engine as feature_engine
+from features.bars import PRICE_SCALE, engine_columns
 from streams.corrections import correct_history
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_value
-from streams.schema import PRICE_SCALE, engine_columns
 
 Key = tuple[str, int]  # (symbol, ts_event)
 DELIVERY = ("batch_size", "latency_ms")  # a `forecasts` value's fields of one delivery

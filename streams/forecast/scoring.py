@@ -18,9 +18,9 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 import orjson
 
+from features.bars import PRICE_SCALE
 from model.covariates import NS_PER_MIN
 from model.metrics import pinball_losses
-from streams.schema import PRICE_SCALE
 
 QUANTILES = {"q10": 0.1, "q50": 0.5, "q90": 0.9}  # the `forecasts` value's quantile fields
 LOWER, UPPER = "q10", "q90"  # the 80 % interval

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import zstandard
 
+from features.bars import PRICE_FIELDS, read_bar_csv, to_fixed
 from streams.ingest.dbn_source import OHLCV_DTYPE
-from streams.schema import to_fixed
 from streams.settings import Settings
 
 SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
@@ -29,19 +29,7 @@ SIXE_INSTRUMENT_ID = 900_000_001
 DATASET = "GLBX.MDP3"
 GLBX_PUBLISHER_ID = 1  # GLBX.MDP3.GLBX
 OHLCV_1M_RTYPE = int(databento_dbn.RType.OHLCV_1M.value)
-PRICE_FIELDS = ("open", "high", "low", "close")
 NANOS_PER_MINUTE = 60 * 10**9
-
-
-def read_bar_csv(path: Path) -> pd.DataFrame:
-    """A NautilusTrader-style bar CSV (timestamp_utc = bar close) as ts_event (int64 ns, bar
-    open), open/high/low/close (float64) and volume (float64)."""
-    frame = pd.read_csv(path)
-    ts = pd.to_datetime(frame["timestamp_utc"], utc=True).dt.as_unit("ns") - pd.Timedelta("1min")
-    columns = {"ts_event": ts.astype("int64").to_numpy()}
-    for name in (*PRICE_FIELDS, "volume"):
-        columns[name] = frame[name].astype("float64").to_numpy()
-    return pd.DataFrame(columns)
 
 
 def bars_to_records(

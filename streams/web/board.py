@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from streams.schema import PRICE_SCALE
+from features.bars import PRICE_SCALE
 from streams.web.scores import ScoreSummary, summarize_score
 
 # The page's history length and score window are constants here, not BARCAST_* settings.

@@ -13,6 +13,7 @@ import numpy as np
 import zstandard
 
 from features import engine
+from features.bars import PRICE_SCALE, engine_columns
 from streams import schema
 from streams.corrections import SYNTHETIC
 from streams.metrics import Metrics, Outcome, Stage
@@ -126,7 +127,7 @@ class Features:
         if not bars:
             return {}, []
         state = np.stack([symbol.vector for symbol in symbols])
-        columns = schema.engine_columns([bar.value for bar, _ in bars])  # type: ignore[misc]
+        columns = engine_columns([bar.value for bar, _ in bars])  # type: ignore[misc]
         index = np.array([row for _, row in bars], dtype=np.int64)
         try:
             values, warm = engine.update_many(state, index, *columns)
@@ -176,7 +177,7 @@ def feature_row(bar: CleanBar, values: np.ndarray, warm: bool) -> FeatureRow:
         received_ns=bar.received_ns,
         symbol=value["symbol"],
         ts_event=value["ts_event"],
-        close=value["close"] * schema.PRICE_SCALE,
+        close=value["close"] * PRICE_SCALE,
         synthetic=value.get("status") == SYNTHETIC,
         warm=warm,
         values=values,

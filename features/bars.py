@@ -1,0 +1,54 @@
+"""Bars as barcast reads them, below every consumer of bars: prices in DBN fixed point (int64
+in 1e-9 units, so nothing is lost to float rounding before the corrections see them), the
+6EH4-style bar CSV, and the conversion of clean bars into the feature engine's float columns.
+The corrections, the feature engine's callers, training and the worker all go through these.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+PRICE_SCALE = 1e-9
+UNDEF_PRICE = 2**63 - 1
+FIXED_PER_UNIT = round(1 / PRICE_SCALE)
+PRICE_FIELDS = ("open", "high", "low", "close")
+
+
+def is_control(value: Any) -> bool:
+    """Whether a decoded value of a bar topic is a control record (END_OF_INTERVAL), no bar."""
+    return isinstance(value, dict) and "control" in value
+
+
+def to_fixed(prices: np.ndarray) -> np.ndarray:
+    """Float prices as DBN fixed-point int64, `round(price * 1e9)`; NaN becomes UNDEF_PRICE."""
+    undefined = np.isnan(prices)
+    fixed = np.rint(np.where(undefined, 0.0, prices) * FIXED_PER_UNIT).astype(np.int64)
+    fixed[undefined] = UNDEF_PRICE
+    return fixed
+
+
+def engine_columns(bars: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
+    """`bars.clean` values as the feature engine's input columns: ts_event, open, high, low,
+    close (fixed-point to float), volume, synthetic. The features agent and offline replays
+    convert through this one function, so both feed the engine identical floats."""
+    return (
+        np.array([b["ts_event"] for b in bars], dtype=np.int64),
+        *(np.array([b[f] for b in bars], dtype=np.float64) * PRICE_SCALE for f in PRICE_FIELDS),
+        np.array([b["volume"] for b in bars], dtype=np.float64),
+        np.array([b.get("status") == "synthetic" for b in bars], dtype=np.bool_),
+    )
+
+
+def read_bar_csv(path: Path) -> pd.DataFrame:
+    """A NautilusTrader-style bar CSV (timestamp_utc = bar close) as ts_event (int64 ns, bar
+    open), open/high/low/close (float64) and volume (float64)."""
+    frame = pd.read_csv(path)
+    ts = pd.to_datetime(frame["timestamp_utc"], utc=True).dt.as_unit("ns") - pd.Timedelta("1min")
+    columns = {"ts_event": ts.astype("int64").to_numpy()}
+    for name in (*PRICE_FIELDS, "volume"):
+        columns[name] = frame[name].astype("float64").to_numpy()
+    return pd.DataFrame(columns)
