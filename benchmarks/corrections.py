@@ -38,9 +38,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks.provenance import loadavg, run_metadata
 from features.bars import read_bar_csv
+from features.corrections import CorrectionConfig, CorrectionStats, SymbolState, correct
+from features.corrections.history import bars_from_frame
 from streams.broker import EmbeddedBroker
-from streams.corrections import CorrectionConfig, CorrectionStats, SymbolState, correct
-from streams.corrections.history import bars_from_frame
 from streams.ingest.convert import SIXE_CSV
 from streams.ingest.producer import BarProducer
 from streams.kafka import ensure_topics, pipeline_topics

@@ -65,7 +65,7 @@ BURST_GOAL_MS = 100.0
 def month_windows(settings: Settings, lookback: int, n: int) -> list[WindowRequest]:
     """`n` served windows of the 6EH4 month: runs of `RUN` consecutive ones, evenly spread."""
     from features.bars import read_bar_csv
-    from streams.corrections import bars_from_frame, correct_history
+    from features.corrections import bars_from_frame, correct_history
     from streams.forecast.offline import window_requests
     from streams.ingest.convert import SIXE_CSV
 

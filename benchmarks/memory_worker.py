@@ -15,10 +15,10 @@ import torch
 from benchmarks.memory_parts import RELEASED, Probe
 from benchmarks.pipeline_data import Series, build_series
 from benchmarks.pipeline_models import product_checkpoint
+from features.corrections import CorrectionConfig, SymbolState
 from features.engine import FINGERPRINT, N_FEATURES
 from streams import schema
 from streams.agents import BATCH_MAX
-from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import ForecastEngine, inference_threads
 from streams.forecast.scoring_state import SymbolScoring

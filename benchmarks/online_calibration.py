@@ -46,8 +46,8 @@ from benchmarks.calibration_reference import reference
 from benchmarks.calibration_replay import START, band, coverage_series, replay, summary
 from benchmarks.provenance import loadavg, run_metadata
 from features.bars import PRICE_SCALE, read_bar_csv
+from features.corrections import bars_from_frame
 from model.dataset import Split
-from streams.corrections import bars_from_frame
 from streams.forecast.conformal import CalibrationConfig
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_value

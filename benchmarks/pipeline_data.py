@@ -14,8 +14,8 @@ import numpy as np
 import orjson
 
 from features.bars import read_bar_csv
+from features.corrections import bars_from_frame, correct_history
 from model.config import TFTConfig
-from streams.corrections import bars_from_frame, correct_history
 from streams.forecast.engine import WindowRequest
 from streams.forecast.offline import window_requests
 from streams.ingest.convert import SIXE_CSV

@@ -1,6 +1,6 @@
 """Training bars: CSV or DBN files -> the corrections rules in batch -> clean per-symbol arrays.
 
-The corrections are the very code the streaming agent runs (`streams.corrections`), so the
+The corrections are the very code the streaming agent runs (`features.corrections`), so the
 model trains on the bars the worker will see; every correction, rejection and gap fill is
 counted in the returned report, never applied silently.
 """
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from features.bars import engine_columns, read_bar_csv
+from features.corrections import CorrectionConfig, bars_from_frame, correct_history
 from model.checkpoint import file_sha256
-from streams.corrections import CorrectionConfig, bars_from_frame, correct_history
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 DBN_SUFFIXES = (".dbn", ".dbn.zst")

@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import Metric
 from streams.internals import committed_offsets
 
 if TYPE_CHECKING:
-    from streams.corrections import CorrectionStats
+    from features.corrections import CorrectionStats
 
 
 class Stage(StrEnum):

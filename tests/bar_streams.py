@@ -13,7 +13,7 @@ import pandas as pd
 
 from features import engine
 from features.bars import UNDEF_PRICE, engine_columns
-from streams.corrections import bars_from_frame
+from features.corrections import bars_from_frame
 
 
 def faulty_stream(

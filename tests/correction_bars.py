@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from streams.corrections import CorrectionConfig, History, Outcome
+from features.corrections import CorrectionConfig, History, Outcome
 
 T0 = 1_704_150_000 * 10**9  # 2024-01-01 23:00 UTC, on the minute grid
 MINUTE = 60 * 10**9

@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
 
-from streams.corrections import CorrectionConfig, SymbolState, correct_history
+from features.corrections import CorrectionConfig, SymbolState, correct_history
 from streams.forecast.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics

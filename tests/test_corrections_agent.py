@@ -8,7 +8,7 @@ from dataclasses import replace
 import orjson
 import pandas as pd
 
-from streams.corrections import Status, correct_history
+from features.corrections import Status, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.schema import DLQ_MESSAGE, DLQ_OFFSET, DLQ_REASON, DLQ_TOPIC
 from streams.settings import Settings

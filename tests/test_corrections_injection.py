@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from features.bars import UNDEF_PRICE
-from streams.corrections import (
+from features.corrections import (
     SYNTHETIC,
     CorrectionConfig,
     CorrectionStats,

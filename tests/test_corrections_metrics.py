@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from streams import stats_cli
-from streams.corrections import (
+from features.corrections import (
     SYNTHETIC,
     CorrectionConfig,
     CorrectionStats,
@@ -16,6 +15,7 @@ from streams.corrections import (
     correct,
     flush,
 )
+from streams import stats_cli
 from streams.metrics import Metrics, MetricsFeed
 from tests.bar_streams import faulty_stream
 

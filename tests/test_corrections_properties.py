@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from features.bars import UNDEF_PRICE
-from streams.corrections import (
+from features.corrections import (
     SYNTHETIC,
     CorrectionConfig,
     CorrectionStats,
@@ -22,7 +22,7 @@ from streams.corrections import (
     correct_history,
     flush,
 )
-from streams.corrections.parse import REQUIRED
+from features.corrections.parse import REQUIRED
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIG = CorrectionConfig()

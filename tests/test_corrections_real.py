@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streams.corrections import (
+from features.corrections import (
     CorrectionConfig,
     CorrectionStats,
     Status,

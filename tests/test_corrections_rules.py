@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from features.bars import UNDEF_PRICE
-from streams.corrections import (
+from features.corrections import (
     Change,
     CorrectionConfig,
     CorrectionStats,

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from features.bars import UNDEF_PRICE
-from streams.corrections import (
+from features.corrections import (
     SYNTHETIC,
     CorrectionConfig,
     CorrectionStats,
@@ -22,7 +22,7 @@ from streams.corrections import (
     correct_history,
     flush,
 )
-from streams.corrections.parse import validate
+from features.corrections.parse import validate
 from streams.schema import end_of_interval
 from tests.correction_bars import (
     BASE,

@@ -13,9 +13,9 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from confluent_kafka import KafkaError, KafkaException
 
+from features.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
+from features.corrections import Reason as Rejected
 from features.engine import FINGERPRINT, N_FEATURES
-from streams.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
-from streams.corrections import Reason as Rejected
 from streams.internals import InternalsMoved, live_fetcher
 from streams.metrics import Metrics
 from streams.runtime.policy import (

@@ -15,8 +15,8 @@ import pytest
 
 from features import engine
 from features.bars import PRICE_SCALE
+from features.corrections import SYNTHETIC, correct_history
 from streams import stats_cli
-from streams.corrections import SYNTHETIC, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.schema import decode_feature_values
 from streams.settings import Settings

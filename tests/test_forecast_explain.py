@@ -12,7 +12,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from streams.corrections import bars_from_frame
+from features.corrections import bars_from_frame
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.explain import SCHEMA_VERSION
 from streams.forecast.offline import clean_history, window_requests

@@ -16,7 +16,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from streams.corrections import bars_from_frame
+from features.corrections import bars_from_frame
 from streams.forecast.conformal import CalibrationConfig, calibrate_offline
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import Key, clean_history, forecast_history, forecast_values

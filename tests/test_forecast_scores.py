@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from features.corrections import bars_from_frame
 from model.calibration import fit_interval_scale
-from streams.corrections import bars_from_frame
 from streams.forecast.conformal import CalibrationConfig, calibrate_offline
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import DELIVERY, clean_history, forecast_history, forecast_values

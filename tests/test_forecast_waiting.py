@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.corrections import bars_from_frame
+from features.corrections import bars_from_frame
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import clean_history, forecast_history
 from streams.kafka import ensure_topics, pipeline_topics

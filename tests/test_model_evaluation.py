@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from features.corrections import bars_from_frame
 from model.bars import load_bars
 from model.dataset import Part, Split, build_panel, window_ends
 from model.evaluate import PARTS, evaluate, run_engine, trained_on_these
 from streams.cli import build_parser
-from streams.corrections import bars_from_frame
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import clean_history, forecast_history, window_requests
 from tests.checkpoints import make_checkpoint

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from confluent_kafka import Producer
 
-from streams.corrections import Status, bars_from_frame, correct_history
+from features.corrections import Status, bars_from_frame, correct_history
 from streams.forecast.engine import ForecastEngine
 from streams.forecast.offline import forecast_history
 from streams.ingest.producer import BarProducer

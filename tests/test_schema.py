@@ -13,9 +13,9 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator
 
+from features.corrections import correct_history
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from streams import schema as s
-from streams.corrections import correct_history
 from streams.topic_schemas import TOPICS, markdown_tables, schema, schema_file, schema_text
 from tests.kafka_io import compiled_validator
 

@@ -18,7 +18,7 @@ import orjson
 import pandas as pd
 
 from features import engine
-from streams.corrections import Status, correct_history
+from features.corrections import Status, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.schema import decode_feature_values
 from streams.settings import Settings

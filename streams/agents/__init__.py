@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from features.corrections import CorrectionConfig, SymbolState
 from features.engine import FINGERPRINT, N_FEATURES
 from model.checkpoint import CheckpointError
 from model.config import TFTConfig
-from streams.corrections import CorrectionConfig, SymbolState
 from streams.forecast.checkpoints import CheckpointWatcher, load_engine
 from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
 from streams.forecast.engine import inference_threads

@@ -14,7 +14,7 @@ import numpy as np
 
 from features import engine as feature_engine
 from features.bars import PRICE_SCALE, engine_columns
-from streams.corrections import correct_history
+from features.corrections import correct_history
 from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.forecast.messages import forecast_value
 

@@ -37,7 +37,7 @@ Source = tuple[str, int, int]  # topic, partition, offset of a record
 
 
 class Reason(StrEnum):
-    """Reason codes of dead letters outside the corrections rules (streams.corrections.Reason)."""
+    """Reason codes of dead letters outside the corrections rules (features.corrections.Reason)."""
 
     MALFORMED = "malformed"  # a record its stage cannot read
     REFUSED = "refused"  # a bar the feature engine refuses

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from streams import corrections as rules
+from features import corrections as rules
 from streams.runtime.policy import dead_letter
 from streams.runtime.records import CleanBar, Control, Out, Record, control_of
 from streams.runtime.stores import StateStore

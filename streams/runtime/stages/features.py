@@ -14,8 +14,8 @@ import zstandard
 
 from features import engine
 from features.bars import PRICE_SCALE, engine_columns
+from features.corrections import SYNTHETIC
 from streams import schema
-from streams.corrections import SYNTHETIC
 from streams.metrics import Metrics, Outcome, Stage
 from streams.runtime.policy import Reason, dead_letter
 from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from streams.corrections.outcome import Change, Rule
-from streams.corrections.spikes import Move
+from features.corrections.outcome import Change, Rule
+from features.corrections.spikes import Move
 
 STATE_VERSION = 1
 

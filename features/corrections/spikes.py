@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from features.bars import PRICE_FIELDS
-from streams.corrections.config import CorrectionConfig
-from streams.corrections.rules import CLOSE, HIGH, LOW, fmt
+from features.corrections.config import CorrectionConfig
+from features.corrections.rules import CLOSE, HIGH, LOW, fmt
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
 

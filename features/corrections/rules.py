@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from features.bars import PRICE_FIELDS, PRICE_SCALE
-from streams.corrections.outcome import Change, Reason, Rule
+from features.corrections.outcome import Change, Reason, Rule
 
 OPEN, HIGH, LOW, CLOSE = range(4)
 MAX_DECADES = 9  # DBN prices have 9 decimals: a scale slip cannot exceed 10^9

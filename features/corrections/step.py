@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from streams.corrections.config import CorrectionConfig
-from streams.corrections.outcome import (
+from features.corrections.config import CorrectionConfig
+from features.corrections.outcome import (
     SYNTHETIC,
     Change,
     CorrectionStats,
@@ -16,10 +16,10 @@ from streams.corrections.outcome import (
     Status,
     Step,
 )
-from streams.corrections.parse import MINUTE_NS, RTYPE_OHLCV_1M, Bar, decode, oversized, validate
-from streams.corrections.rules import CLOSE, Rejection, repair
-from streams.corrections.spikes import confirmed, describe, suspicious
-from streams.corrections.state import Held, SymbolState
+from features.corrections.parse import MINUTE_NS, RTYPE_OHLCV_1M, Bar, decode, oversized, validate
+from features.corrections.rules import CLOSE, Rejection, repair
+from features.corrections.spikes import confirmed, describe, suspicious
+from features.corrections.state import Held, SymbolState
 
 CLEAN, CORRECTED = Status.CLEAN.value, Status.CORRECTED.value
 

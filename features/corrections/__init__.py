@@ -52,10 +52,9 @@ O=H=L=C=previous close, volume 0) placed before it in `Step.clean`. Synthetic ba
 input, so they are no outcome and never enter the statistics of real bars.
 """
 
-from streams.corrections.config import CorrectionConfig
-from streams.corrections.engine import correct, flush
-from streams.corrections.history import History, bars_from_frame, correct_history
-from streams.corrections.outcome import (
+from features.corrections.config import CorrectionConfig
+from features.corrections.history import History, bars_from_frame, correct_history
+from features.corrections.outcome import (
     SYNTHETIC,
     Change,
     CorrectionStats,
@@ -66,7 +65,8 @@ from streams.corrections.outcome import (
     Status,
     Step,
 )
-from streams.corrections.state import SymbolState
+from features.corrections.state import SymbolState
+from features.corrections.step import correct, flush
 
 __all__ = [
     "SYNTHETIC",

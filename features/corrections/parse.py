@@ -11,7 +11,7 @@ import orjson
 from databento_dbn import RType
 
 from features.bars import PRICE_FIELDS, UNDEF_PRICE
-from streams.corrections.config import CorrectionConfig
+from features.corrections.config import CorrectionConfig
 
 REQUIRED = (
     "instrument_id",

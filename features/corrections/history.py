@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from features.bars import PRICE_FIELDS, is_control, to_fixed
-from streams.corrections.config import CorrectionConfig
-from streams.corrections.engine import correct, flush, process
-from streams.corrections.outcome import CorrectionStats, Gap, Outcome, Step
-from streams.corrections.parse import RTYPE_OHLCV_1M, decode, oversized, validate
-from streams.corrections.state import SymbolState
+from features.corrections.config import CorrectionConfig
+from features.corrections.outcome import CorrectionStats, Gap, Outcome, Step
+from features.corrections.parse import RTYPE_OHLCV_1M, decode, oversized, validate
+from features.corrections.state import SymbolState
+from features.corrections.step import correct, flush, process
 
 
 @dataclass(slots=True)
