@@ -20,8 +20,8 @@ import numpy as np
 from benchmarks.calibration_replay import BAND, START, band, coverage_series, replay, summary
 from features.bars import PRICE_SCALE
 from model.covariates import NS_PER_MIN
-from streams.forecast.conformal import CalibrationConfig
-from streams.forecast.scoring import QUANTILES
+from model.serving.conformal import CalibrationConfig
+from model.serving.scoring import QUANTILES
 
 SIGMA = 1e-4  # a minute's log-return volatility (1 bp: 6E's order of magnitude)
 HORIZONS = 10

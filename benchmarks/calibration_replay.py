@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from streams.forecast.conformal import CalibrationConfig, Calibrator
-from streams.forecast.scoring import QUANTILES, ScoreValue
-from streams.forecast.scoring_state import Rolling, Scorer, pooled_figures
+from model.serving.conformal import CalibrationConfig, Calibrator
+from model.serving.scoring import QUANTILES, ScoreValue
+from model.serving.scoring_state import Rolling, Scorer, pooled_figures
 
 START = 300  # scored forecasts before the mechanism check begins
 BAND = 0.03  # the 80 +- 3 %

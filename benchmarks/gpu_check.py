@@ -39,8 +39,8 @@ import torch
 
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
-from streams.forecast.engine import ForecastEngine, WindowRequest
-from streams.forecast.programs import chunk_programs
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.programs import chunk_programs
 from streams.settings import REPO_ROOT, Settings
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "gpu.json"
@@ -66,7 +66,7 @@ def month_windows(settings: Settings, lookback: int, n: int) -> list[WindowReque
     """`n` served windows of the 6EH4 month: runs of `RUN` consecutive ones, evenly spread."""
     from features.bars import read_bar_csv
     from features.corrections import bars_from_frame, correct_history
-    from streams.forecast.offline import window_requests
+    from model.serving.offline import window_requests
     from streams.ingest.convert import SIXE_CSV
 
     frame = read_bar_csv(settings.data_dir / SIXE_CSV)

@@ -17,11 +17,11 @@ from benchmarks.pipeline_data import Series, build_series
 from benchmarks.pipeline_models import product_checkpoint
 from features.corrections import CorrectionConfig, SymbolState
 from features.engine import FINGERPRINT, N_FEATURES
+from model.serving.conformal import CalibrationConfig, SymbolCalibration
+from model.serving.forecast_engine import ForecastEngine, inference_threads
+from model.serving.scoring_state import SymbolScoring
 from streams import schema
 from streams.agents import BATCH_MAX
-from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
-from streams.forecast.engine import ForecastEngine, inference_threads
-from streams.forecast.scoring_state import SymbolScoring
 from streams.metrics import Metrics
 from streams.runtime.forecaster import Forecaster
 from streams.runtime.records import Out, Record

@@ -49,8 +49,8 @@ from benchmarks.model_anchors import anchors, ptf_inputs, ptf_model, require_ptf
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.memory import peak_rss_mb
+from model.serving.programs import chunk_programs
 from model.tft import TemporalFusionTransformer
-from streams.forecast.programs import chunk_programs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "model.json"
 BATCHES = (1, 8, 64, 256)
@@ -71,7 +71,7 @@ def barcast_inputs(config: TFTConfig, batch: int, device: str = "cpu") -> tuple[
 def cached_step(
     model: TemporalFusionTransformer, config: TFTConfig, batch: int
 ) -> Callable[[], Any]:
-    """The worker's path for one new bar per window, unpadded (streams.forecast.engine with
+    """The worker's path for one new bar per window, unpadded (model.serving.forecast_engine with
     max_batch=1 at batch 1): the static contexts computed once (the worker keeps one per
     symbol), the new bar encoded and the window forecast by the worker's own programs
     (`chunk_programs`: TorchScript traces on CPU fp32) at this batch size."""

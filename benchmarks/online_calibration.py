@@ -48,12 +48,12 @@ from benchmarks.provenance import loadavg, run_metadata
 from features.bars import PRICE_SCALE, read_bar_csv
 from features.corrections import bars_from_frame
 from model.dataset import Split
-from streams.forecast.conformal import CalibrationConfig
-from streams.forecast.engine import ForecastEngine, WindowRequest
-from streams.forecast.messages import forecast_value
-from streams.forecast.offline import clean_history, forecast_history
-from streams.forecast.scoring import LOWER, UPPER, ScoreValue
-from streams.forecast.scoring_state import DEFAULT_WINDOW
+from model.serving.conformal import CalibrationConfig
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.messages import forecast_value
+from model.serving.offline import clean_history, forecast_history
+from model.serving.scoring import LOWER, UPPER, ScoreValue
+from model.serving.scoring_state import DEFAULT_WINDOW
 from streams.ingest.convert import SIXE_CSV
 from streams.settings import REPO_ROOT, Settings
 

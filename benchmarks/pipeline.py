@@ -73,8 +73,8 @@ from benchmarks.pipeline_models import random_checkpoint, serve
 from benchmarks.pipeline_report import results, table
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from streams.broker import EmbeddedBroker
-from streams.forecast.engine import ForecastEngine, WindowRequest
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
 

@@ -1,7 +1,7 @@
 """The pipeline benchmark's input: every symbol's bars on one minute grid, and the reference.
 
 Each synthetic symbol is a different slice of the 6EH4 month, re-timed onto a common grid; the
-reference is what the worker must publish by the offline rule (`streams.forecast.offline`), plus
+reference is what the worker must publish by the offline rule (`model.serving.offline`), plus
 the burst windows the engine-alone anchor forecasts in-process.
 """
 
@@ -16,8 +16,8 @@ import orjson
 from features.bars import read_bar_csv
 from features.corrections import bars_from_frame, correct_history
 from model.config import TFTConfig
-from streams.forecast.engine import WindowRequest
-from streams.forecast.offline import window_requests
+from model.serving.forecast_engine import WindowRequest
+from model.serving.offline import window_requests
 from streams.ingest.convert import SIXE_CSV
 from streams.settings import Settings
 

@@ -75,7 +75,7 @@ def product_checkpoint(settings: Settings, given: Path | None) -> ServedModel:
 
 
 def _default_in(model_dir: Path) -> Path | None:
-    from streams.forecast.checkpoints import CheckpointWatcher
+    from model.serving.checkpoints import CheckpointWatcher
 
     newest = CheckpointWatcher(model_dir).newest()
     return newest if newest is not None and _usable(newest) else None

@@ -41,7 +41,7 @@ from model.metrics import coverage, pinball_per_window, summarize
 from model.significance import block_bootstrap
 
 if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
-    from streams.forecast.engine import ForecastEngine
+    from model.serving.forecast_engine import ForecastEngine
 
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
 NEW_DATA_CALIBRATION = 0.2  # share of a file's windows that calibrate the baselines (--split all)
@@ -58,7 +58,7 @@ def evaluate(
     rolling_window: int = ROLLING_WINDOW,
     batch_size: int = 256,
 ) -> dict[str, Any]:
-    from streams.forecast.engine import ForecastEngine
+    from model.serving.forecast_engine import ForecastEngine
 
     engine = ForecastEngine(checkpoint_dir, device)
     forecaster = engine.served.forecaster
@@ -223,7 +223,7 @@ def run_engine(
 ) -> np.ndarray:
     """The serving engine's quantiles `(n, H, Q)` of every window, fed as the worker feeds it:
     each symbol's windows in order, so its step-encoding cache works as in a replay."""
-    from streams.forecast.engine import WindowRequest
+    from model.serving.forecast_engine import WindowRequest
 
     lookback, lo = engine.lookback, panel.offsets[panel.row_symbol]
     requests = [

@@ -102,7 +102,7 @@ def serve(worker: WorkerProcess, url: str) -> None:
 
 def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
     """The newest checkpoint in the model directory, training a small one when there is none."""
-    from streams.forecast.checkpoints import CheckpointWatcher
+    from model.serving.checkpoints import CheckpointWatcher
 
     newest = CheckpointWatcher(settings.model_dir).newest()
     if newest is not None and not retrain:

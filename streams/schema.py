@@ -350,7 +350,7 @@ EXPLANATION_FIELDS: dict[str, tuple[type, ...]] = {
 
 
 def encode_explanation(value: dict[str, Any]) -> bytes:
-    """A `forecasts.explain` value (streams.forecast.explain builds it)."""
+    """A `forecasts.explain` value (model.serving.explain builds it)."""
     return orjson.dumps(value)
 
 
@@ -361,6 +361,6 @@ def decode_explanation(data: bytes) -> dict[str, Any]:
     if wrong:
         raise ValueError(
             f"field(s) {', '.join(wrong)} missing or not of the type a forecasts.explain "
-            "value holds (streams.forecast.explain)"
+            "value holds (model.serving.explain)"
         )
     return value

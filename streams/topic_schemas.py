@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
-from streams.forecast.explain import RECENT, TOP_LAGS
-from streams.forecast.scoring import Unscored
+from model.serving.explain import RECENT, TOP_LAGS
+from model.serving.scoring import Unscored
 from streams.schema import (
     CONTROL_KEY,
     DLQ_MESSAGE,

@@ -14,8 +14,8 @@ from model import checkpoint
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
+from model.serving.forecast_engine import inference_threads
 from model.tft import TemporalFusionTransformer
-from streams.forecast.engine import inference_threads
 
 
 def untrained_model(config: TFTConfig) -> TemporalFusionTransformer:

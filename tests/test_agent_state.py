@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
 
 from features.corrections import CorrectionConfig, SymbolState, correct_history
-from streams.forecast.windows import SymbolWindow, meta_key
+from model.serving.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics
 from streams.runtime.checkpoint import MARK, Checkpointer, Runtime

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.calibration_reference import random_walk, reference
-from streams.forecast.conformal import CalibrationConfig
-from streams.forecast.scoring import score_offline
+from model.serving.conformal import CalibrationConfig
+from model.serving.scoring import score_offline
 
 
 def test_the_exact_forecasts_cover_80_percent_when_scored() -> None:

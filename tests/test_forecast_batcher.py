@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.forecast.batcher import MicroBatcher
+from model.serving.batcher import MicroBatcher
 
 
 class Clock:

@@ -11,14 +11,14 @@ import pytest
 
 from features.bars import FIXED_PER_UNIT
 from model.covariates import NS_PER_MIN
-from streams.forecast.conformal import (
+from model.serving.conformal import (
     SCHEMA_VERSION,
     CalibrationConfig,
     Calibrator,
     SymbolCalibration,
 )
-from streams.forecast.scoring import ScoreValue
-from streams.forecast.scoring_state import Scorer, SymbolScoring
+from model.serving.scoring import ScoreValue
+from model.serving.scoring_state import Scorer, SymbolScoring
 
 T0 = 1_704_700_800_000_000_000
 H = 10

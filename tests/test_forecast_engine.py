@@ -11,7 +11,7 @@ import pytest
 
 from features import engine as feature_engine
 from model.checkpoint import CheckpointError
-from streams.forecast.engine import ForecastEngine, WindowRequest
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from features.corrections import bars_from_frame
-from streams.forecast.engine import ForecastEngine
-from streams.forecast.explain import SCHEMA_VERSION
-from streams.forecast.offline import clean_history, window_requests
+from model.serving.explain import SCHEMA_VERSION
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.offline import clean_history, window_requests
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.schema import decode_explanation
 from streams.settings import Settings

@@ -16,9 +16,9 @@ from features.registry import FEATURE_NAMES
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from model.forecaster import ForecastBatch, Forecaster
 from model.metrics import attention_entropy
-from streams.forecast.engine import ForecastEngine, Served, WindowRequest
-from streams.forecast.explain import SCHEMA_VERSION, explain_records
-from streams.forecast.programs import chunk_programs
+from model.serving.explain import SCHEMA_VERSION, explain_records
+from model.serving.forecast_engine import ForecastEngine, Served, WindowRequest
+from model.serving.programs import chunk_programs
 from streams.kafka import pipeline_topics
 from streams.schema import BAR_HEADERS, decode_explanation
 from streams.settings import N_FEATURES, Settings
@@ -245,7 +245,7 @@ def test_the_top_k_bound_is_the_feature_sets_width() -> None:
 
 
 def test_the_eager_programs_a_gpu_runs_explain_as_the_traced_ones(engines, rows) -> None:
-    """On CUDA the programs run eagerly (streams.forecast.programs): the same explanation, here
+    """On CUDA the programs run eagerly (model.serving.programs): the same explanation, here
     on the CPU, where a trace records exactly the ops eager mode runs."""
     batch = requests(rows, range(0, 3))
     traced = fresh(engines[1])

@@ -1,6 +1,6 @@
 """The whole pipeline through the real broker and real worker processes, held to the offline
 reference: the same corrections, features and batch-invariant inference in one process, and
-the same scoring and online calibration (streams.forecast.conformal.calibrate_offline)."""
+the same scoring and online calibration (model.serving.conformal.calibrate_offline)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from features.corrections import bars_from_frame
-from streams.forecast.conformal import CalibrationConfig, calibrate_offline
-from streams.forecast.engine import ForecastEngine
-from streams.forecast.offline import Key, clean_history, forecast_history, forecast_values
-from streams.forecast.scoring import ScoreValue, score_offline
+from model.serving.conformal import CalibrationConfig, calibrate_offline
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.offline import Key, clean_history, forecast_history, forecast_values
+from model.serving.scoring import ScoreValue, score_offline
 from streams.ingest.convert import sixe_dbn
 from streams.ingest.producer import BarProducer
 from streams.ingest.replay import Replay, ReplayOptions

@@ -16,7 +16,7 @@ import pytest
 from features.engine import FINGERPRINT, N_FEATURES
 from model import checkpoint
 from model.checkpoint import CONFIG, CheckpointError, load
-from streams.forecast.checkpoints import CheckpointWatcher
+from model.serving.checkpoints import CheckpointWatcher
 from streams.metrics import Metrics
 from streams.runtime.checkpoint import Runtime
 from streams.runtime.forecaster import Forecaster

@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from features.corrections import bars_from_frame
 from model.calibration import fit_interval_scale
-from streams.forecast.conformal import CalibrationConfig, calibrate_offline
-from streams.forecast.engine import ForecastEngine
-from streams.forecast.offline import DELIVERY, clean_history, forecast_history, forecast_values
-from streams.forecast.scoring import ScoreValue, decode_score, score_offline
-from streams.forecast.scoring_state import Rolling, pooled_figures
+from model.serving.conformal import CalibrationConfig, calibrate_offline
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.offline import DELIVERY, clean_history, forecast_history, forecast_values
+from model.serving.scoring import ScoreValue, decode_score, score_offline
+from model.serving.scoring_state import Rolling, pooled_figures
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
 from streams.stats_cli import default_url, scrape

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from features.bars import FIXED_PER_UNIT
 from model.covariates import NS_PER_MIN
 from model.dataset import forward_returns, labels_over_gap_fills, panel_from_arrays
-from streams.forecast.scoring import (
+from model.serving.scoring import (
     Decided,
     LabelBar,
     Unscored,
@@ -26,7 +26,7 @@ from streams.forecast.scoring import (
     score_all,
     score_offline,
 )
-from streams.forecast.scoring_state import (
+from model.serving.scoring_state import (
     STATE_FORMAT,
     Rolling,
     Scorer,

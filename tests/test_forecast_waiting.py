@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from features.corrections import bars_from_frame
-from streams.forecast.engine import ForecastEngine
-from streams.forecast.offline import clean_history, forecast_history
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.offline import clean_history, forecast_history
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
 from streams.stats_cli import scrape

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.forecast.windows import SymbolWindow, meta_layout
+from model.serving.windows import SymbolWindow, meta_layout
 
 LOOKBACK, FEATURES = 5, 3
 

@@ -15,7 +15,7 @@ import orjson
 
 from features.engine import FINGERPRINT, N_FEATURES
 from model.covariates import NS_PER_MIN
-from streams.forecast.engine import ForecastEngine
+from model.serving.forecast_engine import ForecastEngine
 from streams.metrics import Metrics
 from streams.runtime.checkpoint import Runtime
 from streams.runtime.forecaster import Forecaster

@@ -13,7 +13,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from streams.forecast.scoring import Decided, LabelBar, forecast_fields, score_all
+from model.serving.scoring import Decided, LabelBar, forecast_fields, score_all
 from streams.ingest.replay import Replay, ReplayOptions
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings

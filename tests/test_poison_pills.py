@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Producer
 
 from features.corrections import Status, bars_from_frame, correct_history
-from streams.forecast.engine import ForecastEngine
-from streams.forecast.offline import forecast_history
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.offline import forecast_history
 from streams.ingest.producer import BarProducer
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.runtime.policy import KEPT_BYTES, NULL_VALUE_HEADER, SHA256_HEADER, TRUNCATED_HEADER

@@ -15,10 +15,10 @@ import pytest
 
 from features.bars import PRICE_SCALE
 from model.covariates import NS_PER_MIN
-from streams.forecast.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
-from streams.forecast.engine import WindowRequest
-from streams.forecast.scoring import decode_score, score_offline
-from streams.forecast.scoring_state import SymbolScoring
+from model.serving.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
+from model.serving.forecast_engine import WindowRequest
+from model.serving.scoring import decode_score, score_offline
+from model.serving.scoring_state import SymbolScoring
 from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stores import Changelog, StateStore

@@ -16,10 +16,10 @@ from features.corrections import CorrectionConfig, SymbolState
 from features.engine import FINGERPRINT, N_FEATURES
 from model.checkpoint import CheckpointError
 from model.config import TFTConfig
-from streams.forecast.checkpoints import CheckpointWatcher, load_engine
-from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
-from streams.forecast.engine import inference_threads
-from streams.forecast.scoring_state import SymbolScoring
+from model.serving.checkpoints import CheckpointWatcher, load_engine
+from model.serving.conformal import CalibrationConfig, SymbolCalibration
+from model.serving.forecast_engine import inference_threads
+from model.serving.scoring_state import SymbolScoring
 from streams.metrics import MetricsFeed
 from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
 from streams.runtime.forecaster import Forecaster
@@ -35,8 +35,8 @@ from streams.runtime.stores import StateStore, Store, WindowStore
 if TYPE_CHECKING:
     from faust.types import EventT, TopicT
 
+    from model.serving.forecast_engine import ForecastEngine
     from streams.faust_app import BarcastApp
-    from streams.forecast.engine import ForecastEngine
 
 BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.01

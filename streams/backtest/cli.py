@@ -32,10 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from model.checkpoint import CheckpointError
+    from model.serving.checkpoints import CheckpointWatcher
     from streams.backtest.harness import run_backtest
     from streams.backtest.html import bp, percent
     from streams.backtest.inputs import InputError
-    from streams.forecast.checkpoints import CheckpointWatcher
 
     settings = Settings.from_env()
     checkpoint = args.checkpoint or CheckpointWatcher(settings.model_dir).newest()

@@ -5,7 +5,7 @@ never a sleep.
 A bar read from `bars.raw` is accounted for once `bars.clean` holds its (symbol, ts_event) or
 `bars.dlq` holds a dead letter naming its partition and offset (a repeated bar is accounted for
 by its first copy's clean bar). The forecasts owed follow from the clean bars by the worker's
-own window rule (streams.forecast.offline.window_requests).
+own window rule (model.serving.offline.window_requests).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tqdm import tqdm
 
 from features.bars import is_control
-from streams.forecast.offline import window_requests
+from model.serving.offline import window_requests
 from streams.kafka import confluent_config
 from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
 from streams.settings import Settings

@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
+from model.serving.messages import quantile_name
 from streams.backtest import figures, html, inputs
 from streams.backtest.collect import Collected, collect
 from streams.backtest.scores import score_table
 from streams.broker import EmbeddedBroker
-from streams.forecast.messages import quantile_name
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.process import WorkerProcess
 from streams.settings import EMBEDDED, Settings

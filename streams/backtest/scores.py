@@ -1,5 +1,5 @@
 """The backtest's forecasts scored by the live path's own rules
-(streams.forecast.scoring.score_offline), as arrays the report's figures reduce."""
+(model.serving.scoring.score_offline), as arrays the report's figures reduce."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from model.serving.scoring import score_offline
 from streams.backtest.collect import Key
-from streams.forecast.scoring import score_offline
 from streams.web.scores import horizon_scores
 
 UNDECIDED = "undecided"  # the label runs past the last bar: the stream has not scored it either

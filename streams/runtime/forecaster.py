@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from model.checkpoint import CheckpointError
-from streams.forecast.batcher import MicroBatcher
-from streams.forecast.checkpoints import load_engine
-from streams.forecast.engine import ForecastEngine, WindowRequest
-from streams.forecast.explain import explain_records
-from streams.forecast.messages import forecast_value
+from model.serving.batcher import MicroBatcher
+from model.serving.checkpoints import load_engine
+from model.serving.explain import explain_records
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.messages import forecast_value
 from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
@@ -36,7 +36,7 @@ from streams.runtime.stages.windows import slide
 from streams.schema import BAR_HEADERS, encode_forecast
 
 if TYPE_CHECKING:
-    from streams.forecast.checkpoints import CheckpointWatcher
+    from model.serving.checkpoints import CheckpointWatcher
     from streams.runtime.checkpoint import Runtime
     from streams.runtime.stores import Store, WindowStore
 

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from streams.forecast.windows import SymbolWindow, meta_key, meta_layout, slot_key
+from model.serving.windows import SymbolWindow, meta_key, meta_layout, slot_key
 
 log = logging.getLogger("barcast.runtime")
 

@@ -1,4 +1,4 @@
-"""Score records (streams.forecast.scoring's ScoreValue: one per decided forecast) read the one
+"""Score records (model.serving.scoring's ScoreValue: one per decided forecast) read the one
 way the page and the backtest both need: per horizon, inside the 80 % interval or not and the
 pinball loss per quantile; or, for a forecast not scored, why. And reduced to the sums the
 page's rolling figures add up."""

@@ -1,4 +1,4 @@
-"""Scoring and online calibration in the forecast stage (streams.forecast.scoring, scoring_state,
+"""Scoring and online calibration in the forecast stage (model.serving.scoring, scoring_state,
 conformal): stores keyed by symbol; the score records go to `forecasts.scores`. A symbol's bars
 and forecasts meet its scoring state in lockstep, as `calibrate_offline` replays them (bar t,
 the forecast of t, bar t + 1): a bar waits in memory until the forecast of every earlier bar is
@@ -8,7 +8,7 @@ rows, past the retention), the states are a function of the bars and forecasts a
 Scoring runs in the quiet (`settle`: the checkpoint's drain, after the flush's forecasts):
 nothing of it stands between a bar and its forecast. At a minute boundary every symbol's bar
 comes at once, and its forecast is calibrated with the scores that bars before it decided (the
-calibrator's rule, streams.forecast.conformal), so the bar only waits; the scores it decides,
+calibrator's rule, model.serving.conformal), so the bar only waits; the scores it decides,
 their rolling figures and records follow once the minute's forecasts are out. Only a symbol
 whose earlier bars still wait (a replay running ahead of the quiet) is advanced before its
 forecast is calibrated. A checkpoint drains the forecaster and settles: nothing waits then, each
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from streams.forecast.conformal import CalibrationConfig, SymbolCalibration
-from streams.forecast.engine import WindowRequest
-from streams.forecast.scoring import Decided, LabelBar, ScoreValue, encode_score, score_decided
-from streams.forecast.scoring_state import SymbolScoring, pooled_figures
+from model.serving.conformal import CalibrationConfig, SymbolCalibration
+from model.serving.forecast_engine import WindowRequest
+from model.serving.scoring import Decided, LabelBar, ScoreValue, encode_score, score_decided
+from model.serving.scoring_state import SymbolScoring, pooled_figures
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stores import StateStore
 from streams.schema import BAR_HEADERS

@@ -1,5 +1,5 @@
 """Feature rows -> forecast requests: a request for every real bar whose window holds `lookback`
-warm rows (the rule streams.forecast.offline replays). A row at or before the window's last
+warm rows (the rule model.serving.offline replays). A row at or before the window's last
 ts_event is one a restarted features worker re-published: skipped. A row of another feature set
 (a features worker of another barcast version) goes to the dead-letter topic: the model was
 trained on this worker's feature set, and the row's offset must not block the ones after it."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from features.engine import FINGERPRINT, N_FEATURES
-from streams.forecast.engine import WindowRequest
+from model.serving.forecast_engine import WindowRequest
 from streams.runtime.policy import Reason, Refused
 from streams.runtime.records import FeatureRow, Record
 from streams.runtime.stores import WindowStore

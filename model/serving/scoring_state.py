@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 
 from model.covariates import NS_PER_MIN
-from streams.forecast.scoring import (
+from model.serving.scoring import (
     QUANTILES,
     Decided,
     Forecast,

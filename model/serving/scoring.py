@@ -7,7 +7,7 @@ break the corrections did not fill, `forward_returns`' NaN) is not scored, nor o
 fill (`labels_over_gap_fills`: no trade moved the price there). A forecast is decided only once
 every bar of its label is known, so its record is a function of the forecast and those bars
 alone, never of how the two topics interleaved: `score_offline` recomputes every record. This
-module holds what a score is; a symbol's state over time is `streams.forecast.scoring_state`.
+module holds what a score is; a symbol's state over time is `model.serving.scoring_state`.
 """
 
 from __future__ import annotations

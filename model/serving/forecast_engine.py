@@ -5,7 +5,7 @@ the symbol's static context, so when a window slides by one bar, 59 of its 60 st
 are already known. They are cached per symbol and only the new bar is encoded; the LSTM,
 attention and head still run over the whole window. Pure torch: no Faust, no Kafka; `predict`
 runs in the worker's inference thread. `predict_explained` is `predict` with each forecast's
-explanation (streams.forecast.explain) from the same forward pass.
+explanation (model.serving.explain) from the same forward pass.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from torch import Tensor
 from features import engine as feature_engine
 from model.covariates import future_covariates
 from model.forecaster import Forecaster, autocast_for
+from model.serving.explain import ExplainArrays, explanations
+from model.serving.programs import ChunkPrograms, chunk_programs
 from model.tft import StaticContext, TemporalFusionTransformer
-from streams.forecast.explain import ExplainArrays, explanations
-from streams.forecast.programs import ChunkPrograms, chunk_programs
 from streams.settings import Settings
 
 # Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
@@ -207,7 +207,7 @@ class ForecastEngine:
         self, batch: list[WindowRequest], incremental: bool = True, top_k: int = 10
     ) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """`predict`'s quantiles (bit-identical) and one explanation per window, from the same
-        forward pass: its `top_k` historical features and the fields streams.forecast.explain
+        forward pass: its `top_k` historical features and the fields model.serving.explain
         documents. Incremental, cached rows' selection weights come from the cache (a symbol
         cached by `predict`, which keeps none, has its window encoded again once)."""
         run = self._pass(batch, incremental, explain=True)

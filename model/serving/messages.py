@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from streams.forecast.engine import ForecastEngine, WindowRequest
+    from model.serving.forecast_engine import ForecastEngine, WindowRequest
 
 
 def quantile_name(q: float) -> str:

@@ -15,8 +15,8 @@ import numpy as np
 from features import engine as feature_engine
 from features.bars import PRICE_SCALE, engine_columns
 from features.corrections import correct_history
-from streams.forecast.engine import ForecastEngine, WindowRequest
-from streams.forecast.messages import forecast_value
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.messages import forecast_value
 
 Key = tuple[str, int]  # (symbol, ts_event)
 DELIVERY = ("batch_size", "latency_ms")  # a `forecasts` value's fields of one delivery

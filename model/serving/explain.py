@@ -38,7 +38,7 @@ from streams.runtime.records import Out
 from streams.schema import BAR_HEADERS, encode_explanation
 
 if TYPE_CHECKING:
-    from streams.forecast.engine import ForecastEngine, WindowRequest
+    from model.serving.forecast_engine import ForecastEngine, WindowRequest
 
 SCHEMA_VERSION = 1
 WEIGHT_DIGITS, ENTROPY_DIGITS = 5, 4

@@ -48,8 +48,8 @@ from typing import Any
 import orjson
 
 from model.covariates import NS_PER_MIN
-from streams.forecast.scoring import LOWER, QUANTILES, UPPER, ScoreValue
-from streams.forecast.scoring_state import Scorer
+from model.serving.scoring import LOWER, QUANTILES, UPPER, ScoreValue
+from model.serving.scoring_state import Scorer
 
 SCHEMA_VERSION = 2  # 1: the `forecasts` value without calibration fields
 MISS = 0.1  # nominal miss rate of each tail of the 80 % interval
@@ -76,7 +76,7 @@ class SymbolCalibration:
     log_scale: list[list[float]] = field(default_factory=list)
     n: int = 0  # scored forecasts applied
     # (due ts, below_q10, above_q90): tuples, which the garbage collector stops tracking
-    # (streams.forecast.scoring_state); the log scales are updated in place for the same reason.
+    # (model.serving.scoring_state); the log scales are updated in place for the same reason.
     waiting: list[tuple[int, tuple[bool, ...], tuple[bool, ...]]] = field(default_factory=list)
 
     def update(self, record: ScoreValue) -> None:

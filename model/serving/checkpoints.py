@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from model.checkpoint import CONFIG, WEIGHTS, CheckpointError
 
 if TYPE_CHECKING:
-    from streams.forecast.engine import ForecastEngine, Served
+    from model.serving.forecast_engine import ForecastEngine, Served
     from streams.settings import Settings
 
 
@@ -80,7 +80,7 @@ def load_engine(
     """The checkpoint at `path` validated and on the device (blocking), with the engine to
     swap it into (`engine`, or a new one); one of another lookback than the worker's windows
     (`lookback`, None before any) refused: CheckpointError."""
-    from streams.forecast.engine import ForecastEngine
+    from model.serving.forecast_engine import ForecastEngine
 
     if engine is None:
         engine = ForecastEngine.from_settings(path, settings)

@@ -1,1 +1,0 @@
-"""The forecast worker's pure parts: window buffers, the micro-batcher, the inference engine."""
