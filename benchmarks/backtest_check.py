@@ -24,10 +24,10 @@ import numpy as np
 import orjson
 
 from benchmarks.provenance import loadavg, run_metadata
-from streams.backtest.harness import run_backtest
 from streams.broker import EmbeddedBroker
 from streams.ingest.convert import SIXE_CSV
 from streams.settings import REPO_ROOT, Settings
+from streams.tools.backtest.harness import run_backtest
 from tests.test_backtest import recompute
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "backtest_check.json"

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from features.bars import PRICE_SCALE, is_control
-from streams.backtest.collect import Collected
-from streams.backtest.harness import BacktestResult, run_backtest
-from streams.cli import main
 from streams.ingest.convert import SIXE_INSTRUMENT_ID, bars_to_records, ohlcv_metadata, write_dbn
 from streams.settings import Settings
+from streams.tools.backtest.collect import Collected
+from streams.tools.backtest.harness import BacktestResult, run_backtest
+from streams.tools.cli import main
 from tests.checkpoints import make_checkpoint
 from tests.topic_logs import read_all
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streams.cli import EXIT_BROKEN_PIPE
+from streams.tools.cli import EXIT_BROKEN_PIPE
 
 BARCAST = Path(sys.executable).with_name("barcast")
 

@@ -15,8 +15,8 @@ from features.corrections import (
     correct,
     flush,
 )
-from streams import stats_cli
 from streams.metrics import Metrics, MetricsFeed
+from streams.tools import stats_cli
 from tests.bar_streams import faulty_stream
 
 

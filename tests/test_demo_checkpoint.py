@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from model.checkpoint import CONFIG
-from streams.demo import unusable
+from streams.tools.demo import unusable
 from tests.checkpoints import make_checkpoint
 
 

@@ -8,9 +8,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from streams import demo
 from streams.process import WorkerProcess
 from streams.settings import Settings
+from streams.tools import demo
 
 # A child Python serving a stand-in worker process (a `sleep`): Ctrl-C must reach the demo,
 # end serving, and leave the worker for the demo's own orderly stop. The child takes SIGINT as
@@ -20,7 +20,7 @@ CHILD = """
 import signal, subprocess, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
-from streams import demo
+from streams.tools import demo
 from streams.process import WorkerProcess
 from streams.settings import Settings
 worker = WorkerProcess(Settings(work_dir=Path(sys.argv[1])))

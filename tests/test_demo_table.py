@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from streams import demo
 from streams.kafka import ensure_topics
 from streams.settings import Settings
+from streams.tools import demo
 from tests.kafka_io import produce
 
 MINUTE = 60 * 10**9

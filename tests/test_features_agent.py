@@ -16,10 +16,10 @@ import pytest
 from features import engine
 from features.bars import PRICE_SCALE
 from features.corrections import SYNTHETIC, correct_history
-from streams import stats_cli
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.schema import decode_feature_values
 from streams.settings import Settings
+from streams.tools import stats_cli
 from tests.bar_streams import expected_features, tiled_stream
 from tests.kafka_io import produce, read_topic
 from tests.worker import Worker

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from features import cli, core, flow, registry
+from features import core, flow, registry
 from features.primitives import W5, W10, W14, W20, W60
+from streams.tools import features_cli as cli
 
 WINDOW_INDEX = {"W5": W5, "W10": W10, "W14": W14, "W20": W20, "W60": W60}
 

@@ -27,7 +27,7 @@ from model.serving.scoring import ScoreValue, decode_score, score_offline
 from model.serving.scoring_state import Rolling, pooled_figures
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
-from streams.stats_cli import default_url, scrape
+from streams.tools.stats_cli import default_url, scrape
 from tests.checkpoints import make_checkpoint, torch_threads_of_a_worker
 from tests.kafka_io import produce, read_topic
 from tests.test_forecast_pipeline import end_of_data

@@ -21,7 +21,7 @@ from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import clean_history, forecast_history
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
-from streams.stats_cli import scrape
+from streams.tools.stats_cli import scrape
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import produce, read_topic
 from tests.test_forecast_pipeline import end_of_data, forecasts_by_key, model_quantiles

@@ -14,7 +14,7 @@ from model.dataset import Part, Split, build_panel, window_ends
 from model.evaluate import PARTS, evaluate, run_engine, trained_on_these
 from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import clean_history, forecast_history, window_requests
-from streams.cli import build_parser
+from streams.tools.cli import build_parser
 from tests.checkpoints import make_checkpoint
 
 BARS = 900

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from model import checkpoint, cli
+from model import checkpoint
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import Part, Split, WindowData, window_ends
@@ -30,6 +30,7 @@ from model.train import (
     train,
     train_on_panel,
 )
+from streams.tools import model_cli as cli
 
 torch.set_num_threads(1)
 

@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from streams import stats_cli
 from streams.broker import free_port
 from streams.metrics import Metrics, Outcome, Stage
+from streams.tools import stats_cli
 
 
 def test_line_reads_every_corrections_counter() -> None:

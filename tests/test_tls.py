@@ -21,7 +21,7 @@ from streams.broker import EmbeddedBroker, free_port, stop_session
 from streams.ingest.convert import write_dbn
 from streams.ingest.errors import ExitCode
 from streams.settings import REPO_ROOT, Settings
-from streams.tail import EXIT_UNAVAILABLE
+from streams.tools.tail import EXIT_UNAVAILABLE
 from tests.test_ingest_dbn import sample_metadata, sample_records
 from tests.tls_certs import TlsFiles, TlsFront, make_certificates
 from tests.worker import FAUST, Worker

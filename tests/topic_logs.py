@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streams.kafka import wait_for_metadata
 from streams.process import WorkerProcess
 from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
-from streams.stats_cli import default_url, scrape
+from streams.tools.stats_cli import default_url, scrape
 from tests.kafka_io import Message, check_message, read_topic
 from tests.worker import Worker, check_workers
 

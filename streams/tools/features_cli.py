@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 
 from features.registry import CODE_VERSION, FEATURES, FINGERPRINT, GROUP_RANGES
+from streams.settings import REPO_ROOT
 
-FEATURES_MD = Path(__file__).resolve().parent.parent / "FEATURES.md"
+FEATURES_MD = REPO_ROOT / "FEATURES.md"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

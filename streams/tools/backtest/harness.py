@@ -16,13 +16,13 @@ from typing import Any
 import orjson
 
 from model.serving.messages import quantile_name
-from streams.backtest import figures, html, inputs
-from streams.backtest.collect import Collected, collect
-from streams.backtest.scores import score_table
 from streams.broker import EmbeddedBroker
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.process import WorkerProcess
 from streams.settings import EMBEDDED, Settings
+from streams.tools.backtest import figures, html, inputs
+from streams.tools.backtest.collect import Collected, collect
+from streams.tools.backtest.scores import score_table
 
 REPORT_VERSION = 1
 IDLE_TIMEOUT_S = 300.0  # a cold worker compiles the feature kernels before its first output

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from model.serving.scoring import score_offline
-from streams.backtest.collect import Key
+from streams.tools.backtest.collect import Key
 from streams.web.scores import horizon_scores
 
 UNDECIDED = "undecided"  # the label runs past the last bar: the stream has not scored it either

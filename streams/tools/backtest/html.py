@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from features.bars import PRICE_SCALE
-from streams.backtest.collect import Collected
+from streams.tools.backtest.collect import Collected
 from streams.web import svg
 from streams.web.board import NS_PER_MIN, Fan, SymbolView, fan_of, segments
 from streams.web.render import STYLE, fan_svg

@@ -33,9 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from model.checkpoint import CheckpointError
     from model.serving.checkpoints import CheckpointWatcher
-    from streams.backtest.harness import run_backtest
-    from streams.backtest.html import bp, percent
-    from streams.backtest.inputs import InputError
+    from streams.tools.backtest.harness import run_backtest
+    from streams.tools.backtest.html import bp, percent
+    from streams.tools.backtest.inputs import InputError
 
     settings = Settings.from_env()
     checkpoint = args.checkpoint or CheckpointWatcher(settings.model_dir).newest()

@@ -11,15 +11,15 @@ import sys
 from streams.settings import SettingError
 
 COMMAND_MODULES = (
-    "streams.broker_cli",
-    "streams.tail",
-    "streams.stats_cli",
+    "streams.tools.broker_cli",
+    "streams.tools.tail",
+    "streams.tools.stats_cli",
     "streams.ingest.replay_cli",
     "streams.ingest.live_cli",
-    "features.cli",
-    "model.cli",
-    "streams.demo",
-    "streams.backtest.cli",
+    "streams.tools.features_cli",
+    "streams.tools.model_cli",
+    "streams.tools.demo",
+    "streams.tools.backtest.cli",
 )
 # What a shell reports for a command killed by SIGPIPE (128 + 13), as `git log | head` exits.
 EXIT_BROKEN_PIPE = 141
