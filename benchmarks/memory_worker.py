@@ -23,10 +23,10 @@ from model.serving.scoring_state import SymbolScoring
 from streams import schema
 from streams.agents import BATCH_MAX
 from streams.metrics import Metrics
-from streams.runtime.forecaster import Forecaster
 from streams.runtime.records import Out, Record
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
+from streams.runtime.stages.forecasts import Forecaster
 from streams.runtime.stages.scores import Scoring
 from streams.runtime.stores import Changelog, StateStore, WindowStore
 from streams.settings import Settings
@@ -48,7 +48,7 @@ class DroppedChangelogs:
 
 
 class HeldRuntime:
-    """What the forecaster needs of streams.runtime.checkpoint.Runtime; its producer holds the
+    """What the forecaster needs of streams.runtime.commit.Runtime; its producer holds the
     records it is given until `acked()` (the end of an agent batch, or of a burst)."""
 
     def __init__(self, settings: Settings) -> None:

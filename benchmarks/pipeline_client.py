@@ -25,7 +25,7 @@ from streams.process import WorkerProcess
 from streams.settings import Settings
 
 # Live, bursts come a minute apart and the worker checkpoints in the quiet between them
-# (streams.runtime.checkpoint); bursts sent back to back would each pay the one before's.
+# (streams.runtime.commit); bursts sent back to back would each pay the one before's.
 SETTLE_S = 2.0
 FETCH_WAIT_MS = 5  # the collector's: a hop of its own, probed by benchmarks/pipeline_hops.py
 

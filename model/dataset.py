@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.bars import CleanBars, DataError
+from model.bar_files import CleanBars, DataError
 from model.covariates import NS_PER_MIN, SymbolVocab, future_covariates
 from model.normalization import Normalizer
 from model.volatility import TimeOfDayProfile, VolatilityScale, contiguous_returns

@@ -23,7 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from model import plots
-from model.bars import data_fingerprint, load_bars
+from model.bar_files import data_fingerprint, load_bars
 from model.calibrated_baselines import baseline_forecasts
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from model.dataset import (

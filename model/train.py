@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from model import checkpoint, plots
-from model.bars import data_fingerprint, load_bars
+from model.bar_files import data_fingerprint, load_bars
 from model.calibration import fit_interval_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab

@@ -12,7 +12,7 @@ import faust
 
 from streams.internals import InternalsMoved, live_fetcher
 from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadata
-from streams.runtime.checkpoint import Runtime
+from streams.runtime.commit import Runtime
 from streams.runtime.observers import Observer
 from streams.runtime.policy import exit_uncommitted
 from streams.settings import SettingError, Settings

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from streams.metrics import Metrics
-from streams.runtime.checkpoint import (
+from streams.runtime.commit import (
     INTERVAL_S,
     MAX_HELD,
     QUIET_S,

@@ -22,7 +22,7 @@ from features.corrections import CorrectionConfig, SymbolState, correct_history
 from model.serving.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics
-from streams.runtime.checkpoint import MARK, Checkpointer, Runtime
+from streams.runtime.commit import MARK, Checkpointer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
 from streams.runtime.records import Record
 from streams.runtime.stages.corrections import Corrections

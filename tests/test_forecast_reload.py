@@ -18,8 +18,8 @@ from model import checkpoint
 from model.checkpoint import CONFIG, CheckpointError, load
 from model.serving.checkpoints import CheckpointWatcher
 from streams.metrics import Metrics
-from streams.runtime.checkpoint import Runtime
-from streams.runtime.forecaster import Forecaster
+from streams.runtime.commit import Runtime
+from streams.runtime.stages.forecasts import Forecaster
 from streams.runtime.stores import Changelog, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint

@@ -1,7 +1,7 @@
-"""The forecast stage's order of work at a minute boundary (streams.runtime.forecaster), without a
-broker: a flush publishes the minute's forecasts and leaves scoring alone (the bars wait, the
-scoring states untouched); the checkpoint's drain then scores the bars and publishes their
-scores after every forecast. Each decided forecast gets exactly one score record, a gap-fill
+"""The forecast stage's order of work at a minute boundary (streams.runtime.stages.forecasts),
+without a broker: a flush publishes the minute's forecasts and leaves scoring alone (the bars
+wait, the scoring states untouched); the checkpoint's drain then scores the bars and publishes
+their scores after every forecast. Each decided forecast gets exactly one score record, a gap-fill
 minute's too, though it brings no forecast."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from features.engine import FINGERPRINT, N_FEATURES
 from model.covariates import NS_PER_MIN
 from model.serving.forecast_engine import ForecastEngine
 from streams.metrics import Metrics
-from streams.runtime.checkpoint import Runtime
-from streams.runtime.forecaster import Forecaster
+from streams.runtime.commit import Runtime
 from streams.runtime.records import FeatureRow, Out
+from streams.runtime.stages.forecasts import Forecaster
 from streams.runtime.stores import Changelog, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.bars import DataError, load_bars
+from model.bar_files import DataError, load_bars
 from model.covariates import (
     FUTURE_NAMES,
     N_FUTURE,

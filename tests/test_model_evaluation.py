@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from features.corrections import bars_from_frame
-from model.bars import load_bars
+from model.bar_files import load_bars
 from model.dataset import Part, Split, build_panel, window_ends
 from model.evaluate import PARTS, evaluate, run_engine, trained_on_these
 from model.serving.forecast_engine import ForecastEngine

@@ -21,13 +21,13 @@ from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import inference_threads
 from model.serving.scoring_state import SymbolScoring
 from streams.metrics import MetricsFeed
-from streams.runtime.checkpoint import TICK_S, Checkpointer, Handle
-from streams.runtime.forecaster import Forecaster
+from streams.runtime.commit import TICK_S, Checkpointer, Handle
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted, readable, tombstone_letter
 from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
+from streams.runtime.stages.forecasts import Forecaster
 from streams.runtime.stages.scores import Scoring
 from streams.runtime.stages.windows import feature_row
 from streams.runtime.stores import StateStore, Store, WindowStore

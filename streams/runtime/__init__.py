@@ -1,13 +1,13 @@
 """The stream runtime: barcast's whole at-least-once contract, with idempotent outputs.
 
 An agent (streams.agents, the only Faust code) hands each take() batch of its source topic to
-a `Checkpointer` (checkpoint.py), which admits its records in offset order, restores the stores
+a `Checkpointer` (commit.py), which admits its records in offset order, restores the stores
 of a partition it sees first, and runs the agent's stages (stages/: typed code over the records
 of records.py, no Faust, no Kafka). Their outputs go to the producer (kafka_io.py) without
 waiting; too large ones become bounded dead letters (policy.py). The records stay unacked until
-a checkpoint: downstream stages drained (forecaster.py), the stores' changes encoded; then, the
-agent going on, outputs acked -> stores flushed -> per source partition, a mark of the offset
-the flush covers up to -> source offsets committed.
+a checkpoint: downstream stages drained (stages/forecasts.py), the stores' changes encoded;
+then, the agent going on, outputs acked -> stores flushed -> per source partition, a mark of the
+offset the flush covers up to -> source offsets committed.
 
 Stores (stores.py) tag every changelog record with the source partition and offset of the
 input that wrote it. A restore takes a partition's last mark as its boundary: a record at or

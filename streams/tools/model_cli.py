@@ -146,7 +146,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def _guarded(command: str, run: Callable[[], dict[str, Any]]) -> int:
     """Run a command; expected failures print one actionable line instead of a traceback."""
-    from model.bars import DataError
+    from model.bar_files import DataError
     from model.checkpoint import CheckpointError
     from model.config import ConfigError
     from model.train import TrainingError

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from features.bars import PRICE_SCALE
-from streams.web.scores import ScoreSummary, summarize_score
+from streams.web.score_summary import ScoreSummary, summarize_score
 
 # The page's history length and score window are constants here, not BARCAST_* settings.
 HISTORY_MINUTES = 240

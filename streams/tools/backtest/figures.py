@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from streams.tools.backtest.collect import Collected
-from streams.tools.backtest.scores import ScoreTable
+from streams.tools.backtest.score_table import ScoreTable
 
 BASIS_POINTS = 1e4
 NS_PER_HOUR = 3_600_000_000_000

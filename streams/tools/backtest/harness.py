@@ -22,7 +22,7 @@ from streams.process import WorkerProcess
 from streams.settings import EMBEDDED, Settings
 from streams.tools.backtest import figures, html, inputs
 from streams.tools.backtest.collect import Collected, collect
-from streams.tools.backtest.scores import score_table
+from streams.tools.backtest.score_table import score_table
 
 REPORT_VERSION = 1
 IDLE_TIMEOUT_S = 300.0  # a cold worker compiles the feature kernels before its first output

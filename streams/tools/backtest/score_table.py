@@ -11,7 +11,7 @@ import numpy as np
 
 from model.serving.scoring import score_offline
 from streams.tools.backtest.collect import Key
-from streams.web.scores import horizon_scores
+from streams.web.score_summary import horizon_scores
 
 UNDECIDED = "undecided"  # the label runs past the last bar: the stream has not scored it either
 

@@ -37,7 +37,7 @@ from streams.schema import BAR_HEADERS, encode_forecast
 
 if TYPE_CHECKING:
     from model.serving.checkpoints import CheckpointWatcher
-    from streams.runtime.checkpoint import Runtime
+    from streams.runtime.commit import Runtime
     from streams.runtime.stores import Store, WindowStore
 
 log = logging.getLogger("barcast.forecast")
