@@ -1,4 +1,5 @@
-"""The Faust app: one per process, configured from Settings; agents are attached by role."""
+"""The Faust app class and its configuration from Settings; streams.worker creates the one app
+and attaches the agents (streams.agents) and the live page (streams.web) to it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadat
 from streams.runtime.commit import Runtime
 from streams.runtime.observers import Observer
 from streams.runtime.policy import exit_uncommitted
-from streams.settings import SettingError, Settings
+from streams.settings import Settings
 
 log = logging.getLogger("barcast")
 
@@ -211,10 +212,6 @@ def create_app(settings: Settings) -> BarcastApp:
         # aiohttp refuses a charset inside content_type=, so the full type goes in a header.
         return view.bytes(app.metrics.render(), headers={"Content-Type": app.metrics.content_type})
 
-    from streams.web.routes import install as install_live_page
-
-    install_live_page(app)  # the live page on `/`, fed through app.observers
-
     app.on_rebalance_complete.connect(app.shorten_fetch_wait)
     app.on_rebalance_complete.connect(app.freeze_heap)
 
@@ -225,20 +222,4 @@ def create_app(settings: Settings) -> BarcastApp:
         except InternalsMoved as exc:  # loudly, as for the fetch wait: exit 70
             exit_uncommitted("cannot read the consumer's committed offsets", exc)
 
-    from streams.agents import register_agents
-
-    register_agents(app)
     return app
-
-
-def settings_or_exit() -> Settings:
-    """The worker's settings; a bad `BARCAST_*` value ends it with exit 2 and one line, as
-    the `barcast` commands do."""
-    try:
-        return Settings.from_env()
-    except SettingError as exc:
-        print(f"barcast worker: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-app = create_app(settings_or_exit())

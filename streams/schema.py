@@ -13,15 +13,12 @@ import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 import orjson
 
 from features.bars import PRICE_FIELDS
-
-if TYPE_CHECKING:
-    from streams.runtime.records import FeatureRow
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -297,19 +294,6 @@ FEATURES_FIELDS: dict[str, tuple[type, ...]] = {
     "values": (str,),
     "fingerprint": (str,),
 }
-
-
-def features_value(row: FeatureRow) -> FeaturesValue:
-    """The `features` topic value of a feature row."""
-    return {
-        "symbol": row.symbol,
-        "ts_event": row.ts_event,
-        "close": row.close,
-        "fingerprint": row.fingerprint,
-        "warm": row.warm,
-        "synthetic": row.synthetic,
-        "values": encode_feature_values(row.values),
-    }
 
 
 def encode_features(value: FeaturesValue) -> bytes:

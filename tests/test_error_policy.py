@@ -35,15 +35,10 @@ from streams.runtime.policy import (
 from streams.runtime.records import CleanBar, FeatureRow, Out, Record
 from streams.runtime.stages import features
 from streams.runtime.stages.corrections import Corrections
+from streams.runtime.stages.features import features_value
 from streams.runtime.stages.windows import feature_row
 from streams.runtime.stores import Changelog, StateStore
-from streams.schema import (
-    DLQ_MESSAGE,
-    DLQ_REASON,
-    encode_feature_values,
-    encode_features,
-    features_value,
-)
+from streams.schema import DLQ_MESSAGE, DLQ_REASON, encode_feature_values, encode_features
 
 BAR = {
     "instrument_id": 1,

@@ -16,10 +16,11 @@ from features.registry import FEATURE_NAMES
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from model.forecaster import ForecastBatch, Forecaster
 from model.metrics import attention_entropy
-from model.serving.explain import SCHEMA_VERSION, explain_records
+from model.serving.explain import SCHEMA_VERSION
 from model.serving.forecast_engine import ForecastEngine, Served, WindowRequest
 from model.serving.programs import chunk_programs
 from streams.kafka import pipeline_topics
+from streams.runtime.stages.forecasts import explain_records
 from streams.schema import BAR_HEADERS, decode_explanation
 from streams.settings import N_FEATURES, Settings
 from streams.topic_schemas import schema

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 from model.checkpoint import CONFIG, WEIGHTS, CheckpointError
 
 if TYPE_CHECKING:
-    from model.serving.forecast_engine import ForecastEngine, Served
-    from streams.settings import Settings
+    from model.serving.forecast_engine import ForecastEngine, Served, ServingSettings
 
 
 class CheckpointWatcher:
@@ -75,7 +74,7 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
 
 
 def load_engine(
-    path: Path, settings: Settings, engine: ForecastEngine | None, lookback: int | None
+    path: Path, settings: ServingSettings, engine: ForecastEngine | None, lookback: int | None
 ) -> tuple[ForecastEngine, Served]:
     """The checkpoint at `path` validated and on the device (blocking), with the engine to
     swap it into (`engine`, or a new one); one of another lookback than the worker's windows

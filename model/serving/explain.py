@@ -28,17 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from features.registry import FEATURE_NAMES
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
-from streams.runtime.records import Out
-from streams.schema import BAR_HEADERS, encode_explanation
-
-if TYPE_CHECKING:
-    from model.serving.forecast_engine import ForecastEngine, WindowRequest
 
 SCHEMA_VERSION = 1
 WEIGHT_DIGITS, ENTROPY_DIGITS = 5, 4
@@ -145,42 +140,4 @@ def explanations(
             "attention": attention[i],
         }
         for i in range(len(features))
-    ]
-
-
-def explanation_value(
-    engine: ForecastEngine, request: WindowRequest, explanation: dict[str, Any]
-) -> dict[str, Any]:
-    """The `forecasts.explain` value: the forecast's identity (as on `forecasts`), then what
-    explains it."""
-    return {
-        "symbol": request.symbol,
-        "ts_event": request.ts_event,
-        "model_id": engine.model_id,
-        "fingerprint": engine.fingerprint,
-        "schema_version": SCHEMA_VERSION,
-        **explanation,
-    }
-
-
-def explain_records(
-    engine: ForecastEngine,
-    batch: Sequence[WindowRequest],
-    explanations: Sequence[dict[str, Any]],
-    topic: str,
-) -> list[Out]:
-    """A micro-batch's explanation records (from `predict_explained`; none without), to
-    publish next to its forecasts: same key, partition and timestamp as each forecast's record."""
-    if not explanations:
-        return []
-    return [
-        Out(
-            topic,
-            request.key,
-            encode_explanation(explanation_value(engine, request, explanation)),
-            request.ts_event / 1e6,
-            BAR_HEADERS,
-            request.partition,
-        )
-        for request, explanation in zip(batch, explanations, strict=True)
     ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -25,7 +25,6 @@ from model.forecaster import Forecaster, autocast_for
 from model.serving.explain import ExplainArrays, explanations
 from model.serving.programs import ChunkPrograms, chunk_programs
 from model.tft import StaticContext, TemporalFusionTransformer
-from streams.settings import Settings
 
 # Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
 # on fixed-size row chunks, padded, makes every forecast bit-identical whatever else shared its
@@ -45,6 +44,19 @@ from streams.settings import Settings
 ENCODE_ROWS = 64
 FORWARD_ROWS = {"cpu": 16, "cuda": 64}
 STATIC_ROWS = 16
+
+
+class ServingSettings(Protocol):
+    """What the engine reads of the worker's settings (streams.settings.Settings)."""
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def max_batch(self) -> int: ...
+
+    @property
+    def explain(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -140,7 +152,7 @@ class ForecastEngine:
         self.served = self.prepare(path)
 
     @classmethod
-    def from_settings(cls, path: Path, settings: Settings) -> ForecastEngine:
+    def from_settings(cls, path: Path, settings: ServingSettings) -> ForecastEngine:
         return cls(path, settings.device, padded=settings.max_batch > 1, explain=settings.explain)
 
     def prepare(self, path: Path) -> Served:

@@ -1,10 +1,13 @@
-"""The `forecasts` topic value: quantiles as cumulative log returns and as prices."""
+"""The `forecasts` topic value (quantiles as cumulative log returns and as prices) and the
+`forecasts.explain` one (model.serving.explain says what explains a forecast)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from model.serving.explain import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from model.serving.forecast_engine import ForecastEngine, WindowRequest
@@ -39,3 +42,18 @@ def forecast_value(
         latency_ms=(now_ns - request.received_ns) / 1e6,
     )
     return value
+
+
+def explanation_value(
+    engine: ForecastEngine, request: WindowRequest, explanation: dict[str, Any]
+) -> dict[str, Any]:
+    """The `forecasts.explain` value: the forecast's identity (as on `forecasts`), then what
+    explains it."""
+    return {
+        "symbol": request.symbol,
+        "ts_event": request.ts_event,
+        "model_id": engine.model_id,
+        "fingerprint": engine.fingerprint,
+        "schema_version": SCHEMA_VERSION,
+        **explanation,
+    }

@@ -109,7 +109,7 @@ class Features:
                 outputs.append(item.forward(self.topic))
                 next_rows.append(item)
             elif (row := computed.get(id(item))) is not None:
-                value, ms = schema.encode_features(schema.features_value(row)), row.timestamp_ms
+                value, ms = schema.encode_features(features_value(row)), row.timestamp_ms
                 headers = schema.bar_headers(row.received_ns)
                 outputs.append(Out(self.topic, row.key, value, ms, headers, row.partition))
                 next_rows.append(row)
@@ -183,3 +183,16 @@ def feature_row(bar: CleanBar, values: np.ndarray, warm: bool) -> FeatureRow:
         values=values,
         fingerprint=engine.FINGERPRINT,
     )
+
+
+def features_value(row: FeatureRow) -> schema.FeaturesValue:
+    """The `features` topic value of a feature row."""
+    return {
+        "symbol": row.symbol,
+        "ts_event": row.ts_event,
+        "close": row.close,
+        "fingerprint": row.fingerprint,
+        "warm": row.warm,
+        "synthetic": row.synthetic,
+        "values": schema.encode_feature_values(row.values),
+    }

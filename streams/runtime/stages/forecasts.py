@@ -24,16 +24,15 @@ import numpy as np
 from model.checkpoint import CheckpointError
 from model.serving.batcher import MicroBatcher
 from model.serving.checkpoints import load_engine
-from model.serving.explain import explain_records
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
-from model.serving.messages import forecast_value
+from model.serving.messages import explanation_value, forecast_value
 from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.windows import slide
-from streams.schema import BAR_HEADERS, encode_forecast
+from streams.schema import BAR_HEADERS, encode_explanation, encode_forecast
 
 if TYPE_CHECKING:
     from model.serving.checkpoints import CheckpointWatcher
@@ -214,3 +213,26 @@ class Forecaster:
         self.runtime.metrics.set_model(engine.model_id, engine.fingerprint)
         what = "serving the first checkpoint" if first else "hot-reloaded checkpoint"
         log.info("%s %s from %s", what, engine.model_id, watcher.current)
+
+
+def explain_records(
+    engine: ForecastEngine,
+    batch: Sequence[WindowRequest],
+    explanations: Sequence[dict[str, Any]],
+    topic: str,
+) -> list[Out]:
+    """A micro-batch's explanation records (from `predict_explained`; none without), to
+    publish next to its forecasts: same key, partition and timestamp as each forecast's record."""
+    if not explanations:
+        return []
+    return [
+        Out(
+            topic,
+            request.key,
+            encode_explanation(explanation_value(engine, request, explanation)),
+            request.ts_event / 1e6,
+            BAR_HEADERS,
+            request.partition,
+        )
+        for request, explanation in zip(batch, explanations, strict=True)
+    ]

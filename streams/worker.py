@@ -1,0 +1,26 @@
+"""The worker `faust -A streams worker` runs (`streams.app`): the app of this process's settings,
+with the live page on its web port and the agents of its role attached."""
+
+from __future__ import annotations
+
+import sys
+
+from streams.agents import register_agents
+from streams.faust_app import create_app
+from streams.settings import SettingError, Settings
+from streams.web.routes import install as install_live_page
+
+
+def settings_or_exit() -> Settings:
+    """The worker's settings; a bad `BARCAST_*` value ends it with exit 2 and one line, as
+    the `barcast` commands do."""
+    try:
+        return Settings.from_env()
+    except SettingError as exc:
+        print(f"barcast worker: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+app = create_app(settings_or_exit())
+install_live_page(app)  # the live page on `/`, fed through app.observers
+register_agents(app)
