@@ -41,8 +41,8 @@ import torch
 
 from benchmarks.pipeline_models import random_checkpoint
 from benchmarks.provenance import loadavg, run_metadata
-from model.serving.explain import explain_records
 from model.serving.forecast_engine import ForecastEngine, WindowRequest, inference_threads
+from streams.runtime.stages.forecasts import explain_records
 from streams.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "explain_cost.json"
