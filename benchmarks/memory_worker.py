@@ -141,14 +141,14 @@ class ProbeWorker:
 
     async def batch(self, records: list[Record]) -> None:
         """One agent batch as `all` runs it: corrections, features, then the forecast stage's
-        add; its records held by the producer until the checkpoint."""
+        add; its records held by the producer until the commit."""
         cleaned = self.corrections.run(records, time.time_ns())
         featured = self.features.run(cleaned.items)
         await self.runtime.send([*cleaned.outputs, *featured.outputs])
         await self.runtime.send(await self.forecaster.add(featured.rows))
 
-    async def checkpoint(self) -> None:
-        """What a checkpoint does: drain the forecasts, flush every store, then the acks."""
+    async def commit(self) -> None:
+        """What a commit does: drain the forecasts, flush every store, then the acks."""
         await self.forecaster.drain()
         for store in self.stores.values():
             store.put_changed()
@@ -157,7 +157,7 @@ class ProbeWorker:
 
     async def replay(self, series: Series, minutes: range, probe: Probe) -> None:
         """The throughput phase: every symbol's bars minute by minute, in agent batches of
-        BATCH_MAX records as a consumer at full speed takes them; a checkpoint after each."""
+        BATCH_MAX records as a consumer at full speed takes them; a commit after each."""
         values, keys, stamps = series.messages(range(self.symbols), minutes)
         for start in range(0, len(values), BATCH_MAX):
             end = start + BATCH_MAX
@@ -168,14 +168,14 @@ class ProbeWorker:
             )
             probe.phase(f"replay: the agent batch of minutes {first}-{last}")
             await self.batch([self._record(k, v, ms, []) for k, v, ms in rows])
-            await self.checkpoint()
+            await self.commit()
         probe.step(f"replayed {len(values)} bars ({self.symbols} symbols, stores flushed)")
         await self.batch(self._controls(series.ts(minutes.stop)))
-        await self.checkpoint()
+        await self.commit()
 
     async def burst(self, series: Series, minute: int, symbols: int, probe: Probe) -> None:
         """One bar for each of `symbols` symbols and END_OF_INTERVAL in one agent batch, then
-        the flush (the pipeline benchmark's (c)); its records held until the checkpoint."""
+        the flush (the pipeline benchmark's (c)); its records held until the commit."""
         values, keys, stamps = series.messages(range(symbols), [minute])
         rows = zip(keys, values, stamps, strict=True)
         records = [self._record(k, v, ms, []) for k, v, ms in rows]
@@ -183,7 +183,7 @@ class ProbeWorker:
         probe.step(f"burst {minute}: {len(self.forecaster.batcher)} requests waiting")
         await self.forecaster.flush()
         probe.step(f"burst {minute}: forecasts held by the producer")
-        await self.checkpoint()
+        await self.commit()
         probe.step(f"burst {minute}: acked, stores flushed")
 
     def release(self, probe: Probe) -> dict[str, float]:

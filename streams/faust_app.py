@@ -52,7 +52,7 @@ class BarcastApp(faust.App):
             self.metrics,
             group=self.conf.id,
             assigned=self.assigned_partitions,
-            commit=self.commit_now,
+            commit_offsets=self.commit_now,
             observers=self.observers,
         )
 

@@ -151,7 +151,7 @@ class Metrics:
         self.gap_minutes = Counter(
             "barcast_gap_minutes_total", "Minutes missing across all detected gaps.", registry=reg
         )
-        self.checkpoints = Counter(
+        self.commits = Counter(  # named before the runtime's commit was called one
             "barcast_checkpoints_total",
             "Checkpoints done: states stored and the consumed offsets they cover released.",
             registry=reg,

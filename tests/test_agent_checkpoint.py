@@ -10,9 +10,9 @@ from streams.runtime.commit import (
     INTERVAL_S,
     MAX_HELD,
     QUIET_S,
-    Checkpointer,
+    Committer,
     Runtime,
-    checkpoint_due,
+    commit_due,
 )
 from streams.runtime.observers import notify
 from streams.settings import Settings
@@ -21,24 +21,24 @@ MAX_S = 2.0
 
 
 def test_nothing_held_is_never_due() -> None:
-    assert not checkpoint_due(0, held_s=10 * MAX_S, quiet_s=10.0, max_s=MAX_S)
+    assert not commit_due(0, held_s=10 * MAX_S, quiet_s=10.0, max_s=MAX_S)
 
 
 def test_a_quiet_worker_checkpoints_once_the_interval_has_passed() -> None:
-    assert not checkpoint_due(10, held_s=INTERVAL_S / 2, quiet_s=QUIET_S, max_s=MAX_S)
-    assert checkpoint_due(10, held_s=INTERVAL_S, quiet_s=QUIET_S, max_s=MAX_S)
+    assert not commit_due(10, held_s=INTERVAL_S / 2, quiet_s=QUIET_S, max_s=MAX_S)
+    assert commit_due(10, held_s=INTERVAL_S, quiet_s=QUIET_S, max_s=MAX_S)
 
 
 def test_a_busy_worker_waits_for_a_quiet_moment() -> None:
     # A burst: events held past the interval, but the worker did stream work just now.
-    assert not checkpoint_due(1_000, held_s=INTERVAL_S * 2, quiet_s=QUIET_S / 10, max_s=MAX_S)
-    assert checkpoint_due(1_000, held_s=INTERVAL_S * 2, quiet_s=QUIET_S, max_s=MAX_S)
+    assert not commit_due(1_000, held_s=INTERVAL_S * 2, quiet_s=QUIET_S / 10, max_s=MAX_S)
+    assert commit_due(1_000, held_s=INTERVAL_S * 2, quiet_s=QUIET_S, max_s=MAX_S)
 
 
 def test_a_worker_that_is_never_quiet_still_checkpoints() -> None:
-    assert not checkpoint_due(10, held_s=MAX_S * 0.99, quiet_s=0.0, max_s=MAX_S)
-    assert checkpoint_due(10, held_s=MAX_S, quiet_s=0.0, max_s=MAX_S)
-    assert checkpoint_due(MAX_HELD, held_s=0.0, quiet_s=0.0, max_s=MAX_S)
+    assert not commit_due(10, held_s=MAX_S * 0.99, quiet_s=0.0, max_s=MAX_S)
+    assert commit_due(10, held_s=MAX_S, quiet_s=0.0, max_s=MAX_S)
+    assert commit_due(MAX_HELD, held_s=0.0, quiet_s=0.0, max_s=MAX_S)
 
 
 class Recorder:
@@ -73,24 +73,24 @@ class Event:
         return True
 
 
-def held_long_ago(checkpointer: Checkpointer) -> Event:
+def held_long_ago(committer: Committer) -> Event:
     """An event held past every bound, the worker quiet since: a checkpoint is due."""
     event = Event()
-    checkpointer.held, checkpointer.held_since = [event], time.monotonic() - 10 * MAX_S
+    committer.held, committer.held_since = [event], time.monotonic() - 10 * MAX_S
     return event
 
 
-async def tick_behind_the_lock(checkpointer: Checkpointer, agent_meanwhile: bool) -> None:
+async def tick_behind_the_lock(committer: Committer, agent_meanwhile: bool) -> None:
     """A timer's tick that finds a checkpoint due, then waits for the lock the agent holds;
     `agent_meanwhile`: the agent checkpoints and takes a new burst's first records before it
     lets go."""
-    async with checkpointer.lock:
-        tick = asyncio.ensure_future(checkpointer.tick())
+    async with committer.lock:
+        tick = asyncio.ensure_future(committer.tick())
         await asyncio.sleep(0)  # one turn of the loop: the tick is past its check, at the lock
         assert not tick.done()
         if agent_meanwhile:
-            checkpointer.held, checkpointer.held_since = [Event()], time.monotonic()
-            checkpointer.runtime.worked = time.monotonic()
+            committer.held, committer.held_since = [Event()], time.monotonic()
+            committer.runtime.worked = time.monotonic()
     await tick
 
 
@@ -102,13 +102,13 @@ def test_a_tick_checks_again_under_the_lock_whether_a_checkpoint_is_due() -> Non
             commits.append(None)
 
         runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, commit)
-        checkpointer = Checkpointer(runtime, "bars.raw", [])
-        held_long_ago(checkpointer)
-        await tick_behind_the_lock(checkpointer, agent_meanwhile=True)
-        assert len(checkpointer.held) == 1 and commits == []  # the new burst is not cut
-        event = held_long_ago(checkpointer)
-        await tick_behind_the_lock(checkpointer, agent_meanwhile=False)
-        await asyncio.gather(*checkpointer.completing)
-        assert checkpointer.held == [] and event.acked and commits == [None]
+        committer = Committer(runtime, "bars.raw", [])
+        held_long_ago(committer)
+        await tick_behind_the_lock(committer, agent_meanwhile=True)
+        assert len(committer.held) == 1 and commits == []  # the new burst is not cut
+        event = held_long_ago(committer)
+        await tick_behind_the_lock(committer, agent_meanwhile=False)
+        await asyncio.gather(*committer.completing)
+        assert committer.held == [] and event.acked and commits == [None]
 
     asyncio.run(run())

@@ -22,7 +22,7 @@ from features.corrections import CorrectionConfig, SymbolState, correct_history
 from model.serving.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics
-from streams.runtime.commit import MARK, Checkpointer, Runtime
+from streams.runtime.commit import MARK, Committer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
 from streams.runtime.records import Record
 from streams.runtime.stages.corrections import Corrections
@@ -153,16 +153,16 @@ def test_records_delivered_again_below_a_mark_restore_the_partition_once() -> No
     async def run() -> list[int]:
         runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, asyncio.sleep)
         runtime.changelogs = io
-        checkpointer = Checkpointer(runtime, "bars.raw", [counter_store(io)])
-        checkpointer.marks.put(MARK + b"0", 0, 5, b"")  # a checkpoint ended at offset 5,
-        await checkpointer.marks.flush()  # then its commit never came
+        committer = Committer(runtime, "bars.raw", [counter_store(io)])
+        committer.marks.put(MARK + b"0", 0, 5, b"")  # a checkpoint ended at offset 5,
+        await committer.marks.flush()  # then its commit never came
         admitted: list[int] = []
 
         async def stages(records: list[Record]) -> None:
             admitted.extend(r.offset for r in records)
 
         again = [Record("bars.raw", 0, offset, 0.0, b"k", b"v", []) for offset in range(7)]
-        await checkpointer.run(again, [], stages)
+        await committer.run(again, [], stages)
         return admitted
 
     assert asyncio.run(run()) == [5, 6]

@@ -21,7 +21,7 @@ from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import inference_threads
 from model.serving.scoring_state import SymbolScoring
 from streams.metrics import MetricsFeed
-from streams.runtime.commit import TICK_S, Checkpointer, Handle
+from streams.runtime.commit import TICK_S, Committer, Handle
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted, readable, tombstone_letter
 from streams.runtime.records import CleanBar, Out, Record
@@ -62,30 +62,30 @@ def records(events: Sequence[EventT]) -> list[Record]:
     return out
 
 
-def serve(app: BarcastApp, name: str, checkpointer: Checkpointer, handle: Handle) -> None:
-    """Agent `name`: `handle` on each take() batch of the checkpointer's topic; its checkpoints."""
-    topic = checkpointer.topic
+def serve(app: BarcastApp, name: str, committer: Committer, handle: Handle) -> None:
+    """Agent `name`: `handle` on each take() batch of the committer's topic; its commits."""
+    topic = committer.topic
 
     async def agent(stream):  # type: ignore[no-untyped-def]
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
             for event in events:
-                event.message.incref()  # take() acks when the batch is done; the checkpoint too
+                event.message.incref()  # take() acks when the batch is done; the commit too
             try:
-                await checkpointer.run(records(events), events, handle)
+                await committer.run(records(events), events, handle)
             except Exception as exc:  # Faust would ack the batch and go on: exit uncommitted
                 exit_uncommitted(f"agent failed on a batch of {len(events)} records", exc)
 
     agent.__qualname__ = name  # Faust's logs name it streams.agents.NAME
     app.agent(raw_topic(app, topic), name=name)(agent)
 
-    @app.timer(TICK_S, name=f"{name}_checkpoint")
-    async def checkpoint() -> None:
-        await checkpointer.tick()
+    @app.timer(TICK_S, name=f"{name}_commit")
+    async def commit() -> None:
+        await committer.tick()
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         if any(tp.topic == topic for tp in revoked):
-            await checkpointer.on_revoked()
+            await committer.on_revoked()
 
 
 def store(app: BarcastApp, name: str, kind: Any, decode: Any = None, new: Any = None) -> Any:
@@ -192,39 +192,39 @@ def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
 
 def register_corrections(app: BarcastApp) -> None:
     stage, feed = corrections(app)
-    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, [stage.store])
+    committer = Committer(app.runtime, app.barcast.topic_raw, [stage.store])
 
     async def handle(batch: list[Record]) -> None:
         cleaned = stage.run(batch, time.time_ns())
-        await checkpointer.publish(cleaned.outputs)
+        await committer.publish(cleaned.outputs)
         observe_bars(app, cleaned)
         feed.push()
 
-    serve(app, "corrections", checkpointer, handle)
+    serve(app, "corrections", committer, handle)
 
 
 def register_features(app: BarcastApp) -> None:
     stage = features(app)
-    checkpointer = Checkpointer(app.runtime, app.barcast.topic_clean, [stage.store])
+    committer = Committer(app.runtime, app.barcast.topic_clean, [stage.store])
 
     async def handle(batch: list[Record]) -> None:
         featured = stage.run(readable(batch, app.barcast.topic_dlq, clean_bar))
-        await checkpointer.publish(featured.outputs)
+        await committer.publish(featured.outputs)
         featured.count(app.metrics)
 
-    serve(app, "features", checkpointer, handle)
+    serve(app, "features", committer, handle)
 
 
 def register_forecast(app: BarcastApp) -> None:
     stage = forecaster(app)
     topic = app.barcast.topic_features
-    checkpointer = Checkpointer(app.runtime, topic, stage.stores, stage.drain)
+    committer = Committer(app.runtime, topic, stage.stores, stage.drain)
 
     async def handle(batch: list[Record]) -> None:
         items = readable(batch, app.barcast.topic_dlq, feature_row, "not a features record: ")
-        await checkpointer.publish(await stage.add(items))
+        await committer.publish(await stage.add(items))
 
-    serve(app, "forecast", checkpointer, handle)
+    serve(app, "forecast", committer, handle)
 
 
 def register_pipeline(app: BarcastApp) -> None:
@@ -235,32 +235,32 @@ def register_pipeline(app: BarcastApp) -> None:
     featuring = features(app)
     forecasting = forecaster(app)
     stores: list[Store] = [cleaning.store, featuring.store, *forecasting.stores]
-    checkpointer = Checkpointer(app.runtime, app.barcast.topic_raw, stores, forecasting.drain)
+    committer = Committer(app.runtime, app.barcast.topic_raw, stores, forecasting.drain)
 
     async def handle(batch: list[Record]) -> None:
         cleaned = cleaning.run(batch, time.time_ns())
         featured = featuring.run(cleaned.items)
-        await checkpointer.publish([*cleaned.outputs, *featured.outputs])
+        await committer.publish([*cleaned.outputs, *featured.outputs])
         observe_bars(app, cleaned)
-        await checkpointer.publish(await forecasting.add(featured.rows))
+        await committer.publish(await forecasting.add(featured.rows))
         feed.push()
         featured.count(app.metrics)
 
-    serve(app, "pipeline", checkpointer, handle)
+    serve(app, "pipeline", committer, handle)
 
 
 def register_passthrough(app: BarcastApp) -> None:
     settings = app.barcast
     for topic in (settings.topic_clean, settings.topic_dlq):
         raw_topic(app, topic)
-    checkpointer = Checkpointer(app.runtime, settings.topic_raw, [])
+    committer = Committer(app.runtime, settings.topic_raw, [])
 
     async def handle(batch: list[Record]) -> None:
         outs = [copied(r, settings.topic_clean, settings.topic_dlq) for r in batch]
         app.metrics.dlq.inc(sum(out.topic == settings.topic_dlq for out in outs))
-        await checkpointer.publish(outs)
+        await committer.publish(outs)
 
-    serve(app, "passthrough", checkpointer, handle)
+    serve(app, "passthrough", committer, handle)
 
 
 def copied(record: Record, topic: str, dlq: str) -> Out:

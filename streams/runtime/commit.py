@@ -1,9 +1,9 @@
-"""The runtime's loop over a source topic: batches under one lock, and their checkpoints (the
-contract: streams.runtime), due once the oldest held record has waited `INTERVAL_S` and the
-worker is quiet (no stream work for `QUIET_S`), or `checkpoint_max_s` on a worker never quiet,
-or after `MAX_HELD` records; and before partitions move. Why so seldom: each changed state is
-one changelog record, so a checkpoint per batch would cost up to one per bar; why quiet: at a
-minute boundary every symbol's bar arrives at once, and writing every state mid-burst would
+"""The commit protocol (docs/design.md, Commit protocol): an agent's batches under one lock, and
+their commits (`Committer.commit`), due once the oldest held record has waited `INTERVAL_S` and
+the worker is quiet (no stream work for `QUIET_S`), or `checkpoint_max_s` on a worker never
+quiet, or after `MAX_HELD` records; and before partitions move. Why so seldom: each changed
+state is one changelog record, so a commit per batch would cost up to one per bar; why quiet: at
+a minute boundary every symbol's bar arrives at once, and writing every state mid-burst would
 queue the burst's last bars, and their forecasts, behind it.
 
 Why the offset guard (`_admit`): in the restart test (faust-streaming 0.15.3), right after a
@@ -14,6 +14,10 @@ for good. So a partition's records must come at consecutive offsets from where i
 (`_start`): a hole is read from the broker with librdkafka and passed on first (every record
 of it still in the log, or the worker exits 69); a record delivered twice (as a few from before
 Faust's seek at start-up) is dropped.
+
+The names that say "checkpoint" (`BARCAST_CHECKPOINT_MAX_S`, `barcast_checkpoints_total`, the
+marks' store and key, the stop's log line) predate the name "commit" and keep it: deployments,
+dashboards, log searches and stored state read them.
 """
 
 from __future__ import annotations
@@ -41,13 +45,13 @@ log = logging.getLogger("barcast.runtime")
 
 INTERVAL_S = 0.5  # below Faust's commit interval (1 s), so commits of a quiet worker are prompt
 QUIET_S = 0.1  # no stream work for this long: the burst is over
-TICK_S = 0.05  # how often idle checkpoints are looked for
+TICK_S = 0.05  # how often a quiet worker's due commits are looked for
 MAX_HELD = 20_000  # bounds memory
-MARK = b"checkpoint:"  # + source partition: the key of a partition's checkpoint mark
+MARK = b"checkpoint:"  # + source partition: the key of a partition's mark
 END, NONE = 2**63 - 1, -1  # restore every record / none
 
 
-def checkpoint_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bool:
+def commit_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bool:
     """Whether `held` records, the oldest held `held_s` (at most `max_s`), are due on a worker
     quiet for `quiet_s`."""
     if held >= MAX_HELD:
@@ -57,16 +61,16 @@ def checkpoint_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bo
 
 @dataclass
 class Runtime:
-    """What a worker's agents share (one agent's checkpoint waits for the others' bursts too)."""
+    """What a worker's agents share (one agent's commit waits for the others' bursts too)."""
 
     settings: Settings
     metrics: Metrics
     group: str  # the consumer group: its committed offsets are where stores restore to
     assigned: Callable[[str], set[int]]  # a topic's partitions assigned to this worker
-    commit: Callable[[], Awaitable[object]]  # commit the acked offsets now
+    commit_offsets: Callable[[], Awaitable[object]]  # commit the acked offsets now
     observers: list[Observer] = field(default_factory=list)
     worked: float = -math.inf  # time.monotonic() of the last stream work
-    checkpointers: list[Checkpointer] = field(default_factory=list)  # each registers itself
+    committers: list[Committer] = field(default_factory=list)  # each registers itself
 
     def __post_init__(self) -> None:
         self.producer = BatchProducer(self.settings)
@@ -83,11 +87,11 @@ class Runtime:
         return await self.producer.send(bounded)
 
     async def close(self) -> None:
-        """A graceful stop, once the consumer has stopped fetching: every agent's last
-        checkpoint, then the producer. Stopping the producer first would fail a checkpoint in
-        flight (an exit 69) or leave it waiting on acks that never come."""
-        for checkpointer in self.checkpointers:
-            await checkpointer.close()
+        """A graceful stop, once the consumer has stopped fetching: every agent's last commit,
+        then the producer. Stopping the producer first would fail a commit in flight (an exit
+        69) or leave it waiting on acks that never come."""
+        for committer in self.committers:
+            await committer.close()
         await self.producer.stop()
 
 
@@ -95,7 +99,9 @@ Handle = Callable[[list[Record]], Awaitable[None]]  # an agent's stages on a bat
 Drain = Callable[[], Awaitable[None]] | None  # of a stage publishing on its own schedule
 
 
-class Checkpointer:
+class Committer:
+    """An agent's source topic: its batches run, their effects held, and committed."""
+
     def __init__(
         self, runtime: Runtime, topic: str, stores: list[Store], drain: Drain = None
     ) -> None:
@@ -108,13 +114,13 @@ class Checkpointer:
         self.held: list[Ackable] = []
         self.held_since = 0.0
         self.sent: list[asyncio.Future] = []
-        self.completing: list[asyncio.Future] = []  # the last checkpoint's `_complete`
-        self.closed = False  # after the last checkpoint of a graceful stop
-        runtime.checkpointers.append(self)
+        self.completing: list[asyncio.Future] = []  # the last commit's steps 4 to 7
+        self.closed = False  # after the last commit of a graceful stop
+        runtime.committers.append(self)
 
     async def run(self, records: Sequence[Record], held: Sequence[Ackable], stages: Handle) -> None:
         """The `stages` on a batch's records of assigned partitions, in order, each once; the
-        `held` events held until a checkpoint (repeats too: acked early, they let the commit
+        `held` events held until a commit (repeats too: acked early, they let the commit
         pass a first delivery)."""
         async with self.lock:
             if self.closed:
@@ -128,56 +134,75 @@ class Checkpointer:
                 await stages(admitted)
                 self.runtime.worked = time.monotonic()
             if self._due():
-                await self.checkpoint()
+                await self.commit()
 
     async def publish(self, records: Sequence[Out]) -> None:
-        """Hand a batch's outputs to the producer; the next checkpoint waits for their acks."""
+        """Hand a batch's outputs to the producer; the next commit waits for their acks."""
         self.sent += await self.runtime.send(records)
 
-    async def checkpoint(self) -> None:
-        """The contract's one function (streams.runtime); a failure exits uncommitted. The
-        agent goes on once the stores' states are encoded (their acks, the marks and the commit
-        follow in `_complete`), so a busy worker's checkpoint costs it only the encoding."""
+    async def commit(self) -> None:
+        """Commit the effects of the batches run since the last commit (docs/design.md):
+
+        1. Wait for the previous commit to complete: commits complete in order.
+        2. Drain the stage that publishes on its own schedule (the forecast stage: its
+           waiting windows through the model, then the scores their bars decide).
+        3. Encode each store's changed states into its changelog's unsent records.
+        The agent goes on from here; steps 4 to 7 complete in the background:
+        4. Wait for the acks of every output handed to the producer since the last commit.
+        5. Flush every store's changelog: write its records, wait for their acks.
+        6. Mark, per source partition, the offset the flush covers up to (`_mark`).
+        7. Ack the held records and commit the consumer group's offsets.
+
+        A failure at any step exits uncommitted (69: the Kafka cluster failed; 70: else)."""
         held, self.held = self.held, []
         sent, self.sent = self.sent, []
         try:
-            await asyncio.gather(*self.completing)  # a checkpoint's records commit in order
+            # Step 1. The previous commit's steps 4 to 7
+            await asyncio.gather(*self.completing)
+            # Step 2. Drain
             if self.drain is not None:
                 await self.drain()
+            # Step 3. Encode the changed states
             for store in self.stores:
                 store.put_changed()
         except Exception as exc:
-            exit_uncommitted(f"a checkpoint of {self.topic} failed", exc)
-        self.completing = [asyncio.ensure_future(self._complete(held, sent, dict(self.next)))]
+            exit_uncommitted(f"a commit of {self.topic} failed", exc)
+        offsets = dict(self.next)
 
-    async def _complete(self, held: list[Ackable], sent: list, offsets: dict[int, int]) -> None:
-        try:
-            await asyncio.gather(*sent)
-            await asyncio.gather(*(store.changelog.flush() for store in self.stores))
-            await self._mark(offsets)
-            for event in held:
-                event.ack()
-            await self.runtime.commit()
-        except Exception as exc:
-            exit_uncommitted(f"a checkpoint of {self.topic} failed", exc)
-        if held:
-            self.runtime.metrics.checkpoints.inc()
+        async def complete() -> None:
+            try:
+                # Step 4. The outputs' acks
+                await asyncio.gather(*sent)
+                # Step 5. Flush the changelogs
+                await asyncio.gather(*(store.changelog.flush() for store in self.stores))
+                # Step 6. The marks
+                await self._mark(offsets)
+                # Step 7. Ack and commit the source offsets
+                for event in held:
+                    event.ack()
+                await self.runtime.commit_offsets()
+            except Exception as exc:
+                exit_uncommitted(f"a commit of {self.topic} failed", exc)
+            if held:
+                self.runtime.metrics.commits.inc()
+
+        self.completing = [asyncio.ensure_future(complete())]
 
     async def tick(self) -> None:
-        """Checkpoint from a timer (every `TICK_S`): how a quiet worker's records commit."""
+        """Commit from a timer (every `TICK_S`): how a quiet worker's records commit."""
         if self._due():
             async with self.lock:
-                # Due still? While this waited, the agent may have checkpointed and taken a new
-                # burst's first records, which a checkpoint now would cut in the middle.
+                # Due still? While this waited, the agent may have committed and taken a new
+                # burst's first records, which a commit now would cut in the middle.
                 if self._due():
-                    await self.checkpoint()
+                    await self.commit()
 
     async def on_revoked(self) -> None:
-        """Before partitions move: checkpoint, then forget every state (whoever owns a
+        """Before partitions move: commit, then forget every state (whoever owns a
         partition next, this worker too, restores it)."""
         async with self.lock:
-            if not self.closed:  # else the last checkpoint is done, and the producer stopped
-                await self.checkpoint()
+            if not self.closed:  # else the last commit is done, and the producer stopped
+                await self.commit()
                 await asyncio.gather(*self.completing)
             for store in self.stores:
                 store.forget()
@@ -185,21 +210,21 @@ class Checkpointer:
             self.marked.clear()
 
     async def close(self) -> None:
-        """The last checkpoint (`Runtime.close`): what this worker read commits now, so the
-        next owner of its partitions starts where it stopped."""
+        """The last commit (`Runtime.close`): what this worker read commits now, so the next
+        owner of its partitions starts where it stopped."""
         async with self.lock:
             if self.held:
                 log.info(
                     "last checkpoint before the stop: %d records of %s", len(self.held), self.topic
                 )
-                await self.checkpoint()
+                await self.commit()
             await asyncio.gather(*self.completing)
             self.closed = True
 
     def _due(self) -> bool:
         now, settings = time.monotonic(), self.runtime.settings
         held_s, quiet_s = now - self.held_since, now - self.runtime.worked
-        return checkpoint_due(len(self.held), held_s, quiet_s, settings.checkpoint_max_s)
+        return commit_due(len(self.held), held_s, quiet_s, settings.checkpoint_max_s)
 
     async def _admit(self, records: Sequence[Record]) -> list[Record]:
         """Each partition's records in offset order, without repeats or holes (the guard)."""
