@@ -26,7 +26,7 @@ from streams.metrics import Metrics
 from streams.runtime.records import Out, Record
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
-from streams.runtime.stages.forecasts import Forecaster
+from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.scores import Scoring
 from streams.runtime.stores import Changelog, StateStore, WindowStore
 from streams.settings import Settings
@@ -93,7 +93,7 @@ class ProbeWorker:
             Changelog("forecast-window-slots", self.io), engine.lookback, N_FEATURES, FINGERPRINT
         )
         self.stores["forecast-window-slots"] = windows
-        self.forecaster = Forecaster(self.runtime, engine, windows, self.scoring)  # type: ignore[arg-type]
+        self.forecaster = Forecasting(self.runtime, engine, windows, self.scoring)  # type: ignore[arg-type]
         self._flush, self.forecaster.flush = self.forecaster.flush, self._counted_flush  # type: ignore[method-assign]
         self.offsets = [0] * PARTITIONS
         self.symbols = symbols

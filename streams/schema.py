@@ -40,7 +40,9 @@ class Kind(StrEnum):
     CONTROL = "control"
 
 
-class Control(StrEnum):
+class ControlKind(StrEnum):
+    """What a control record says: the value of its `control` field."""
+
     END_OF_INTERVAL = "end_of_interval"
     OUTAGE = "outage"  # bars from ts_event up to end may be missing: the feed was down
 
@@ -98,13 +100,13 @@ HeadersIn = Mapping[str, bytes] | Sequence[tuple[str, bytes]] | None
 
 
 def end_of_interval(ts_event: int) -> ControlRecord:
-    return {"control": Control.END_OF_INTERVAL.value, "ts_event": int(ts_event)}
+    return {"control": ControlKind.END_OF_INTERVAL.value, "ts_event": int(ts_event)}
 
 
 def outage(start: int, end: int) -> ControlRecord:
     """A span live ingest could not recover: bars with `start <= ts_event < end` may be
     missing (bars at `start` were published for some instruments, maybe not all)."""
-    return {"control": Control.OUTAGE.value, "ts_event": int(start), "end": int(end)}
+    return {"control": ControlKind.OUTAGE.value, "ts_event": int(start), "end": int(end)}
 
 
 def encode(value: Any) -> bytes:
@@ -244,7 +246,7 @@ def decode_control(data: bytes) -> ControlRecord:
     if (
         kind not in CONTROLS
         or type(ts_event) is not int
-        or (kind == Control.OUTAGE and not (type(end) is int and end > ts_event))
+        or (kind == ControlKind.OUTAGE and not (type(end) is int and end > ts_event))
     ):
         raise ValueError(
             'a control record is {"control": "end_of_interval", "ts_event": <int>} or '
@@ -253,7 +255,7 @@ def decode_control(data: bytes) -> ControlRecord:
     return cast(ControlRecord, value)
 
 
-CONTROLS = frozenset(c.value for c in Control)
+CONTROLS = frozenset(c.value for c in ControlKind)
 
 
 def encode_raw(bar: RawBar) -> bytes:

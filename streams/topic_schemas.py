@@ -23,7 +23,7 @@ from streams.schema import (
     DLQ_TOPIC,
     KIND_HEADER,
     RECEIVED_HEADER,
-    Control,
+    ControlKind,
 )
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "deploy" / "schemas" / "topics"
@@ -186,11 +186,11 @@ EXPLAIN_FIELDS: dict[str, dict[str, Any]] = {
         "most, `{lag, weight}` (lag 0 = the forecast's bar). Weights are rounded to 5 decimals",
     ),
 }
-CONTROL_FIELDS: dict[Control, dict[str, dict[str, Any]]] = {
-    Control.END_OF_INTERVAL: {
+CONTROL_FIELDS: dict[ControlKind, dict[str, dict[str, Any]]] = {
+    ControlKind.END_OF_INTERVAL: {
         "ts_event": _field(INT, "every bar of the interval starting here was sent before it")
     },
-    Control.OUTAGE: {
+    ControlKind.OUTAGE: {
         "ts_event": _field(
             INT,
             "live ingest could not recover the span from here (bars at this ts_event were "

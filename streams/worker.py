@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from streams.agents import register_agents
+from streams.exit_codes import ExitCode
 from streams.faust_app import create_app
 from streams.settings import SettingError, Settings
 from streams.web.routes import install as install_live_page
@@ -18,7 +19,7 @@ def settings_or_exit() -> Settings:
         return Settings.from_env()
     except SettingError as exc:
         print(f"barcast worker: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(ExitCode.USAGE) from None
 
 
 app = create_app(settings_or_exit())

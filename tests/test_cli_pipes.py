@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streams.tools.cli import EXIT_BROKEN_PIPE
+from streams.exit_codes import ExitCode
 
 BARCAST = Path(sys.executable).with_name("barcast")
 
@@ -24,4 +24,4 @@ def test_features_list_into_a_reader_that_left_exits_without_a_traceback() -> No
     os.close(read_end)
     _, stderr = process.communicate(timeout=120)
     assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode()
-    assert process.returncode == EXIT_BROKEN_PIPE, stderr.decode()
+    assert process.returncode == ExitCode.BROKEN_PIPE, stderr.decode()

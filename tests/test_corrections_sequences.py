@@ -230,7 +230,7 @@ def test_state_with_a_held_candidate_round_trips_and_continues_alike(encode: Any
     [
         (b"garbage", "not a SymbolState document"),
         (b"[1]", "not a SymbolState document"),
-        (b'{"v": 99}', "reset the corrections table"),
+        (b'{"v": 99}', "under a new BARCAST_APP_ID"),
         (b'{"v": 1, "symbol": "6EH4"}', "damaged"),
     ],
 )

@@ -16,16 +16,15 @@ from confluent_kafka import KafkaError, KafkaException
 from features.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
 from features.corrections import Reason as Rejected
 from features.engine import FINGERPRINT, N_FEATURES
+from streams.exit_codes import ExitCode
 from streams.internals import InternalsMoved, live_fetcher
 from streams.metrics import Metrics
 from streams.runtime.policy import (
-    EXIT_AGENT_FAILED,
-    EXIT_BROKER_FAILED,
     KEPT_BYTES,
     NULL_VALUE_HEADER,
     SHA256_HEADER,
     TRUNCATED_HEADER,
-    Reason,
+    DeadLetterReason,
     dead_letter,
     exit_code,
     publishable,
@@ -36,7 +35,7 @@ from streams.runtime.records import CleanBar, FeatureRow, Out, Record
 from streams.runtime.stages import features
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import features_value
-from streams.runtime.stages.windows import feature_row
+from streams.runtime.stages.windows import read_feature_row
 from streams.runtime.stores import Changelog, StateStore
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, encode_feature_values, encode_features
 
@@ -121,7 +120,7 @@ def test_an_output_over_the_limit_becomes_a_bounded_dead_letter() -> None:
         value[:KEPT_BYTES],
     )
     meta = headers(letter)
-    assert meta[DLQ_REASON] == Reason.UNPUBLISHABLE.encode()
+    assert meta[DLQ_REASON] == DeadLetterReason.UNPUBLISHABLE.encode()
     assert meta["barcast-intended-topic"] == b"features"
     assert meta[TRUNCATED_HEADER] == f"1,{len(value)}".encode()
     assert len(meta[SHA256_HEADER]) == 64 and record_bytes(letter) <= LIMIT
@@ -139,12 +138,12 @@ def test_a_dead_letter_over_the_limit_keeps_its_headers_and_says_it_was_cut() ->
 
 
 def test_only_kafka_failures_exit_as_the_clusters() -> None:
-    assert exit_code(KafkaTimeoutError()) == EXIT_BROKER_FAILED
-    assert exit_code(RequestTimedOutError()) == EXIT_BROKER_FAILED
-    assert exit_code(TimeoutError()) == EXIT_BROKER_FAILED
+    assert exit_code(KafkaTimeoutError()) == ExitCode.BROKER_FAILED
+    assert exit_code(RequestTimedOutError()) == ExitCode.BROKER_FAILED
+    assert exit_code(TimeoutError()) == ExitCode.BROKER_FAILED
     # librdkafka's (confluent-kafka): a restore's or a refetch's read, a committed-offset lookup
-    assert exit_code(KafkaException(KafkaError(KafkaError._TIMED_OUT))) == EXIT_BROKER_FAILED
-    assert exit_code(KeyError("symbol")) == EXIT_AGENT_FAILED
+    assert exit_code(KafkaException(KafkaError(KafkaError._TIMED_OUT))) == ExitCode.BROKER_FAILED
+    assert exit_code(KeyError("symbol")) == ExitCode.AGENT_FAILED
 
 
 def test_the_fetcher_is_found_where_faust_keeps_it() -> None:
@@ -188,7 +187,7 @@ def features_event(value: bytes, key: bytes | None = b"6EH4") -> Record:
 def test_a_features_record_is_read_into_a_row() -> None:
     values = np.arange(N_FEATURES, dtype=np.float64)
     bar = {**BAR, "status": "clean"}
-    row = feature_row(features_event(feature_message(bar, values, warm=True)))
+    row = read_feature_row(features_event(feature_message(bar, values, warm=True)))
     assert (row.symbol, row.ts_event, row.warm, row.synthetic) == (
         "6EH4",
         BAR["ts_event"],
@@ -215,28 +214,28 @@ def test_a_record_that_is_no_feature_row_raises_value_error_saying_why(
     values = np.zeros(N_FEATURES)
     record = orjson.loads(feature_message({**BAR, "status": "clean"}, values, warm=True))
     with pytest.raises(ValueError, match=why):
-        feature_row(features_event(change(record)))  # type: ignore[operator]
+        read_feature_row(features_event(change(record)))  # type: ignore[operator]
     for key in (None, b"6EM4"):  # a row must land in its own symbol's window
         with pytest.raises(ValueError, match="keyed"):
-            feature_row(features_event(orjson.dumps(record), key=key))
+            read_feature_row(features_event(orjson.dumps(record), key=key))
 
 
 def test_a_feature_row_of_another_feature_set_is_a_dead_letter_naming_both_fingerprints() -> None:
     row = orjson.loads(feature_message({**BAR, "status": "clean"}, np.zeros(N_FEATURES), True))
     stale = features_event(orjson.dumps({**row, "fingerprint": "0123456789abcdef"}))
     good = features_event(orjson.dumps(row))
-    letter, read = readable([stale, good], "bars.dlq", feature_row, "not a features record: ")
+    letter, read = readable([stale, good], "bars.dlq", read_feature_row, "not a features record: ")
     assert isinstance(letter, Out) and isinstance(read, FeatureRow)
     meta = headers(letter)
     assert letter.topic == "bars.dlq" and letter.value == stale.value
-    assert meta[DLQ_REASON] == Reason.FINGERPRINT_MISMATCH.encode()
+    assert meta[DLQ_REASON] == DeadLetterReason.FINGERPRINT_MISMATCH.encode()
     why = meta[DLQ_MESSAGE].decode()
     assert "0123456789abcdef" in why and FINGERPRINT in why and not why.startswith("not a")
 
 
 @pytest.mark.parametrize("topic", ["bars.clean", "features"])
 def test_a_tombstone_is_a_dead_letter_of_empty_bytes_saying_its_value_was_null(topic: str) -> None:
-    read = features.clean_bar if topic == "bars.clean" else feature_row
+    read = features.read_clean_bar if topic == "bars.clean" else read_feature_row
     tombstone = Record(topic, 2, 9, 0.0, b"6EH4", None, [])
     (letter,) = readable([tombstone], "bars.dlq", read, "not a record: ")
     assert isinstance(letter, Out)
@@ -247,7 +246,10 @@ def test_a_tombstone_is_a_dead_letter_of_empty_bytes_saying_its_value_was_null(t
         2,
     )
     meta = headers(letter)
-    assert meta[NULL_VALUE_HEADER] == b"true" and meta[DLQ_REASON] == Reason.MALFORMED.encode()
+    assert (
+        meta[NULL_VALUE_HEADER] == b"true"
+        and meta[DLQ_REASON] == DeadLetterReason.MALFORMED.encode()
+    )
     assert b"null" in meta[DLQ_MESSAGE] and meta["__connect.errors.offset"] == b"9"
     assert publishable([letter], LIMIT, "bars.dlq", Metrics()) == [letter]
 

@@ -19,7 +19,7 @@ from model.serving.forecast_engine import ForecastEngine
 from streams.metrics import Metrics
 from streams.runtime.commit import Runtime
 from streams.runtime.records import FeatureRow, Out
-from streams.runtime.stages.forecasts import Forecaster
+from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stores import Changelog, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
@@ -72,7 +72,7 @@ def test_scores_of_a_minutes_bars_follow_its_forecasts(tmp_path: Path) -> None:
     windows = WindowStore(
         Changelog("t-windows-changelog", io), engine.lookback, N_FEATURES, FINGERPRINT
     )
-    stage = Forecaster(runtime, engine, windows, scoring(io))
+    stage = Forecasting(runtime, engine, windows, scoring(io))
     first_scored = engine.lookback - 1 + engine.horizon  # the minute whose bars decide scores
 
     async def minute(items: list[FeatureRow]) -> tuple[list[str], list[str]]:

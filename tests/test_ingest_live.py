@@ -18,8 +18,8 @@ from databento_dbn import UNDEF_TIMESTAMP, SType
 
 from features.bars import is_control
 from streams import schema
+from streams.exit_codes import ExitCode
 from streams.ingest import live_cli
-from streams.ingest.errors import ExitCode
 from streams.ingest.live import LiveIngest, LiveOptions, LiveStats
 from streams.ingest.producer import BarProducer
 from streams.ingest.resume import interval_start

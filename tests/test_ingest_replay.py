@@ -17,9 +17,9 @@ import pytest
 
 from streams import schema
 from streams.broker import free_port
+from streams.exit_codes import ExitCode
 from streams.ingest import replay_cli
 from streams.ingest.convert import ohlcv_metadata, write_dbn
-from streams.ingest.errors import ExitCode
 from streams.ingest.replay import Pacer
 from streams.settings import REPO_ROOT, Settings
 from tests.test_ingest_dbn import T0, sample_metadata, sample_records

@@ -134,6 +134,12 @@ def test_every_import_points_down_the_layers_of_the_design_doc() -> None:
     assert upward(import_graph(REPO_ROOT), layers) == []
 
 
+def test_every_name_in_the_layers_is_a_module_or_package() -> None:
+    found = modules(REPO_ROOT)
+    names = [name for names in read_layers(DESIGN.read_text()) for name in names]
+    assert [name for name in names if name not in found] == []
+
+
 def test_no_modules_import_each_other_in_a_cycle() -> None:
     assert cycles(import_graph(REPO_ROOT)) == []
 

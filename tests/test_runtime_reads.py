@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from streams.exit_codes import ExitCode
 from streams.kafka import confluent_config, ensure_topics
 from streams.runtime import kafka_io
 from streams.runtime.kafka_io import (
@@ -23,7 +24,7 @@ from streams.runtime.kafka_io import (
     read_changelog,
     read_range,
 )
-from streams.runtime.policy import EXIT_BROKER_FAILED, exit_code
+from streams.runtime.policy import exit_code
 from streams.runtime.records import Record
 from streams.runtime.stores import Changelog
 from streams.settings import REPO_ROOT, Settings
@@ -200,7 +201,7 @@ def test_a_read_the_broker_stops_answering_fails_as_the_clusters(
     settings = reading(monkeypatch, Consumer(low=0, batches=[[Message(0), Message(1)]]))
     with pytest.raises(TimeoutError, match=r"t\[0\]: .* offsets 2\.\.9 were being read") as err:
         read_range(settings, "t", 0, 0, 10)
-    assert exit_code(err.value) == EXIT_BROKER_FAILED
+    assert exit_code(err.value) == ExitCode.BROKER_FAILED
 
 
 def test_a_consumer_error_fails_the_read_as_the_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,7 +209,7 @@ def test_a_consumer_error_fails_the_read_as_the_clusters(monkeypatch: pytest.Mon
     settings = reading(monkeypatch, Consumer(low=0, batches=[[Message(0), Message(1, denied)]]))
     with pytest.raises(KafkaException) as err:
         read_range(settings, "t", 0, 0, 10)
-    assert exit_code(err.value) == EXIT_BROKER_FAILED
+    assert exit_code(err.value) == ExitCode.BROKER_FAILED
 
 
 def test_a_chunk_is_applied_before_the_next_is_read(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from streams.broker import free_port
+from streams.exit_codes import ExitCode
 from streams.metrics import Metrics, Outcome, Stage
 from streams.tools import stats_cli
 
@@ -54,7 +55,7 @@ def test_fresh_worker_prints_zeros() -> None:
 
 def test_unreachable_worker_is_one_line_and_nonzero(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://127.0.0.1:{free_port()}/metrics"
-    assert stats_cli.main(["--url", url, "--timeout", "2"]) == stats_cli.EXIT_UNREACHABLE
+    assert stats_cli.main(["--url", url, "--timeout", "2"]) == ExitCode.WORKER_UNREACHABLE
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and url in err and "faust -A streams worker" in err
@@ -82,6 +83,6 @@ def other_server() -> Iterator[str]:
 
 
 def test_other_metrics_are_refused(other_server: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert stats_cli.main(["--url", other_server]) == stats_cli.EXIT_NOT_BARCAST
+    assert stats_cli.main(["--url", other_server]) == ExitCode.NOT_BARCAST
     _, err = capsys.readouterr()
     assert err.count("\n") == 1 and "not a barcast worker" in err

@@ -18,10 +18,9 @@ import pytest
 
 from streams import schema
 from streams.broker import EmbeddedBroker, free_port, stop_session
+from streams.exit_codes import ExitCode
 from streams.ingest.convert import write_dbn
-from streams.ingest.errors import ExitCode
 from streams.settings import REPO_ROOT, Settings
-from streams.tools.tail import EXIT_UNAVAILABLE
 from tests.test_ingest_dbn import sample_metadata, sample_records
 from tests.tls_certs import TlsFiles, TlsFront, make_certificates
 from tests.worker import FAUST, Worker
@@ -105,7 +104,7 @@ def without_ca(tls_settings: Settings) -> Settings:
 
 def test_tail_without_the_ca_is_refused_naming_the_setting(without_ca: Settings) -> None:
     done = barcast(without_ca, "tail", without_ca.topic_raw)
-    assert done.returncode == EXIT_UNAVAILABLE
+    assert done.returncode == ExitCode.BROKER_UNAVAILABLE
     assert "certificate verify failed" in done.stderr and REFUSAL in done.stderr, done.stderr
 
 

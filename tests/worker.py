@@ -1,7 +1,7 @@
 """The worker subprocess the integration tests start (the same one `barcast demo` runs), and the
 tests' orchestrator for it.
 
-A worker that exits 69 (EXIT_BROKER_FAILED: the Kafka cluster failed a request) has stopped
+A worker that exits 69 (ExitCode.BROKER_FAILED: the Kafka cluster failed a request) has stopped
 uncommitted, and the README's contract is that the orchestrator restarts it: outputs are
 at-least-once and idempotent, so the restarted worker's must still be byte-identical. The tests
 have no orchestrator, so `Worker` is one, for exit 69 only and a bounded number of times; any
@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass
 from types import TracebackType
 
+from streams.exit_codes import ExitCode
 from streams.process import FAUST, WorkerProcess
-from streams.runtime.policy import EXIT_BROKER_FAILED
 from streams.settings import Settings
 
 MAX_RESTARTS = 3  # per worker and test: beyond that the infrastructure failure is no blip
@@ -102,7 +102,7 @@ class Worker(WorkerProcess):
         """After an exit the test did not cause: True for one to restart (recorded, printed),
         else False, with `failure` naming the cause."""
         log_tail = tail(self.log())
-        if code == EXIT_BROKER_FAILED and len(self.restarts) < self.max_restarts:
+        if code == ExitCode.BROKER_FAILED and len(self.restarts) < self.max_restarts:
             restart = Restart(current_test(), self.name, code, log_tail)
             self.restarts.append(restart)
             RESTARTS.append(restart)
@@ -113,7 +113,7 @@ class Worker(WorkerProcess):
                 flush=True,
             )
             return True
-        if code == EXIT_BROKER_FAILED:
+        if code == ExitCode.BROKER_FAILED:
             why = f"again after {len(self.restarts)} restarts, this test's bound"
         else:
             why = "and the tests' orchestrator restarts only exit 69"
@@ -169,7 +169,7 @@ class Worker(WorkerProcess):
         code = self.stop()
         if exc_type is None:
             self.check()  # a failure that no read of the test's came to see
-            if running and code == EXIT_BROKER_FAILED:
+            if running and code == ExitCode.BROKER_FAILED:
                 # The cluster failed the last checkpoint: an infrastructure blip, as anywhere
                 # else in a test; listed in the summary with the restarts.
                 RESTARTS.append(Restart(current_test(), self.name, code, tail(self.log())))

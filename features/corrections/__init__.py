@@ -2,7 +2,7 @@
 
 Pure (no Faust, no Kafka): `correct(value, state, config, stats)` takes one message (orjson
 bytes or a decoded dict) and the state of its symbol, updates the state in place and returns a
-`Step`; the agent keeps each `SymbolState` as `to_bytes()` in a table. `correct_history` runs
+`Step`; the worker keeps each `SymbolState` as `to_bytes()` in its store. `correct_history` runs
 the same code over a whole history (cleaning training data).
 
 Outcomes: `clean` (unchanged), `corrected` (with `Change(rule, field, old, new)`s),

@@ -1,4 +1,4 @@
-"""Per-symbol corrections state: small, exact, and serializable with orjson for a Faust table,
+"""Per-symbol corrections state: small, exact, and serializable with orjson for the worker's store,
 so a restarted worker continues exactly where it stopped."""
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from features.corrections.outcome import Change, Rule
 from features.corrections.spikes import Move
 
 STATE_VERSION = 1
+# What an operator does about a state this barcast cannot read: a worker's stores are changelog
+# topics named after its BARCAST_APP_ID, so under a new one every store starts empty.
+START_AFRESH = "start the workers under a new BARCAST_APP_ID, whose stores start empty"
 
 
 @dataclass(slots=True)
@@ -100,7 +103,7 @@ class SymbolState:
         if version != STATE_VERSION:
             raise ValueError(
                 f"corrections state has version {version!r}, this barcast reads "
-                f"{STATE_VERSION}; reset the corrections table (a new app_id starts afresh)"
+                f"{STATE_VERSION}; {START_AFRESH}"
             )
         try:
             held = doc["held"]
@@ -113,9 +116,7 @@ class SymbolState:
                 held=None if held is None else _held_from_doc(held),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(
-                f"corrections state is damaged ({exc!r}); reset the corrections table"
-            ) from exc
+            raise ValueError(f"corrections state is damaged ({exc!r}); {START_AFRESH}") from exc
 
 
 def _held_doc(held: Held) -> dict[str, Any]:

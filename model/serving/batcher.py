@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 
 @dataclass(slots=True)
-class Waiting(Generic[T]):
+class Queued(Generic[T]):
     item: T
     since: float
 
@@ -26,7 +26,7 @@ class MicroBatcher(Generic[T]):
     max_batch: int
     max_delay_s: float
     clock: Callable[[], float] = time.monotonic
-    _queue: deque[Waiting[T]] = field(default_factory=deque)
+    _queue: deque[Queued[T]] = field(default_factory=deque)
     _flush_now: bool = False
 
     def __post_init__(self) -> None:
@@ -39,7 +39,7 @@ class MicroBatcher(Generic[T]):
         return len(self._queue)
 
     def add(self, item: T) -> None:
-        self._queue.append(Waiting(item, self.clock()))
+        self._queue.append(Queued(item, self.clock()))
 
     def flush_now(self) -> None:
         """The minute is complete (END_OF_INTERVAL): whatever waits goes out at once; bars

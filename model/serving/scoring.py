@@ -74,7 +74,7 @@ class LabelBar(NamedTuple):
         return cls(int(bar["ts_event"]), bar["close"] * PRICE_SCALE, bar["status"] == "synthetic")
 
 
-class Forecast(NamedTuple):
+class ForecastFields(NamedTuple):
     """The fields of a `forecasts` value a score needs (what a pending forecast keeps)."""
 
     symbol: str
@@ -87,10 +87,10 @@ class Forecast(NamedTuple):
     q90: tuple[float, ...]
 
 
-def forecast_fields(value: dict[str, Any]) -> Forecast:
+def forecast_fields(value: dict[str, Any]) -> ForecastFields:
     """What a score needs of a `forecasts` value (or of a stored pending forecast)."""
     try:  # plain Python numbers, as the values came off the topic
-        return Forecast(
+        return ForecastFields(
             value["symbol"],
             int(value["ts_event"]),
             float(value["close"]),
@@ -106,7 +106,7 @@ def forecast_fields(value: dict[str, Any]) -> Forecast:
         ) from None
 
 
-def unscored(forecast: Forecast, reason: Unscored) -> ScoreValue:
+def unscored(forecast: ForecastFields, reason: Unscored) -> ScoreValue:
     return ScoreValue(
         symbol=forecast.symbol,
         ts_event=forecast.ts_event,
@@ -125,7 +125,7 @@ class Decided(NamedTuple):
     """A forecast whose label is known: its bars at t+1..t+H minutes (None: no bar that minute),
     or None if they left the retention before it came."""
 
-    forecast: Forecast
+    forecast: ForecastFields
     bars: tuple[LabelBar | None, ...] | None
 
 
@@ -212,7 +212,7 @@ def _scored(decided: list[Decided]) -> list[Score]:
     ]
 
 
-def label_minutes(forecast: Forecast) -> list[int]:
+def label_minutes(forecast: ForecastFields) -> list[int]:
     return [forecast.ts_event + h * NS_PER_MIN for h in forecast.horizons]
 
 

@@ -33,7 +33,7 @@ from model.covariates import NS_PER_MIN
 from model.serving.scoring import (
     QUANTILES,
     Decided,
-    Forecast,
+    ForecastFields,
     LabelBar,
     Score,
     ScoreValue,
@@ -51,7 +51,7 @@ STATE_FORMAT = 2  # `SymbolScoring.to_bytes`; 1 (read still): one JSON document
 Packed = tuple[orjson.Fragment, bytes]  # a pending forecast's header entry and its floats
 
 
-def pack_forecast(f: Forecast) -> Packed:
+def pack_forecast(f: ForecastFields) -> Packed:
     head = orjson.Fragment(orjson.dumps([f.symbol, f.ts_event, f.horizons, f.model_id]))
     return head, struct.pack(f"<{1 + 3 * len(f.horizons)}d", f.close, *f.q10, *f.q50, *f.q90)
 
@@ -91,7 +91,7 @@ class SymbolScoring:
 
     window: int = DEFAULT_WINDOW
     retention: int = DEFAULT_RETENTION
-    pending: list[Forecast] = field(default_factory=list)  # ts order
+    pending: list[ForecastFields] = field(default_factory=list)  # ts order
     # Each pending forecast's stored form, encoded once: a forecast stays pending for H
     # minutes, and every checkpoint between re-encodes the state.
     packed: list[Packed] = field(default_factory=list, compare=False, repr=False)
@@ -195,14 +195,15 @@ class SymbolScoring:
         for symbol, ts, horizons, model_id in header["pending"]:
             close, h = next(floats), len(horizons)
             q = [tuple(itertools.islice(floats, h)) for _ in QUANTILES]
-            pending.append(Forecast(symbol, ts, close, tuple(horizons), model_id, *q))
+            pending.append(ForecastFields(symbol, ts, close, tuple(horizons), model_id, *q))
         bars = [(ts, next(floats), synthetic) for ts, synthetic in header["bars"]]
         rolling = list(itertools.islice(floats, header["rolling"] * ROLLING_WIDTH))
         return cls.from_dict(header | {"pending": pending, "bars": bars, "rolling": rolling})
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> SymbolScoring:
-        """From `to_bytes`' header with its floats in place (pending forecasts as `Forecast`)."""
+        """From `to_bytes`' header with its floats in place (pending forecasts as
+        `ForecastFields`)."""
         state = cls(
             window=values["window"],
             retention=values["retention"],

@@ -20,16 +20,17 @@ from model.serving.checkpoints import CheckpointWatcher, load_engine
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import inference_threads
 from model.serving.scoring_state import SymbolScoring
+from streams.exit_codes import ExitCode
 from streams.metrics import MetricsFeed
 from streams.runtime.commit import TICK_S, Committer, Handle
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted, readable, tombstone_letter
 from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
-from streams.runtime.stages.features import Features, SymbolFeatures, clean_bar
-from streams.runtime.stages.forecasts import Forecaster
+from streams.runtime.stages.features import Features, SymbolFeatures, read_clean_bar
+from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.scores import Scoring
-from streams.runtime.stages.windows import feature_row
+from streams.runtime.stages.windows import read_feature_row
 from streams.runtime.stores import StateStore, Store, WindowStore
 
 if TYPE_CHECKING:
@@ -42,9 +43,6 @@ BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.01
 SUMMARY_INTERVAL_S = 30.0
 RELOAD_INTERVAL_S = 2.0
-# EX_CONFIG: the checkpoint in BARCAST_MODEL_DIR at start cannot be served (README's table of
-# worker exit codes); a restart serves it no better, so it is not 70's restart-and-retry.
-EXIT_CHECKPOINT_REFUSED = 78
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 log = logging.getLogger("barcast.forecast")
 
@@ -150,14 +148,14 @@ def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngin
         engine, _ = load_engine(path, app.barcast, None, None)
     except (CheckpointError, OSError) as exc:  # never serve a model of other features
         print(f"barcast forecast worker: {exc}", file=sys.stderr)  # before logging is set up
-        raise SystemExit(EXIT_CHECKPOINT_REFUSED) from None
+        raise SystemExit(ExitCode.CHECKPOINT_REFUSED) from None
     watcher.accept(path)
     app.metrics.set_model(engine.model_id, engine.fingerprint)
     log.info("serving checkpoint %s on %s", engine.model_id, engine.device)
     return engine
 
 
-def forecaster(app: BarcastApp) -> Forecaster:
+def forecaster(app: BarcastApp) -> Forecasting:
     """The forecast stage, the model served; its flush timer and hot reload."""
     import torch
 
@@ -171,7 +169,7 @@ def forecaster(app: BarcastApp) -> Forecaster:
     lookback = TFTConfig.lookback if engine is None else engine.lookback
     changelog = app.runtime.changelog("forecast-window-slots")
     windows = WindowStore(changelog, lookback, N_FEATURES, FINGERPRINT)
-    stage = Forecaster(app.runtime, engine, windows, scoring(app))
+    stage = Forecasting(app.runtime, engine, windows, scoring(app))
 
     @app.task
     async def flush_on_delay() -> None:
@@ -208,7 +206,7 @@ def register_features(app: BarcastApp) -> None:
     committer = Committer(app.runtime, app.barcast.topic_clean, [stage.store])
 
     async def handle(batch: list[Record]) -> None:
-        featured = stage.run(readable(batch, app.barcast.topic_dlq, clean_bar))
+        featured = stage.run(readable(batch, app.barcast.topic_dlq, read_clean_bar))
         await committer.publish(featured.outputs)
         featured.count(app.metrics)
 
@@ -221,7 +219,7 @@ def register_forecast(app: BarcastApp) -> None:
     committer = Committer(app.runtime, topic, stage.stores, stage.drain)
 
     async def handle(batch: list[Record]) -> None:
-        items = readable(batch, app.barcast.topic_dlq, feature_row, "not a features record: ")
+        items = readable(batch, app.barcast.topic_dlq, read_feature_row, "not a features record: ")
         await committer.publish(await stage.add(items))
 
     serve(app, "forecast", committer, handle)

@@ -1,23 +1,8 @@
-"""Ingest failures, each with the exit code the CLI returns for it (documented in the README)."""
+"""Ingest failures, each with the exit code the CLI returns for it (streams.exit_codes)."""
 
 from __future__ import annotations
 
-from enum import IntEnum
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    USAGE = 2
-    BROKER_UNAVAILABLE = 3
-    FILE_NOT_FOUND = 4
-    NOT_DBN = 5
-    UNSUPPORTED_SCHEMA = 6
-    CORRUPT = 7
-    UNKNOWN_SYMBOL = 8
-    DELIVERY_FAILED = 9
-    AUTH_FAILED = 10
-    GATEWAY_UNAVAILABLE = 11
-    INTERRUPTED = 130
+from streams.exit_codes import ExitCode
 
 
 class IngestError(Exception):

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from streams.ingest.errors import AuthFailed, ExitCode, IngestError
+from streams.exit_codes import ExitCode
+from streams.ingest.errors import AuthFailed, IngestError
 from streams.ingest.replay_cli import parse_symbols, parse_time, run_standalone
 from streams.settings import Settings
 

@@ -1,5 +1,5 @@
 """`barcast replay FILE...`: DBN files into `bars.raw`, with a progress bar on a terminal and a
-one-line JSON summary on stdout. Exit codes: `streams.ingest.errors.ExitCode`."""
+one-line JSON summary on stdout. Exit codes: `streams.exit_codes.ExitCode`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from streams.ingest.errors import ExitCode, IngestError
+from streams.exit_codes import ExitCode
+from streams.ingest.errors import IngestError
 from streams.settings import SettingError, Settings
 
 SPEED = re.compile(r"(\d+(?:\.\d*)?|\.\d+)x")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
+from streams.exit_codes import ExitCode
 from streams.runtime.records import Control, Out, Record, control_of
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DeadLetterHeaders, encode_dlq_headers
 
@@ -29,15 +30,13 @@ INTENDED_TOPIC_HEADER = "barcast-intended-topic"  # where an unpublishable outpu
 NULL_VALUE_HEADER = "barcast-null-value"  # "true": the original had a null value (a tombstone)
 KEPT_BYTES = 16_384  # of a bounded copy's key and of its value
 HEADROOM = 4_096  # below the limit, records are not measured exactly: far below it
-# Exit codes of a worker that stops uncommitted; the orchestrator restarts it either way.
-EXIT_BROKER_FAILED = 69  # EX_UNAVAILABLE: the Kafka cluster failed a request (send, acks, read)
-EXIT_AGENT_FAILED = 70  # EX_SOFTWARE: a bug in barcast
 T = TypeVar("T")
 Source = tuple[str, int, int]  # topic, partition, offset of a record
 
 
-class Reason(StrEnum):
-    """Reason codes of dead letters outside the corrections rules (features.corrections.Reason)."""
+class DeadLetterReason(StrEnum):
+    """The reason codes of the dead letters the stages write outside the corrections rules,
+    whose own codes (a rejected bar's, features.corrections.Reason) share `malformed`."""
 
     MALFORMED = "malformed"  # a record its stage cannot read
     REFUSED = "refused"  # a bar the feature engine refuses
@@ -49,7 +48,7 @@ class Refused(ValueError):
     """A record its stage can read but must not process, with the dead letter's reason code
     (a plain ValueError from a reader is `malformed`)."""
 
-    def __init__(self, reason: Reason, why: str) -> None:
+    def __init__(self, reason: DeadLetterReason, why: str) -> None:
         super().__init__(why)
         self.reason = reason
 
@@ -81,7 +80,7 @@ def record_dead_letter(dlq: str, record: Record, reason: str, why: str) -> Out:
 def tombstone_letter(dlq: str, record: Record, what: str = "") -> Out:
     """The dead letter of a record with a null value (a tombstone), `malformed`."""
     why = f"{what}the value is null (a tombstone); {record.topic} records carry one"
-    return record_dead_letter(dlq, record, Reason.MALFORMED, why)
+    return record_dead_letter(dlq, record, DeadLetterReason.MALFORMED, why)
 
 
 def readable(
@@ -105,7 +104,9 @@ def readable(
             if isinstance(exc, Refused):  # a record of its kind: `what` would mislead
                 letter = record_dead_letter(dlq_topic, record, exc.reason, str(exc))
             else:
-                letter = record_dead_letter(dlq_topic, record, Reason.MALFORMED, f"{what}{exc}")
+                letter = record_dead_letter(
+                    dlq_topic, record, DeadLetterReason.MALFORMED, f"{what}{exc}"
+                )
             items.append(letter)
     return items
 
@@ -138,7 +139,7 @@ def bounded(record: Out, limit: int, dlq_topic: str, metrics: Metrics) -> Out:
         log.error("%s; its first %d bytes go to %s", why, KEPT_BYTES, dlq_topic)
         metrics.dlq.inc()
         headers = [
-            (DLQ_REASON, Reason.UNPUBLISHABLE.encode()),
+            (DLQ_REASON, DeadLetterReason.UNPUBLISHABLE.encode()),
             (DLQ_MESSAGE, why.encode()),
             (INTENDED_TOPIC_HEADER, record.topic.encode()),
         ]
@@ -154,7 +155,7 @@ def exit_uncommitted(what: str, error: BaseException) -> NoReturn:
     """End the process now, leaving the failed records' offsets uncommitted. A Kafka error is
     the cluster's, logged on one line and exit 69; anything else is a bug, exit 70."""
     code = exit_code(error)
-    if code == EXIT_BROKER_FAILED:
+    if code == ExitCode.BROKER_FAILED:
         log.critical(
             "%s: the Kafka cluster failed (%s: %s); exiting %d without committing: check the "
             "brokers in BARCAST_BROKER and that they take records of BARCAST_MAX_RECORD_BYTES",
@@ -166,12 +167,12 @@ def exit_uncommitted(what: str, error: BaseException) -> NoReturn:
     os._exit(code)
 
 
-def exit_code(error: BaseException) -> int:
+def exit_code(error: BaseException) -> ExitCode:
     """69 for a failure of the Kafka cluster (a request, an ack, a read: aiokafka's errors and
     librdkafka's, as confluent-kafka raises them), 70 for anything else."""
     from aiokafka.errors import KafkaError
     from confluent_kafka import KafkaException
 
     if isinstance(error, KafkaError | KafkaException | ConnectionError | TimeoutError):
-        return EXIT_BROKER_FAILED
-    return EXIT_AGENT_FAILED
+        return ExitCode.BROKER_FAILED
+    return ExitCode.AGENT_FAILED

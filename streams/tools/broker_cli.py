@@ -7,6 +7,7 @@ import signal
 import threading
 
 from streams.broker import EmbeddedBroker
+from streams.exit_codes import ExitCode
 from streams.settings import Settings
 
 
@@ -28,4 +29,4 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         stop.wait()
-    return 0
+    return ExitCode.OK

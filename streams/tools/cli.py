@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from streams.exit_codes import ExitCode
 from streams.settings import SettingError
 
 COMMAND_MODULES = (
@@ -21,8 +22,6 @@ COMMAND_MODULES = (
     "streams.tools.demo",
     "streams.tools.backtest.cli",
 )
-# What a shell reports for a command killed by SIGPIPE (128 + 13), as `git log | head` exits.
-EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return reader_left()
     except SettingError as exc:
         print(f"barcast: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 def reader_left() -> int:
@@ -63,7 +62,7 @@ def reader_left() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return EXIT_BROKEN_PIPE
+    return ExitCode.BROKEN_PIPE  # as `git log | head` exits
 
 
 if __name__ == "__main__":

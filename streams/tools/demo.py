@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from streams.broker import EmbeddedBroker
+from streams.exit_codes import ExitCode
 from streams.kafka import confluent_config, ensure_topics, pipeline_topics
 from streams.process import WorkerProcess
 from streams.settings import Settings
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"[demo] the live page as the forecasts stopped: {page}")
     print("[demo] worker and broker stopped")
-    return 0 if forecasts else 1
+    return ExitCode.OK if forecasts else ExitCode.NOTHING_PUBLISHED
 
 
 def save_page(url: str, path: Path) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from model.config import TFTConfig
+from streams.exit_codes import ExitCode
 
 T = TypeVar("T")
 
@@ -155,9 +156,9 @@ def _guarded(command: str, run: Callable[[], dict[str, Any]]) -> int:
         result = run()
     except (DataError, CheckpointError, ConfigError, TrainingError, ValueError) as exc:
         print(f"barcast {command}: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     print(json.dumps(_headline(result), indent=1))
-    return 0
+    return ExitCode.OK
 
 
 def _headline(result: dict[str, Any]) -> Any:

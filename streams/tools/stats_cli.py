@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from streams.exit_codes import ExitCode
 from streams.metrics import Outcome, Stage
 from streams.settings import Settings
-
-EXIT_UNREACHABLE = 3
-EXIT_NOT_BARCAST = 4
 
 
 class NotBarcastMetrics(ValueError):
@@ -122,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             f"barcast stats: {url} answered HTTP {exc.code}; is it a barcast worker's /metrics?",
             file=sys.stderr,
         )
-        return EXIT_NOT_BARCAST
+        return ExitCode.NOT_BARCAST
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         print(
@@ -130,12 +128,12 @@ def run(args: argparse.Namespace) -> int:
             "`faust -A streams worker` or pass --url with its web port",
             file=sys.stderr,
         )
-        return EXIT_UNREACHABLE
+        return ExitCode.WORKER_UNREACHABLE
     except ValueError as exc:  # NotBarcastMetrics, or a body that is not Prometheus text
         print(f"barcast stats: {url} is not a barcast worker's /metrics ({exc})", file=sys.stderr)
-        return EXIT_NOT_BARCAST
+        return ExitCode.NOT_BARCAST
     print(counts.line(), flush=True)
-    return 0
+    return ExitCode.OK
 
 
 def main(argv: list[str] | None = None) -> int:

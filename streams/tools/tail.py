@@ -13,11 +13,9 @@ from typing import Any, TextIO
 
 import orjson
 
+from streams.exit_codes import ExitCode
 from streams.kafka import BrokerUnavailable, bootstrap_servers, confluent_config, wait_for_metadata
 from streams.settings import Settings
-
-EXIT_UNAVAILABLE = 3
-EXIT_NO_TOPIC = 4
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,7 +62,7 @@ def tail(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
         topics = wait_for_metadata(bootstrap, settings.connect_timeout_s, settings)
     except BrokerUnavailable as exc:
         print(f"barcast tail: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return ExitCode.BROKER_UNAVAILABLE
     if args.topic not in topics:
         known = ", ".join(sorted(t for t in topics if not t.startswith("_"))) or "none"
         print(
@@ -72,7 +70,7 @@ def tail(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
             f"topics there: {known}",
             file=sys.stderr,
         )
-        return EXIT_NO_TOPIC
+        return ExitCode.NO_TOPIC
     consumer = Consumer(
         confluent_config(settings, **{"group.id": "barcast-tail", "enable.auto.commit": False})
     )
@@ -96,7 +94,7 @@ def tail(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
             printed += 1
     finally:
         consumer.close()
-    return 0
+    return ExitCode.OK
 
 
 def run(args: argparse.Namespace) -> int:

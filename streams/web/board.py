@@ -40,7 +40,7 @@ class Fan(TypedDict):
     model_id: str
 
 
-class Rolling(TypedDict):
+class RollingScores(TypedDict):
     forecasts: int  # scored forecasts among the last SCORE_WINDOW decided
     labels: int  # (forecast, horizon) labels scored
     coverage: float | None  # fraction of labels inside [low, high]
@@ -56,7 +56,7 @@ class SymbolView(TypedDict):
     model_id: str | None
     model_age_s: float | None  # since this board first saw the model
     forecast_age_s: float | None  # since the latest forecast arrived
-    scores: Rolling
+    scores: RollingScores
 
 
 class BoardView(TypedDict):
@@ -194,7 +194,7 @@ def segments(closes: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
     return out
 
 
-def rolling(scores: deque[ScoreSummary]) -> Rolling:
+def rolling(scores: deque[ScoreSummary]) -> RollingScores:
     labels = sum(s.labels for s in scores)
     unscored = Counter(s.unscored for s in scores if s.unscored is not None)
     return {

@@ -13,7 +13,7 @@ from html import escape
 from itertools import pairwise
 
 from streams.web import svg
-from streams.web.board import BoardView, Fan, Rolling, SymbolView
+from streams.web.board import BoardView, Fan, RollingScores, SymbolView
 
 POLL_MS = 2000
 CARDS_PATH = "/api/cards"
@@ -112,7 +112,7 @@ def stats(symbol: SymbolView, scores_seen: bool) -> str:
     return "".join(f"<span>{p}</span>" for p in parts)
 
 
-def score_text(scores: Rolling, scores_seen: bool) -> str:
+def score_text(scores: RollingScores, scores_seen: bool) -> str:
     if scores["coverage"] is None or scores["pinball"] is None:
         reason = "scores appear once forecast horizons have passed" if scores_seen else ""
         return f"<span class='scores muted'>no scores yet {reason}</span>"

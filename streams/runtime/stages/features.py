@@ -17,7 +17,7 @@ from features.bars import PRICE_SCALE, engine_columns
 from features.corrections import SYNTHETIC
 from streams import schema
 from streams.metrics import Metrics, Outcome, Stage
-from streams.runtime.policy import Reason, dead_letter
+from streams.runtime.policy import DeadLetterReason, dead_letter
 from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
 from streams.runtime.stores import StateStore
 
@@ -50,7 +50,7 @@ Item = CleanBar | Control | Out  # Out: a dead letter, passed on in order
 Bars = list[tuple[CleanBar, int]]  # each new bar, and its symbol's row in the engine call
 
 
-def clean_bar(r: Record) -> CleanBar:
+def read_clean_bar(r: Record) -> CleanBar:
     """A `bars.clean` record as the stage's input; ValueError if it is not one."""
     bar, received = schema.decode_clean(r.value), schema.decode_received_ns(r.headers)
     return CleanBar(r.topic, r.key or b"", r.partition, r.offset, r.timestamp_ms, bar, received)
@@ -163,7 +163,7 @@ class Features:
         why = f"refused by the feature engine: {exc}"
         source, value = (bar.topic, bar.partition, bar.offset), schema.encode_clean(bar.value)
         return dead_letter(
-            self.dlq_topic, bar.key, value, source, Reason.REFUSED, why, bar.partition
+            self.dlq_topic, bar.key, value, source, DeadLetterReason.REFUSED, why, bar.partition
         )
 
 

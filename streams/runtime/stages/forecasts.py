@@ -43,7 +43,7 @@ log = logging.getLogger("barcast.forecast")
 BACKLOG_BATCHES = 4
 
 
-class Forecaster:
+class Forecasting:
     """The forecast stage: the windows (stages/windows.py) in front of the model."""
 
     def __init__(

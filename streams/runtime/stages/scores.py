@@ -37,7 +37,7 @@ class Scores:  # score records in the order they were decided, and the records p
     outputs: list[Out] = field(default_factory=list)
 
 
-class Waiting(NamedTuple):
+class WaitingBar(NamedTuple):
     """A bar not yet in its symbol's scoring state; `requested`: its forecast is to come."""
 
     bar: LabelBar
@@ -58,7 +58,7 @@ class Scoring:
         self.scores, self.calibrations, self.config = scores, calibrations, config
         self.topic, self.enabled = topic, enabled
         self.stores: list[StateStore] = [scores, calibrations] if enabled else []
-        self.waiting: dict[bytes, deque[Waiting]] = {}  # bars not applied yet, in order
+        self.waiting: dict[bytes, deque[WaitingBar]] = {}  # bars not applied yet, in order
         self.calibrated: dict[bytes, deque[dict[str, Any]]] = {}  # forecasts of waiting bars
         self.decided: list[tuple[bytes, int, int, Decided]] = []  # key, partition, offset: to score
         self.unsettled: set[bytes] = set()  # keys in `decided`
@@ -68,7 +68,7 @@ class Scoring:
         `settle`, or a later forecast of its symbol, applies it."""
         if self.enabled:
             bar = LabelBar(row.ts_event, row.close, row.synthetic)
-            waiting = Waiting(bar, row.partition, row.offset, requested)
+            waiting = WaitingBar(bar, row.partition, row.offset, requested)
             self.waiting.setdefault(row.key, deque()).append(waiting)
 
     def forecasts(

@@ -10,13 +10,13 @@ import time
 
 from features.engine import FINGERPRINT, N_FEATURES
 from model.serving.forecast_engine import WindowRequest
-from streams.runtime.policy import Reason, Refused
+from streams.runtime.policy import DeadLetterReason, Refused
 from streams.runtime.records import FeatureRow, Record
 from streams.runtime.stores import WindowStore
 from streams.schema import decode_feature_values, decode_features, decode_received_ns
 
 
-def feature_row(record: Record) -> FeatureRow:
+def read_feature_row(record: Record) -> FeatureRow:
     """A `features` record as a row; ValueError saying what is wrong if it is not one, Refused
     if it is one of another feature set."""
     value = decode_features(record.value)
@@ -27,7 +27,7 @@ def feature_row(record: Record) -> FeatureRow:
         )
     if value["fingerprint"] != FINGERPRINT:  # a served checkpoint's is this one, too
         raise Refused(
-            Reason.FINGERPRINT_MISMATCH,
+            DeadLetterReason.FINGERPRINT_MISMATCH,
             f"the feature row for {value['symbol']} has feature fingerprint "
             f"{value['fingerprint']} but this forecast worker's is {FINGERPRINT}: run the "
             "stream workers and the forecast worker from the same barcast version",
@@ -54,7 +54,7 @@ def feature_row(record: Record) -> FeatureRow:
 def slide(store: WindowStore, row: FeatureRow, forecast: bool) -> WindowRequest | None:
     """Slide the row into its symbol's window; the request to forecast it, if `forecast` (a
     model is served) and the window is ready; `row` is of this worker's feature set (a
-    `feature_row`, or one this process computed)."""
+    `read_feature_row`, or one this process computed)."""
     window = store.read(row.key)
     if window.count and row.ts_event <= window.last_ts:
         return None

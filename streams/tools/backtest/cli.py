@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from streams.exit_codes import ExitCode
 from streams.settings import Settings
 
 
@@ -45,13 +46,13 @@ def run(args: argparse.Namespace) -> int:
             "or train one with `barcast train`",
             file=sys.stderr,
         )
-        return 2
+        return ExitCode.USAGE
     out = args.out or settings.work_dir / "backtest"
     try:
         result = run_backtest(settings, args.files, checkpoint, out)
     except (InputError, CheckpointError) as exc:
         print(f"barcast backtest: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     report = result.report
     print(
         f"[backtest] {report['counts']['forecasts']:,} forecasts, "
@@ -59,4 +60,4 @@ def run(args: argparse.Namespace) -> int:
         f"mean pinball {bp(report['mean_pinball_bp'])}"
     )
     print(f"[backtest] report: {result.json_path} and {result.html_path}")
-    return 0
+    return ExitCode.OK
