@@ -22,6 +22,7 @@ from streams.metrics import Metrics
 from streams.settings import REPO_ROOT, Settings
 
 DEPLOY = REPO_ROOT / "deploy"
+RUNBOOK = REPO_ROOT / "docs" / "operations.md"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "barcast.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 METRIC_NAME = re.compile(r"\bbarcast_[a-z0-9_]+\b")
@@ -122,14 +123,16 @@ def test_dashboard_loads_with_the_provisioned_datasource() -> None:
 
 
 def test_every_alert_is_complete_and_explained_in_the_runbook() -> None:
-    runbook = (DEPLOY / "RUNBOOK.md").read_text()
+    runbook = RUNBOOK.read_text()
     rules = alert_rules()
     assert len(rules) >= 8
     for rule in rules:
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
         assert rule["annotations"]["summary"], rule["alert"]
         assert re.fullmatch(r"\d+m", rule["for"]), rule["alert"]
-        assert f"`{rule['alert']}`" in runbook, f"RUNBOOK.md does not explain {rule['alert']}"
+        assert f"`{rule['alert']}`" in runbook, (
+            f"docs/operations.md does not explain {rule['alert']}"
+        )
 
 
 def test_healthcheck_reports_a_dead_port() -> None:

@@ -217,7 +217,7 @@ def test_live_ingest_is_a_single_instance_with_its_key_from_a_secret() -> None:
 
 
 def test_manifest_files_are_where_the_runbook_says() -> None:
-    runbook = (REPO_ROOT / "deploy" / "RUNBOOK.md").read_text()
+    runbook = (REPO_ROOT / "docs" / "operations.md").read_text()
     for path in (K8S / "jobs").glob("*.yaml"):
         assert f"deploy/k8s/jobs/{path.name}" in runbook, path.name
 

@@ -1,5 +1,5 @@
-"""deploy/ passes barcast only settings barcast has, never points at the embedded broker, and
-commits no secret."""
+"""deploy/ and the docs name only settings barcast has; deploy/ never points at the embedded
+broker and commits no secret."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def env_file(path: Path) -> dict[str, str]:
 def test_the_scan_covers_every_kind_of_deploy_file() -> None:
     names = {p.name for p in deploy_files()}
     for expected in ("compose.yaml", "example.env", "configmap.yaml", "Dockerfile",
-                     "Dockerfile.cuda", "RUNBOOK.md", "replay.yaml"):  # fmt: skip
+                     "Dockerfile.cuda", "replay.yaml"):  # fmt: skip
         assert expected in names
 
 
@@ -57,6 +57,19 @@ def test_every_barcast_variable_in_deploy_is_a_setting(path: Path) -> None:
     unknown = unknown_settings(path.read_text())
     assert not unknown, (
         f"{path.relative_to(REPO_ROOT)} sets {sorted(unknown)}, which streams/settings.py does "
+        f"not read; fix the name (known: see `streams.settings.env_names()`)"
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))],
+    ids=lambda p: str(p.relative_to(REPO_ROOT)),
+)
+def test_every_barcast_variable_in_the_docs_is_a_setting(path: Path) -> None:
+    unknown = unknown_settings(path.read_text())
+    assert not unknown, (
+        f"{path.relative_to(REPO_ROOT)} names {sorted(unknown)}, which streams/settings.py does "
         f"not read; fix the name (known: see `streams.settings.env_names()`)"
     )
 

@@ -84,7 +84,7 @@ async def test_a_changelog_topic_is_created_compacted_in_small_segments(
 
 
 def test_the_runbook_alters_older_changelog_topics_to_the_segments_barcast_creates() -> None:
-    runbook = (REPO_ROOT / "deploy" / "RUNBOOK.md").read_text()
+    runbook = (REPO_ROOT / "docs" / "operations.md").read_text()
     sizes = ",".join(
         f"{name}={value}" for name, value in COMPACTED.items() if name != "cleanup.policy"
     )
