@@ -1,4 +1,4 @@
-"""The README's Benchmarks table is the one generated from benchmarks/results/*.json, and the
+"""docs/benchmarks.md's table is the one generated from benchmarks/results/*.json, and the
 results files say what was measured and where."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.readme_table import END, RESULTS, SOURCES, START, markdown_table, with_table
+from benchmarks.docs.benchmark_tables import RESULTS, SOURCES, markdown_table
 from streams.settings import REPO_ROOT
 
 
@@ -17,14 +17,17 @@ def load(name: str) -> dict:
     return json.loads((RESULTS / f"{name}.json").read_text())
 
 
-def test_readme_benchmark_table_is_generated_from_the_results_files() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme[readme.index(START) + len(START) : readme.index(END)]
-    assert block.strip() == markdown_table().strip(), (
-        "README's Benchmarks table differs from the results files: "
-        "`.venv/bin/python -m benchmarks.readme_table --write`"
+def block(doc: str, name: str) -> str:
+    text = (REPO_ROOT / doc).read_text()
+    start = text.index(f"<!-- {name}:start -->\n") + len(f"<!-- {name}:start -->\n")
+    return text[start : text.index(f"<!-- {name}:end -->")]
+
+
+def test_the_benchmark_table_is_generated_from_the_results_files() -> None:
+    assert block("docs/benchmarks.md", "bench-table").strip() == markdown_table().strip(), (
+        "docs/benchmarks.md's table differs from the results files: "
+        "`.venv/bin/python -m benchmarks.docs --write`"
     )
-    assert with_table(readme, markdown_table()) == readme
 
 
 @pytest.mark.parametrize(
@@ -87,12 +90,12 @@ def test_feature_rows_state_their_design() -> None:
     assert report["wide_symbols"] >= 1000
 
 
-def test_the_readme_reference_calibration_table_shows_its_results_file() -> None:
+def test_the_reference_calibration_table_shows_its_results_file() -> None:
     reference = load("online_calibration")["ideal_reference"]["calibrations"]
     labels = {"static": "no calibration", "product": "the product's tracking"}
-    readme = (REPO_ROOT / "README.md").read_text()
+    table = block("docs/model-report.md", "calibration-reference")
     for name, c in reference.items():
         low, high = 100 * c["rolling_min_median"], 100 * c["rolling_max_median"]
         share, cost = 100 * c["rolling_within_80pm3_share"], 100 * c["pinball_cost"]
         row = f"| {labels.get(name, name)} | {low:.1f}-{high:.1f} % | {share:.0f} % of seeds |"
-        assert f"{row} +{cost:.1f} % |" in readme, name
+        assert f"{row} +{cost:.1f} % |" in table, name

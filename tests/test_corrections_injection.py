@@ -240,7 +240,7 @@ def test_sixe_injected_faults_are_found_and_repaired_within_a_tick(
     history = correct_history(stream)
     per_kind, misses = recall(history, faults)
     found, total = sum(v[0] for v in per_kind.values()), sum(v[1] for v in per_kind.values())
-    assert (total, len(per_kind)) == (749, 17), per_kind  # the README's figures, fixed seed
+    assert (total, len(per_kind)) == (749, 17), per_kind  # fixed seed
     assert min(v[1] for v in per_kind.values()) >= 40, per_kind
     assert found / total >= 0.99, (found, total, per_kind, misses[:5])
     assert misses == []  # measured: 100 %

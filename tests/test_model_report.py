@@ -1,8 +1,11 @@
-"""The README's model table is the one `benchmarks/model_report.py` writes from its results."""
+"""The model report's tables in the README and docs/model-report.md are the ones
+`benchmarks/model_report.py` and `benchmarks.docs` write from its results."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from benchmarks.model_report import RESULTS, markdown_table
 from streams.settings import REPO_ROOT
@@ -10,10 +13,11 @@ from streams.settings import REPO_ROOT
 START, END = "<!-- model-report:start -->\n", "<!-- model-report:end -->"
 
 
-def test_readme_model_table_is_generated_from_the_results_file() -> None:
+@pytest.mark.parametrize("doc", ["README.md", "docs/model-report.md"])
+def test_the_model_table_is_generated_from_the_results_file(doc: str) -> None:
     report = json.loads((RESULTS / "model_report.json").read_text())
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme[readme.index(START) + len(START) : readme.index(END)]
+    text = (REPO_ROOT / doc).read_text()
+    block = text[text.index(START) + len(START) : text.index(END)]
     assert block.strip() == markdown_table(report).strip()
     assert report["provenance"]["commit"] != "unknown"
     evaluation = report["evaluation"]

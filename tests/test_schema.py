@@ -1,6 +1,6 @@
 """Every topic's codecs round-trip and refuse what is not of their topic; the JSON Schemas under
-deploy/schemas/topics/ and the README's topic tables are the ones streams.topic_schemas makes,
-and the schemas accept what barcast writes and refuse what it never writes."""
+deploy/schemas/topics/ and the topic tables of docs/topics.md are the ones streams.topic_schemas
+makes, and the schemas accept what barcast writes and refuse what it never writes."""
 
 from __future__ import annotations
 
@@ -212,10 +212,10 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         assert not valid(topic, value), (topic, value)
 
 
-def test_readme_topic_tables_are_generated_from_the_module() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    start = readme.index("<!-- topics-table:start -->\n") + len("<!-- topics-table:start -->\n")
-    end = readme.index("<!-- topics-table:end -->")
-    assert readme[start:end].strip() == markdown_tables(), (
-        "README topic tables are stale: paste the output of `python -m streams.topic_schemas`"
+def test_the_docs_topic_tables_are_generated_from_the_module() -> None:
+    doc = (REPO_ROOT / "docs" / "topics.md").read_text()
+    start = doc.index("<!-- topics-table:start -->\n") + len("<!-- topics-table:start -->\n")
+    end = doc.index("<!-- topics-table:end -->")
+    assert doc[start:end].strip() == markdown_tables(), (
+        "docs/topics.md's topic tables are stale: `.venv/bin/python -m benchmarks.docs --write`"
     )

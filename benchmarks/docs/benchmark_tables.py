@@ -1,26 +1,20 @@
-"""The README's Benchmarks table, generated from benchmarks/results/*.json so that the two
-cannot disagree (tests/test_benchmark_results.py checks it); goals are the scripts' own.
-
-    .venv/bin/python -m benchmarks.readme_table [--write]
-
-prints the table, or with `--write` replaces the README's block between its bench-table markers.
-"""
+"""The generated sections of docs/benchmarks.md, from benchmarks/results/*.json: the table of
+every benchmark against its anchor (goals are the scripts' own), the runs behind the results
+files, the pipeline run's checks, the backtest check and the GPU run."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import corrections, features, model, replay
+from benchmarks import corrections, features, gpu_check, model, replay
 from streams.settings import REPO_ROOT
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-README = REPO_ROOT / "README.md"
-START, END = "<!-- bench-table:start -->\n", "<!-- bench-table:end -->"
 Row = tuple[str, str, str, str]
 
 
@@ -241,31 +235,92 @@ SOURCES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
 }
 
 
+def load(name: str, results: Path = RESULTS) -> dict[str, Any]:
+    return json.loads((results / f"{name}.json").read_text())
+
+
 def markdown_table(results: Path = RESULTS) -> str:
     lines = ["| benchmark | anchor (same run) | result | goal |", "| --- | --- | --- | --- |"]
     for name, rows in SOURCES.items():
-        report = json.loads((results / f"{name}.json").read_text())
-        lines += ["| " + " | ".join(row) + " |" for row in rows(report)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows(load(name, results))]
     return "\n".join(lines)
 
 
-def with_table(readme: str, table: str) -> str:
-    """The README text with its bench-table block replaced by `table`."""
-    start, end = readme.index(START) + len(START), readme.index(END)
-    return readme[:start] + table + "\n" + readme[end:]
+def tree(provenance: dict[str, Any]) -> str:
+    """Whether the run's checkout was clean, and else which files differed that could matter
+    (results files and Markdown cannot change a run)."""
+    changed = provenance.get("dirty_paths") or []
+    code = [p for p in changed if not p.startswith("benchmarks/results/") and p[-3:] != ".md"]
+    if not code:
+        return "clean" if not changed else "clean but for results files and docs"
+    shown = ", ".join(f"`{path}`" for path in code[:3])
+    return f"{shown} changed" + (f" and {len(code) - 3} more" if len(code) > 3 else "")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update README.md in place")
-    args = parser.parse_args(argv)
-    table = markdown_table()
-    if args.write:
-        README.write_text(with_table(README.read_text(), table))
-    else:
-        print(table)
-    return 0
+def tree_at(provenance: dict[str, Any]) -> str:
+    return f"`{provenance['commit'][:7]}` ({tree(provenance)})"
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def runs_table(results: Path = RESULTS) -> str:
+    """One row per results file: the commit and machine of the run that wrote it."""
+    lines = [
+        "| results file | commit | files changed | CPU | torch threads |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for path in sorted(results.glob("*.json")):
+        p = json.loads(path.read_text()).get("provenance")
+        if p is None:
+            lines.append(f"| `{path.name}` | not recorded | | | |")
+            continue
+        cpu = p.get("gpu") or p["cpu_model"]
+        lines.append(
+            f"| `{path.name}` | `{p['commit'][:7]}` | {tree(p)} | {cpu} | {p['torch_threads']} |"
+        )
+    return "\n".join(lines)
+
+
+def pipeline_checks(results: Path = RESULTS) -> str:
+    """What pipeline.json holds beside its timings: restarts, repeats, Kafka hops."""
+    r = load("pipeline", results)
+    hops = r["latency"]["kafka_hops"]["bar_to_worker"]
+    repeats = r["duplicate_forecasts"]
+    repeated = f"{repeats:,} forecasts were" if repeats else "no forecast was"
+    return (
+        f"In the pipeline run (`pipeline.json`) the 1,000-symbol burst took "
+        f"{r['burst_over_inference']:.2f}x the engine "
+        f"alone on the same windows; across its {len(r['restarts'])} worker starts and "
+        f"restarts {repeated} published twice; the hop "
+        f"from a bar's send to the worker took {hops['p50_ms']:.1f} ms at the median "
+        f"(p99 {hops['p99_ms']:.1f} ms) with the consumer's fetch wait at "
+        f"{hops['fetch_max_wait_ms']} ms (`BARCAST_FETCH_MAX_WAIT_MS`)."
+    )
+
+
+def backtest_check(results: Path = RESULTS) -> str:
+    """backtest_check.json: each figure is a pair, the report's and its recomputation's."""
+    r = load("backtest_check", results)
+    current = load("model_report", results)["evaluation"]["model_id"]
+    which = (
+        "the current model report's" if r["model_id"] == current else "an earlier model report's"
+    )
+    same = "byte-identical" if r["identical_json"] else "**different**"
+    pairs = ("replayed", "forecasts", "scored", "coverage", "mean_pinball_bp")
+    agree = r["by_horizon_equal"] and all(math.isclose(*r[k], rel_tol=1e-9) for k in pairs)
+    return (
+        f"Two runs of `barcast backtest` over {count(len(r['files']), 'file')} (the 6EH4 month "
+        f"and every shared DBN file) at {tree_at(r['provenance'])}, with checkpoint "
+        f"`{r['model_id']}` ({which}; the current one is `{current}`), gave {same} "
+        f"`backtest.json`: {r['replayed'][0]:,} bars replayed, {r['forecasts'][0]:,} forecasts, "
+        f"{r['scored'][0]:,} scored, coverage {100 * r['coverage'][0]:.1f} % and mean pinball "
+        f"{r['mean_pinball_bp'][0]:.4f} bp; every figure, by horizon too, "
+        + ("equalled" if agree else "**differed from**")
+        + " its recomputation from the run's topics."
+    )
+
+
+def gpu_run(results: Path = RESULTS) -> str:
+    path = results / "gpu.json"
+    if not path.exists():
+        return "No `benchmarks/results/gpu.json` yet: `benchmarks/gpu.sh` has not run on a GPU."
+    report = json.loads(path.read_text())
+    return f"```\n{gpu_check.summary(report)}\n```"
