@@ -10,21 +10,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks.docs.benchmark_tables import RESULTS, SOURCES, markdown_table
-from streams.settings import REPO_ROOT
+from benchmarks.docs.sections import generated
 
 
 def load(name: str) -> dict:
     return json.loads((RESULTS / f"{name}.json").read_text())
 
 
-def block(doc: str, name: str) -> str:
-    text = (REPO_ROOT / doc).read_text()
-    start = text.index(f"<!-- {name}:start -->\n") + len(f"<!-- {name}:start -->\n")
-    return text[start : text.index(f"<!-- {name}:end -->")]
-
-
 def test_the_benchmark_table_is_generated_from_the_results_files() -> None:
-    assert block("docs/benchmarks.md", "bench-table").strip() == markdown_table().strip(), (
+    assert generated("docs/benchmarks.md", "bench-table").strip() == markdown_table().strip(), (
         "docs/benchmarks.md's table differs from the results files: "
         "`.venv/bin/python -m benchmarks.docs --write`"
     )
@@ -93,7 +87,7 @@ def test_feature_rows_state_their_design() -> None:
 def test_the_reference_calibration_table_shows_its_results_file() -> None:
     reference = load("online_calibration")["ideal_reference"]["calibrations"]
     labels = {"static": "no calibration", "product": "the product's tracking"}
-    table = block("docs/model-report.md", "calibration-reference")
+    table = generated("docs/model-report.md", "calibration-reference")
     for name, c in reference.items():
         low, high = 100 * c["rolling_min_median"], 100 * c["rolling_max_median"]
         share, cost = 100 * c["rolling_within_80pm3_share"], 100 * c["pinball_cost"]

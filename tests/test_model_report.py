@@ -7,18 +7,14 @@ import json
 
 import pytest
 
+from benchmarks.docs.sections import generated
 from benchmarks.model_report import RESULTS, markdown_table
-from streams.settings import REPO_ROOT
-
-START, END = "<!-- model-report:start -->\n", "<!-- model-report:end -->"
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/model-report.md"])
 def test_the_model_table_is_generated_from_the_results_file(doc: str) -> None:
     report = json.loads((RESULTS / "model_report.json").read_text())
-    text = (REPO_ROOT / doc).read_text()
-    block = text[text.index(START) + len(START) : text.index(END)]
-    assert block.strip() == markdown_table(report).strip()
+    assert generated(doc, "model-report").strip() == markdown_table(report).strip()
     assert report["provenance"]["commit"] != "unknown"
     evaluation = report["evaluation"]
     assert evaluation["part"] == "test" and evaluation["n_windows"] > 5000

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator
 
+from benchmarks.docs.sections import generated
 from features.corrections import correct_history
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from streams import schema as s
@@ -213,9 +214,6 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
 
 
 def test_the_docs_topic_tables_are_generated_from_the_module() -> None:
-    doc = (REPO_ROOT / "docs" / "topics.md").read_text()
-    start = doc.index("<!-- topics-table:start -->\n") + len("<!-- topics-table:start -->\n")
-    end = doc.index("<!-- topics-table:end -->")
-    assert doc[start:end].strip() == markdown_tables(), (
+    assert generated("docs/topics.md", "topics-table").strip() == markdown_tables(), (
         "docs/topics.md's topic tables are stale: `.venv/bin/python -m benchmarks.docs --write`"
     )

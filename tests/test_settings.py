@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.docs.sections import generated
 from streams.kafka import aiokafka_config, bootstrap_servers, confluent_config
-from streams.settings import REPO_ROOT, SettingError, Settings, env_names, markdown_table
+from streams.settings import SettingError, Settings, env_names, markdown_table
 
 
 def test_defaults_match_the_documented_topics() -> None:
@@ -111,10 +112,7 @@ def test_security_settings_reach_both_clients_and_secrets_are_redacted() -> None
 
 
 def test_the_docs_settings_table_is_generated_from_the_code() -> None:
-    doc = (REPO_ROOT / "docs" / "operations.md").read_text()
-    start = doc.index("<!-- settings-table:start -->\n") + len("<!-- settings-table:start -->\n")
-    end = doc.index("<!-- settings-table:end -->")
-    assert doc[start:end].strip() == markdown_table(), (
+    assert generated("docs/operations.md", "settings-table").strip() == markdown_table(), (
         "docs/operations.md's settings table is stale: `.venv/bin/python -m benchmarks.docs "
         "--write`"
     )

@@ -90,6 +90,12 @@ SECTIONS = (
 )
 
 
+def generated(path: str, name: str) -> str:
+    """The text of section `name` in `path` as it stands."""
+    (section,) = [s for s in SECTIONS if (s.path, s.name) == (path, name)]
+    return section.read()
+
+
 def stale(root: Path = REPO_ROOT) -> list[Section]:
     """The sections whose text differs from what their sources make now."""
     return [s for s in SECTIONS if s.read(root).strip() != s.make().strip()]
