@@ -328,7 +328,7 @@ def test_a_checkpoint_for_other_features_refuses_to_start(
     make_checkpoint(tmp_path / "models" / "old", fingerprint="0123456789abcdef")
     settings = replace(broker_settings, role="forecast", model_dir=tmp_path / "models")
     worker = Worker(settings, name="refused")
-    with pytest.raises(AssertionError, match=r"worker exited \(78\)"):  # README: exit codes
+    with pytest.raises(AssertionError, match=r"worker exited \(78\)"):  # docs/operations.md
         worker.start(ready_timeout_s=60)
     lines = [line for line in worker.log().splitlines() if "feature set 0123456789abcdef" in line]
     assert len(lines) == 1 and "retrain" in lines[0]

@@ -1,7 +1,8 @@
 """TLS end to end: `barcast replay` (librdkafka), the worker (aiokafka) and `barcast tail` through
 BARCAST_SECURITY_PROTOCOL=SSL and BARCAST_SSL_CAFILE, and each of them refused, naming
 BARCAST_SSL_CAFILE, when it lacks the CA. The TLS listener is `tests.tls_certs.TlsFront` before
-the embedded broker, which serves no TLS itself (see the README's "A real Kafka cluster")."""
+the embedded broker, which serves no TLS itself (see docs/operations.md, "A real Kafka
+cluster")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A throwaway CA and broker certificate, and a TLS listener in front of the embedded broker.
 
-Tansu 0.6.0 cannot serve TLS (it builds a TLS acceptor and never uses it; see the README's
+Tansu 0.6.0 cannot serve TLS (it builds a TLS acceptor and never uses it; see docs/operations.md,
 "A real Kafka cluster"), so the TLS tests put `TlsFront` before it: TLS is terminated on a
 loopback port and each connection is relayed in plaintext to Tansu, the way a Kafka cluster
 behind a TLS-terminating proxy looks to its clients. The Kafka protocol is Tansu's own.

@@ -2,11 +2,12 @@
 tests' orchestrator for it.
 
 A worker that exits 69 (ExitCode.BROKER_FAILED: the Kafka cluster failed a request) has stopped
-uncommitted, and the README's contract is that the orchestrator restarts it: outputs are
-at-least-once and idempotent, so the restarted worker's must still be byte-identical. The tests
-have no orchestrator, so `Worker` is one, for exit 69 only and a bounded number of times; any
-other exit a test did not cause (70, another code, a crash) is a failure that the read helpers
-raise at once (`check_workers`) instead of waiting out their timeouts.
+uncommitted, and the contract (docs/operations.md, Exit codes) is that the orchestrator restarts
+it: outputs are at-least-once and idempotent, so the restarted worker's must still be
+byte-identical. The tests have no orchestrator, so `Worker` is one, for exit 69 only and a
+bounded number of times; any other exit a test did not cause (70, another code, a crash) is a
+failure that the read helpers raise at once (`check_workers`) instead of waiting out their
+timeouts.
 """
 
 from __future__ import annotations
