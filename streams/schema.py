@@ -10,6 +10,7 @@ streams.topic_schemas.
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -45,11 +46,13 @@ class ControlKind(StrEnum):
 
     END_OF_INTERVAL = "end_of_interval"
     OUTAGE = "outage"  # bars from ts_event up to end may be missing: the feed was down
+    ROLL = "roll"  # the instrument behind a continuous symbol changes at ts_event
 
 
 class RawBar(TypedDict):
     instrument_id: int
     symbol: str
+    raw_symbol: str
     ts_event: int
     rtype: int
     publisher_id: int
@@ -93,6 +96,9 @@ class ControlRecord(TypedDict):
     control: str
     ts_event: int
     end: NotRequired[int]  # of an outage: the first ts_event delivered after it
+    symbol: NotRequired[str]  # of a roll: the continuous symbol, its key
+    ratio: NotRequired[float]  # of a roll: new contract's price / old contract's
+    raw_symbols: NotRequired[list[str]]  # of a roll: [old, new]
 
 
 Headers = list[tuple[str, bytes]]
@@ -107,6 +113,19 @@ def outage(start: int, end: int) -> ControlRecord:
     """A span live ingest could not recover: bars with `start <= ts_event < end` may be
     missing (bars at `start` were published for some instruments, maybe not all)."""
     return {"control": ControlKind.OUTAGE.value, "ts_event": int(start), "end": int(end)}
+
+
+def roll(ts_event: int, symbol: str, old: str, new: str, ratio: float) -> ControlRecord:
+    """The instrument behind `symbol` changes from raw symbol `old` to `new` at `ts_event`;
+    `new`'s prices are `ratio` times `old`'s (the calendar spread). Keyed by `symbol`, on its
+    partition, before the first bar of `new`."""
+    return {
+        "control": ControlKind.ROLL.value,
+        "ts_event": int(ts_event),
+        "symbol": symbol,
+        "raw_symbols": [old, new],
+        "ratio": float(ratio),
+    }
 
 
 def encode(value: Any) -> bytes:
@@ -247,12 +266,28 @@ def decode_control(data: bytes) -> ControlRecord:
         kind not in CONTROLS
         or type(ts_event) is not int
         or (kind == ControlKind.OUTAGE and not (type(end) is int and end > ts_event))
+        or (kind == ControlKind.ROLL and not _is_roll(value))
     ):
         raise ValueError(
-            'a control record is {"control": "end_of_interval", "ts_event": <int>} or '
-            '{"control": "outage", "ts_event": <int>, "end": <int, later>}'
+            'a control record is {"control": "end_of_interval", "ts_event": <int>}, '
+            '{"control": "outage", "ts_event": <int>, "end": <int, later>} or {"control": '
+            '"roll", "ts_event": <int>, "symbol": <str>, "raw_symbols": [<old>, <new>], '
+            '"ratio": <float, positive>}'
         )
     return cast(ControlRecord, value)
+
+
+def _is_roll(value: dict[str, Any]) -> bool:
+    raws, ratio = value.get("raw_symbols"), value.get("ratio")
+    return (
+        isinstance(value.get("symbol"), str)
+        and isinstance(raws, list)
+        and len(raws) == 2
+        and all(isinstance(r, str) for r in raws)
+        and type(ratio) is float
+        and math.isfinite(ratio)
+        and ratio > 0
+    )
 
 
 CONTROLS = frozenset(c.value for c in ControlKind)

@@ -196,6 +196,21 @@ class Settings:
         metadata={"doc": "SASL password (never logged).", "secret": True},
     )
     ssl_cafile: str = field(default="", metadata={"doc": "CA bundle for SSL/SASL_SSL."})
+    key_by: str = field(
+        default="raw",
+        metadata={
+            "doc": "What ingest keys bars by, so what every state follows: `raw` (the "
+            "contract's raw symbol) or `continuous` (the continuous symbol a bar came under, "
+            "`ES.c.0`, or `ES.v.0` with `BARCAST_FOLLOW=lead`), whose states carry over a roll."
+        },
+    )
+    follow: str = field(
+        default="all",
+        metadata={
+            "doc": "Ingest of a parent subscription (`ES.FUT`): `all` contracts, or the `lead` "
+            "of each product alone, by the previous trading day's volume (`ES.v.0`)."
+        },
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -219,6 +234,8 @@ class Settings:
             "device": ("auto", "cpu", "cuda"),
             "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
             "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+            "key_by": ("raw", "continuous"),
+            "follow": ("all", "lead"),
         }
         if not self.embedded:
             broker_list(self.broker)  # raises on a malformed value, naming the accepted forms

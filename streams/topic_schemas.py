@@ -48,7 +48,12 @@ def _object(fields: dict[str, dict[str, Any]], required: list[str], extra: bool)
 
 RAW_FIELDS: dict[str, dict[str, Any]] = {
     "instrument_id": _field(INT, "Databento instrument id"),
-    "symbol": _field({"type": "string"}, "raw symbol"),
+    "symbol": _field(
+        {"type": "string"},
+        "the symbol it is keyed by: its raw symbol, or with BARCAST_KEY_BY=continuous the "
+        "continuous symbol (`ES.c.0`, `ES.v.0`) it came under",
+    ),
+    "raw_symbol": _field({"type": "string"}, "its instrument's raw symbol (`ESH4`)"),
     "ts_event": _field(INT, "bar open, UNIX ns"),
     "rtype": _field(INT, "32/33/34/35/36 = ohlcv-1s/1m/1h/1d/eod"),
     "publisher_id": _field(INT, "Databento publisher"),
@@ -198,9 +203,21 @@ CONTROL_FIELDS: dict[ControlKind, dict[str, dict[str, Any]]] = {
         ),
         "end": _field(INT, "to here (exclusive): the first ts_event delivered after it"),
     },
+    ControlKind.ROLL: {
+        "ts_event": _field(INT, "the first bar of the new contract"),
+        "symbol": _field({"type": "string"}, "the continuous symbol; also the record's key"),
+        "raw_symbols": _field(
+            {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+            "the old and the new contract's raw symbols",
+        ),
+        "ratio": _field(
+            {"type": "number", "exclusiveMinimum": 0},
+            "the new contract's price over the old one's: state carried over is scaled by it",
+        ),
+    },
 }
 CONTROL_SCHEMA = {
-    "description": f"a control record, key `{CONTROL_KEY.decode()}`",
+    "description": f"a control record, key `{CONTROL_KEY.decode()}` (a roll's: its symbol)",
     "oneOf": [
         _object({"control": {"const": kind.value}, **fields}, ["control", *fields], False)
         for kind, fields in CONTROL_FIELDS.items()

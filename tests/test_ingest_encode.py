@@ -29,6 +29,7 @@ RECORD = st.fixed_dictionaries(
         "close": PRICE,
         "volume": st.integers(0, 2**64 - 1),
         "symbol": st.text(min_size=1, max_size=30),
+        "raw_symbol": st.text(min_size=1, max_size=30),
     }
 )
 
@@ -44,13 +45,14 @@ def expected_value(record: dict[str, int | str], source: str) -> bytes:
 def test_values_are_byte_identical_to_orjson(records: list[dict], source: str) -> None:
     book = SymbolBook()
     bars = np.zeros(len(records), OHLCV_DTYPE)
-    index = np.empty(len(records), np.int64)
+    index, raw = np.empty(len(records), np.int64), np.empty(len(records), np.int64)
     for i, record in enumerate(records):
         for name in OHLCV_DTYPE.names:
             if name in record:
                 bars[name][i] = record[name]
         index[i] = book.index_of(record["symbol"])
-    values, keys, timestamps = encode_bars(bars, index, book, source_json(source))
+        raw[i] = book.index_of(record["raw_symbol"])
+    values, keys, timestamps = encode_bars(bars, index, book, source_json(source), raw)
     assert values == [expected_value(r, source) for r in records]
     assert keys == [r["symbol"].encode() for r in records]
     assert timestamps == [r["ts_event"] // 1_000_000 for r in records]
@@ -61,6 +63,7 @@ def test_value_keys_follow_the_schema_contract() -> None:
     bars = np.zeros(1, OHLCV_DTYPE)
     values, _, _ = encode_bars(bars, np.array([book.index_of("ESU4")]), book, source_json("x"))
     assert list(orjson.loads(values[0])) == list(get_type_hints(schema.RawBar))
+    assert orjson.loads(values[0])["raw_symbol"] == "ESU4", "its key's symbol, by default"
 
 
 def test_empty_batch_encodes_to_nothing() -> None:

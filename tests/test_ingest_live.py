@@ -20,7 +20,8 @@ from features.bars import is_control
 from streams import schema
 from streams.exit_codes import ExitCode
 from streams.ingest import live_cli
-from streams.ingest.live import LiveIngest, LiveOptions, LiveStats
+from streams.ingest.live import LiveIngest
+from streams.ingest.live_options import LiveOptions, LiveStats
 from streams.ingest.producer import BarProducer
 from streams.ingest.resume import interval_start
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DLQ_TOPIC

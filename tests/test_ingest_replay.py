@@ -75,7 +75,8 @@ def test_dry_run_accounts_for_every_record_by_reason(
     )  # fmt: skip
     assert code == ExitCode.OK
     assert summary["skipped"] == {
-        "unmapped": 10, "symbol_filter": 10, "spread": 10, "time_range": 5, "non_ohlcv": 0
+        "unmapped": 10, "symbol_filter": 10, "spread": 10, "time_range": 5, "non_ohlcv": 0,
+        "not_lead": 0,
     }  # fmt: skip
     assert (summary["read"], summary["encoded"], summary["produced"]) == (40, 5, 0)
 

@@ -19,6 +19,7 @@ from streams.ingest.symbols import SymbolBook
 _FIELDS = (
     "instrument_id",
     "symbol",
+    "raw_symbol",
     "ts_event",
     "rtype",
     "publisher_id",
@@ -83,7 +84,7 @@ def _put_int(out: np.ndarray, pos: int, value: np.int64) -> int:
 
 
 @numba.njit(cache=True)
-def _encode(instrument_id, symbol, ts_event, rtype, publisher_id, open_, high, low, close,
+def _encode(instrument_id, symbol, raw, ts_event, rtype, publisher_id, open_, high, low, close,
             volume, symbol_blob, symbol_offsets, source, literals, literal_offsets, out,
             offsets) -> int:  # fmt: skip
     pos = 0
@@ -96,22 +97,25 @@ def _encode(instrument_id, symbol, ts_event, rtype, publisher_id, open_, high, l
         s = symbol[i]
         pos = _put(out, pos, symbol_blob, symbol_offsets[s], symbol_offsets[s + 1])
         pos = _put(out, pos, literals, lit[2], lit[3])
-        pos = _put_uint(out, pos, np.uint64(ts_event[i]))
+        s = raw[i]
+        pos = _put(out, pos, symbol_blob, symbol_offsets[s], symbol_offsets[s + 1])
         pos = _put(out, pos, literals, lit[3], lit[4])
-        pos = _put_uint(out, pos, np.uint64(rtype[i]))
+        pos = _put_uint(out, pos, np.uint64(ts_event[i]))
         pos = _put(out, pos, literals, lit[4], lit[5])
-        pos = _put_uint(out, pos, np.uint64(publisher_id[i]))
+        pos = _put_uint(out, pos, np.uint64(rtype[i]))
         pos = _put(out, pos, literals, lit[5], lit[6])
-        pos = _put_int(out, pos, np.int64(open_[i]))
+        pos = _put_uint(out, pos, np.uint64(publisher_id[i]))
         pos = _put(out, pos, literals, lit[6], lit[7])
-        pos = _put_int(out, pos, np.int64(high[i]))
+        pos = _put_int(out, pos, np.int64(open_[i]))
         pos = _put(out, pos, literals, lit[7], lit[8])
-        pos = _put_int(out, pos, np.int64(low[i]))
+        pos = _put_int(out, pos, np.int64(high[i]))
         pos = _put(out, pos, literals, lit[8], lit[9])
-        pos = _put_int(out, pos, np.int64(close[i]))
+        pos = _put_int(out, pos, np.int64(low[i]))
         pos = _put(out, pos, literals, lit[9], lit[10])
-        pos = _put_uint(out, pos, np.uint64(volume[i]))
+        pos = _put_int(out, pos, np.int64(close[i]))
         pos = _put(out, pos, literals, lit[10], lit[11])
+        pos = _put_uint(out, pos, np.uint64(volume[i]))
+        pos = _put(out, pos, literals, lit[11], lit[12])
         pos = _put(out, pos, source, 0, len(source))
     offsets[len(ts_event)] = pos
     return pos
@@ -123,18 +127,24 @@ def source_json(source: str) -> np.ndarray:
 
 
 def encode_bars(
-    bars: np.ndarray, symbol_index: np.ndarray, book: SymbolBook, source: np.ndarray
+    bars: np.ndarray,
+    symbol_index: np.ndarray,
+    book: SymbolBook,
+    source: np.ndarray,
+    raw_index: np.ndarray | None = None,
 ) -> tuple[list[bytes], list[bytes], list[int]]:
-    """(values, keys, timestamps in ms) for OHLCV records whose symbols `book` resolved."""
+    """(values, keys, timestamps in ms) for OHLCV records whose symbols `book` resolved: keyed
+    by `symbol_index`, naming `raw_index` (default: the same) as their raw symbol."""
     count = len(bars)
     if count == 0:
         return [], [], []
     blob, symbol_offsets, keys = book.tables()
     longest = int(np.diff(symbol_offsets).max())
-    width = len(_LITERALS) + 9 * _MAX_DIGITS + longest + len(source)
+    width = len(_LITERALS) + 9 * _MAX_DIGITS + 2 * longest + len(source)
     out = np.empty(count * width, dtype=np.uint8)
     offsets = np.empty(count + 1, dtype=np.int64)
     symbol_index = np.ascontiguousarray(symbol_index, dtype=np.int64)
+    raw_index = symbol_index if raw_index is None else np.ascontiguousarray(raw_index, np.int64)
     # Contiguous writable copies of each column: one compiled signature whatever the input
     # (strided views of read-only file buffers, filtered copies, live single records).
     columns = [np.ascontiguousarray(bars[name], dtype=dtype) for name, dtype in _COLUMNS]
@@ -142,6 +152,7 @@ def encode_bars(
     end = _encode(
         columns[0],
         symbol_index,
+        raw_index,
         *columns[1:],
         blob,
         symbol_offsets,

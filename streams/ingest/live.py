@@ -24,7 +24,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import databento_dbn
@@ -36,13 +35,14 @@ from streams.ingest import backfill
 from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_DTYPE
 from streams.ingest.errors import AuthFailed, GatewayUnavailable
+from streams.ingest.live_options import LiveOptions, LiveStats
 from streams.ingest.producer import BarProducer
-from streams.ingest.resume import REPLAY_WINDOW_S, Published, earliest_start, interval_start
+from streams.ingest.resume import Published, earliest_start, interval_start
+from streams.ingest.rolls import Continuity
 from streams.ingest.symbols import SymbolBook, SymbolFilter, Verdict
 
 log = logging.getLogger("barcast.live")
 
-DEFAULT_PORT = 13000
 UNMAPPED = "unmapped_symbol"  # the dead-letter reason code of a bar no symbol source names
 FATAL_ERROR_CODES = frozenset(
     {databento_dbn.ErrorCode.AUTH_FAILED, databento_dbn.ErrorCode.API_KEY_DEACTIVATED}
@@ -55,48 +55,6 @@ EVERY_SYMBOL = SymbolFilter()  # the subscription chose the symbols
 
 def redact(text: str, key: str) -> str:
     return text.replace(key, "db-***") if key else text
-
-
-@dataclass(frozen=True)
-class LiveOptions:
-    dataset: str
-    schema: str
-    stype_in: str
-    symbols: tuple[str, ...]
-    start_ns: int | None = None
-    gateway: str | None = None
-    port: int = DEFAULT_PORT
-    heartbeat_interval_s: int = 30
-    backoff_s: float = 1.0
-    max_backoff_s: float = 30.0
-    max_retries: int | None = None  # None: retry forever
-    keep_spreads: bool = False
-    replay_window_s: float = REPLAY_WINDOW_S  # how far back the gateway can replay
-    backfill: bool = False  # an unrecoverable span from Databento Historical
-    historical_gateway: str | None = None  # None: Databento's
-
-    def subscription(self) -> backfill.Subscription:
-        return backfill.Subscription(self.dataset, self.schema, self.stype_in, self.symbols)
-
-
-@dataclass
-class LiveStats:
-    bars: int = 0
-    resent: int = 0  # bars not newer than the last one published for their instrument
-    unmapped: int = 0  # bars sent to the dead-letter topic
-    spreads: int = 0  # calendar spread bars skipped
-    controls: int = 0
-    heartbeats: int = 0
-    system: int = 0
-    errors: int = 0
-    mappings: int = 0  # SymbolMappingMsg and instrument definition records
-    reconnects: int = 0
-    outages: int = 0  # unrecoverable spans recorded as OUTAGE control records
-    backfilled: int = 0  # bars published from Databento Historical
-    last_ts_event: int | None = None
-
-    def to_json(self) -> str:
-        return orjson.dumps(asdict(self)).decode()
 
 
 class _Disconnected(Exception):
@@ -120,6 +78,7 @@ class LiveIngest:
         self._sink = sink
         self._clock = clock  # the gateway's time: its replay window ends there
         self._book = SymbolBook()
+        self._continuity = Continuity(self._book, options.key_by, options.follow)
         self._published = Published()
         self._source_name = f"live:{options.dataset}"
         self._source = source_json(self._source_name)
@@ -358,10 +317,21 @@ class LiveIngest:
         elif verdicts[index[0]] == Verdict.SPREAD:
             self.stats.spreads += 1
         else:
-            values, keys, timestamps = encode_bars(bars, index, self._book, self._source)
-            self._sink.send_bars(values, keys, timestamps)
-            self.stats.bars += 1
+            self._publish(bars, index)
         self.stats.last_ts_event = self._published.newest
+
+    def _publish(self, bars: np.ndarray, index: np.ndarray) -> None:
+        routed = self._continuity.route(bars, index)
+        for _, roll in routed.rolls:
+            log.info("live: %s", roll.describe())
+            self._sink.send_roll(roll.record())
+            self.stats.rolls += 1
+        if not routed.keep[0]:
+            self.stats.not_lead += 1
+            return
+        values, keys, timestamps = encode_bars(bars, routed.keys, self._book, self._source, index)
+        self._sink.send_bars(values, keys, timestamps)
+        self.stats.bars += 1
 
     def _dead_letter(self, bar: np.void) -> None:
         instrument_id = int(bar["instrument_id"])
@@ -370,7 +340,7 @@ class LiveIngest:
             f"its metadata mappings, a SymbolMappingMsg nor an instrument definition"
         )
         value = {
-            name: None if name == "symbol" else int(bar[name])
+            name: None if name in ("symbol", "raw_symbol") else int(bar[name])
             for name in schema.RawBar.__annotations__
             if name != "source"
         }

@@ -96,7 +96,8 @@ def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.ingest.live import LiveIngest, LiveOptions, redact
+    from streams.ingest.live import LiveIngest, redact
+    from streams.ingest.live_options import LiveOptions
     from streams.ingest.producer import BarProducer
 
     key = os.environ.get(KEY_VARIABLE, "").strip()
@@ -118,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         replay_window_s=args.replay_window_s,
         backfill=args.backfill,
         historical_gateway=args.historical_gateway,
+        key_by=settings.key_by,
+        follow=settings.follow,
     )
     ingest: LiveIngest | None = None
     sink: BarProducer | None = None

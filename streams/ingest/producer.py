@@ -100,6 +100,15 @@ class BarProducer:
         """One OUTAGE record per partition, between the bars before the span and those after."""
         self._to_every_partition(schema.outage(start, end))
 
+    def send_roll(self, roll: schema.ControlRecord) -> None:
+        """A ROLL record, keyed by its continuous symbol: on that symbol's partition, after
+        the old contract's bars produced before it and before the new one's."""
+        value, key = schema.encode(roll), schema.encode_key(roll["symbol"])
+        timestamp = roll["ts_event"] // 1_000_000
+        self._producer.produce(self.topic, value, key, timestamp=timestamp, headers=CONTROL_HEADERS)
+        self.sent += 1
+        self._producer.poll(0)
+
     def _to_every_partition(self, control: schema.ControlRecord) -> None:
         value, ts_event = schema.encode(control), control["ts_event"]
         for partition in range(self.partitions):

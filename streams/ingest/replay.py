@@ -26,6 +26,7 @@ from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_SCHEMAS, DbnReader
 from streams.ingest.errors import UnsupportedSchema
 from streams.ingest.producer import BarProducer
+from streams.ingest.rolls import Continuity, Roll
 from streams.ingest.symbols import SymbolBook, SymbolFilter, Verdict, check_filter
 from streams.settings import Settings
 
@@ -42,6 +43,7 @@ class Skip(StrEnum):
     SPREAD = "spread"
     TIME_RANGE = "time_range"
     NON_OHLCV = "non_ohlcv"
+    NOT_LEAD = "not_lead"  # BARCAST_FOLLOW=lead: not its product's lead contract
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class ReplaySummary:
     produced: int = 0
     skipped: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Skip})
     non_ohlcv: dict[str, int] = field(default_factory=dict)
+    rolls: int = 0
     bytes: int = 0
     dbn_bytes: int = 0
     seconds: float = 0.0
@@ -123,6 +126,7 @@ class Replay:
         self.summary = ReplaySummary(topic=options.topic, dry_run=options.dry_run)
         self._progress_stream = progress
         self._unmapped: set[int] = set()
+        self._continuity = Continuity(SymbolBook())
 
     def run(self) -> ReplaySummary:
         started = time.monotonic()
@@ -134,6 +138,7 @@ class Replay:
                 readers.append(DbnReader(path))
                 self._check_schema(readers[-1])
             book = SymbolBook()
+            self._continuity = Continuity(book, self.settings.key_by, self.settings.follow)
             complete = True  # every bar file names its instruments in its metadata
             for reader in readers:
                 named = book.add_metadata(reader.metadata)
@@ -261,15 +266,50 @@ class Replay:
             summary.skipped[reason] += count
         if not keep.all():
             bars, index = bars[keep], index[keep]
-        values, keys, timestamps = encode_bars(bars, index, book, source)
+        routed = self._continuity.route(bars, index)
+        rolls = routed.rolls
+        if not routed.keep.all():
+            summary.skipped[Skip.NOT_LEAD] += int((~routed.keep).sum())
+            before = np.cumsum(routed.keep) - routed.keep  # kept bars before each row
+            rolls = [(int(before[row]), roll) for row, roll in rolls]
+            bars, index = bars[routed.keep], index[routed.keep]
+            routed.keys = routed.keys[routed.keep]
+        values, keys, timestamps = encode_bars(bars, routed.keys, book, source, index)
         summary.encoded += len(values)
+        summary.rolls += len(rolls)
+        start = 0
+        for stop, roll in [*rolls, (len(values), None)]:
+            self._send(sink, pacer, bars, (values, keys, timestamps), start, stop)
+            if roll is not None:
+                self._roll(sink, roll)
+            start = stop
+
+    def _send(
+        self,
+        sink: BarProducer | None,
+        pacer: Pacer | None,
+        bars: np.ndarray,
+        encoded: tuple[list[bytes], list[bytes], list[int]],
+        start: int,
+        stop: int,
+    ) -> None:
+        """Bars [start, stop) of a batch, paced."""
+        if stop == start:
+            return
+        values, keys, timestamps = encoded
         if pacer is None:
-            groups: Iterator[tuple[int, int]] = iter([(0, len(values))])
+            groups: Iterator[tuple[int, int]] = iter([(0, stop - start)])
         else:
-            groups = pacer.groups(bars["ts_event"])
+            groups = pacer.groups(bars["ts_event"][start:stop])
         for lo, hi in groups:
             if sink is not None:
+                lo, hi = lo + start, hi + start
                 sink.send_bars(values[lo:hi], keys[lo:hi], timestamps[lo:hi])
+
+    def _roll(self, sink: BarProducer | None, roll: Roll) -> None:
+        log.info("%s", roll.describe())
+        if sink is not None:
+            sink.send_roll(roll.record())
 
     def _report_unmapped(self) -> None:
         if self._unmapped:

@@ -139,6 +139,10 @@ class SymbolBook:
         self._metadata: dict[int, list[Span]] = {}
         self._records: dict[int, list[Span]] = {}
         self._plans: dict[int, int | list[Span]] = {}  # per instrument: one index, or spans
+        # Continuous symbols (`ES.c.0`) per instrument: a metadata mapping of a `continuous`
+        # request, or the SymbolMappingMsg of a continuous subscription, which a roll ends.
+        self._continuous: dict[int, list[Span]] = {}
+        self._holders: dict[int, int] = {}  # continuous symbol index: its instrument now
         self._tables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._verdicts: dict[tuple[int, int, bool], np.ndarray] = {}
 
@@ -160,6 +164,14 @@ class SymbolBook:
         """Take the raw symbols of the metadata's mappings; False when it has none (e.g. a
         `parent` request, whose mappings name parents, not instruments)."""
         raw, ids = databento_dbn.SType.RAW_SYMBOL, databento_dbn.SType.INSTRUMENT_ID
+        if metadata.stype_in == databento_dbn.SType.CONTINUOUS and metadata.stype_out == ids:
+            for key, ivs in metadata.mappings.items():
+                for iv in ivs:
+                    if iv["symbol"]:
+                        days = (_day_ns(iv["start_date"]), _day_ns(iv["end_date"]))
+                        spans = self._continuous.setdefault(int(iv["symbol"]), [])
+                        spans.append((*days, self.index_of(key)))
+            return False
         if metadata.stype_in == raw and metadata.stype_out == ids:
             pairs = [
                 (int(iv["symbol"]), key, iv)
@@ -200,6 +212,8 @@ class SymbolBook:
                 span = (start - start % NANOS_PER_DAY, end, self.index_of(symbol))
                 self._records.setdefault(record.instrument_id, []).append(span)
                 self._plans.pop(record.instrument_id, None)
+                if record.stype_in == databento_dbn.SType.CONTINUOUS:
+                    self._hold(record.instrument_id, record.stype_in_symbol, span, start)
             return True
         if isinstance(record, databento_dbn.InstrumentDefMsg):
             symbol = record.raw_symbol
@@ -210,6 +224,35 @@ class SymbolBook:
             self._verdicts.clear()
             return True
         return False
+
+    def _hold(self, instrument_id: int, symbol: str, span: Span, start: int) -> None:
+        """`instrument_id` is behind continuous `symbol` from `start`: the instrument that was
+        is no longer from there (a roll)."""
+        index = self.index_of(symbol)
+        before = self._holders.get(index)
+        if before is not None and before != instrument_id:
+            spans = self._continuous[before]
+            last = max(i for i, span in enumerate(spans) if span[2] == index)
+            spans[last] = (spans[last][0], min(spans[last][1], start), index)
+        self._holders[index] = instrument_id
+        self._continuous.setdefault(instrument_id, []).append((span[0], span[1], index))
+
+    @property
+    def has_continuous(self) -> bool:
+        return bool(self._continuous)
+
+    def continuous(self, instrument_ids: np.ndarray, ts_event: np.ndarray) -> np.ndarray:
+        """Continuous symbol index per record, -1 where none names its instrument then."""
+        out = np.full(len(instrument_ids), -1, dtype=np.int32)
+        if self._continuous:
+            for instrument_id in np.unique(instrument_ids).tolist():
+                spans = self._continuous.get(instrument_id)
+                if spans:
+                    rows = np.flatnonzero(instrument_ids == instrument_id)
+                    ts = ts_event[rows]
+                    for start, end, index in spans:
+                        out[rows[(ts >= start) & (ts < end)]] = index
+        return out
 
     def _plan(self, instrument_id: int) -> int | list[Span]:
         """The instrument's symbol index if it has one name (on every date: so is a file's
