@@ -56,14 +56,24 @@ def ewma_sigma(
 ) -> np.ndarray:
     """`(n, H)` volatility of each horizon's return: sqrt(EWMA of (r / profile)²) at the
     window's last bar times the forward profile; NaN before `halflife` returns were seen."""
-    r = one_bar_returns(panel) / profile.at(panel.ts)
+    variance = deseasonalized_variance(panel, deseasonalized_returns(panel, profile), halflife)
+    ahead = profile.forward_rms(minute_of_day(panel.ts[ends]), panel.targets.shape[1])
+    return np.sqrt(variance[ends])[:, None] * ahead
+
+
+def deseasonalized_returns(panel: Panel, profile: TimeOfDayProfile) -> np.ndarray:
+    """(R,) each row's 1-bar return over the profile of its minute (NaN as `one_bar_returns`)."""
+    return one_bar_returns(panel) / profile.at(panel.ts)
+
+
+def deseasonalized_variance(panel: Panel, r: np.ndarray, halflife: float) -> np.ndarray:
+    """(R,) the EWMA of `r`² up to each row, per symbol; NaN before `halflife` returns."""
     variance = np.full(len(r), np.nan)
     for lo, hi in zip(panel.offsets[:-1], panel.offsets[1:], strict=True):
         seen = np.cumsum(np.isfinite(r[lo:hi]))
         v = ewma_variance(r[lo:hi], halflife)
         variance[lo:hi] = np.where(seen >= halflife, v, np.nan)
-    ahead = profile.forward_rms(minute_of_day(panel.ts[ends]), panel.targets.shape[1])
-    return np.sqrt(variance[ends])[:, None] * ahead
+    return variance
 
 
 def profile_blend(flat: np.ndarray, tod: np.ndarray, weight: float) -> np.ndarray:

@@ -1,6 +1,10 @@
-"""Every baseline `barcast evaluate` scores, calibrated like the TFT (`model.calibration`) on
-the same calibration windows, each EWMA's half-lives and blend chosen there too, and, where the
-validation windows are given, the blend also chosen by the TFT scale's own rule."""
+"""Every forecaster `barcast evaluate` scores, calibrated the same way (`model.calibration`) on
+the same calibration windows: the TFT (its interval scale fitted here, not the checkpoint's),
+the TFT's volatility scale alone, persistence, rolling quantiles, each EWMA with its half-lives
+and blend chosen there, and the intraday HARs (`model.har`) fitted there; where the validation
+windows are given, the blend is also chosen by the TFT scale's own rule. The calibration windows
+are those of the calibration period where every forecaster is defined (enough history for the
+slowest), so no forecaster is calibrated on windows another could not be."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from model import baselines
+from model import baselines, har
 from model.calibration import apply_interval_scale, fit_interval_scale
 from model.checkpoint import CheckpointMeta
 from model.dataset import Panel, window_rows
@@ -19,49 +23,81 @@ from model.volatility import TimeOfDayProfile, gaussian_misfit
 
 HALFLIVES = (10, 20, 30, 60, 120, 240)  # bars; each EWMA baseline keeps its best on calibration
 BLEND_WEIGHTS = (0.2, 0.4, 0.6, 0.8)  # the time-of-day EWMA's below 1 (baselines.profile_blend)
+HARS = {"har_tod_gaussian": False, "har_tod_ewma_gaussian": True}  # with time-of-day EWMAs?
 
 
-def baseline_forecasts(
+def calibrated_forecasts(
     panel: Panel,
     ends: np.ndarray,
     fit_ends: np.ndarray,
     meta: CheckpointMeta,
     window: int,
+    tft: np.ndarray | None = None,
     select_ends: np.ndarray | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
-    """Every baseline's calibrated quantiles on `ends`, and what was fitted for each. With
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]], np.ndarray]:
+    """Every forecaster's calibrated quantiles on `ends`, what was fitted for each, and the
+    calibration windows used (those of `fit_ends` where every forecaster is defined). `tft`:
+    the TFT's quantiles before interval calibration on `fit_ends`, then on `ends`. With
     `select_ends` (the checkpoint's validation windows), the time-of-day x plain EWMA is also
     scored with its blend chosen by the rule the TFT's scale chooses its own by: Gaussian
     likelihood there (`tod_ewma_gaussian_likelihood`, from the baseline's own candidates), so
     neither wins by its selection rule alone."""
-    quantiles = meta.config.quantiles
+    quantiles, profile = meta.config.quantiles, meta.volatility.profile
     select_ends = np.empty(0, dtype=np.int64) if select_ends is None else select_ends
-    n_fit, n_used = len(fit_ends), len(fit_ends) + len(ends)  # calibrated, then scored
-    rows = np.concatenate([fit_ends, ends, select_ends])
+    rows = np.concatenate([fit_ends, ends])
     raw = {
-        "persistence": baselines.persistence(meta.persistence_quantiles, n_used),
-        "rolling_quantiles": baselines.rolling_quantiles(panel, rows[:n_used], quantiles, window),
-        "volatility_scale_gaussian": baselines.gaussian(
-            scale_alone(panel, rows[:n_used], meta), quantiles
-        ),
-    }
+        "persistence": baselines.persistence(meta.persistence_quantiles, len(rows)),
+        "rolling_quantiles": baselines.rolling_quantiles(panel, rows, quantiles, window),
+        "volatility_scale_gaussian": baselines.gaussian(scale_alone(panel, rows, meta), quantiles),
+    } | ({"tft": tft} if tft is not None else {})
+    components = {name: har.components(panel, rows, profile, e) for name, e in HARS.items()}
+    slowest = baselines.ewma_sigma(panel, rows, profile, max(HALFLIVES))  # defined: all are
+    defined = [q[: len(fit_ends)] for q in (*raw.values(), slowest)]
+    defined += [values[: len(fit_ends)] for _, values in components.values()]
+    common = np.all([np.isfinite(v).reshape(len(fit_ends), -1).all(axis=1) for v in defined], 0)
+    if not common.any():
+        raise ValueError(
+            f"none of the {len(fit_ends)} calibration windows has every forecaster defined: "
+            f"the slowest needs {max(window // 4, har.MIN_HISTORY)} bars of the symbol's history "
+            "first; give data starting earlier"
+        )
+    keep = np.concatenate([np.flatnonzero(common), np.arange(len(fit_ends), len(rows))])
+    fit_ends, rows = fit_ends[common], rows[keep]
     best = Calibrated(panel.targets[fit_ends], quantiles)
     for name, q in raw.items():
-        best.offer(name, {}, q)
+        best.offer(name, {}, q[keep])
+    forward, n_fit = har.forward_square(panel, rows, profile, panel.targets.shape[1]), len(fit_ends)
+    for name, (names, values) in components.items():
+        model = har.HAR.fit(names, values[keep][:n_fit], forward[:n_fit], panel.targets[fit_ends])
+        sigma = model.sigma(values[keep], forward)
+        best.offer(name, model.to_dict(), baselines.gaussian(sigma, quantiles))
+    offer_ewmas(best, panel, fit_ends, ends, select_ends, profile)
+    forecasts, fitted = best.results(quantiles.index(0.5))
+    return forecasts, fitted, fit_ends
+
+
+def offer_ewmas(
+    best: Calibrated,
+    panel: Panel,
+    fit_ends: np.ndarray,
+    ends: np.ndarray,
+    select_ends: np.ndarray,
+    profile: TimeOfDayProfile,
+) -> None:
+    """Every EWMA candidate to `best`, and the likeliest blend on `select_ends` if any."""
+    quantiles = best.quantiles
+    n_fit, n_used = len(fit_ends), len(fit_ends) + len(ends)  # calibrated, then scored
+    rows = np.concatenate([fit_ends, ends, select_ends])
     likeliest: tuple[float, dict[str, float], np.ndarray] | None = None
-    for choice, all_sigma in volatility_candidates(panel, rows, meta.volatility.profile):
+    for choice, all_sigma in volatility_candidates(panel, rows, profile):
         sigma, selecting = all_sigma[:n_used], all_sigma[n_used:]
-        if not np.isfinite(sigma[:n_fit]).all():
-            continue  # candidates compete on the same calibration windows, or not at all
         family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
         gaussian = baselines.gaussian(sigma, quantiles)
         best.offer(f"{family}_gaussian", choice, gaussian)
         best.offer(
             f"{family}_empirical",
             choice,
-            baselines.standardized_residuals(
-                sigma, sigma[:n_fit], panel.targets[fit_ends], quantiles
-            ),
+            baselines.standardized_residuals(sigma, sigma[:n_fit], best.y_fit, quantiles),
         )
         if family == "tod_ewma" and len(select_ends) and np.isfinite(selecting).all():
             misfit = gaussian_misfit(selecting, panel.targets[select_ends])
@@ -69,7 +105,6 @@ def baseline_forecasts(
                 likeliest = (misfit, choice, gaussian)
     if likeliest is not None:
         best.offer("tod_ewma_gaussian_likelihood", likeliest[1], likeliest[2])
-    return best.results(quantiles.index(0.5))
 
 
 class Calibrated:
@@ -130,11 +165,10 @@ def volatility_candidates(
 def calibrate(
     q: np.ndarray, y: np.ndarray, quantiles: tuple[float, ...]
 ) -> tuple[np.ndarray, float]:
-    """Interval scale fitted on the calibration windows where `q` is defined, and the
-    calibrated mean pinball there (bp)."""
-    ok = np.isfinite(q).all(axis=(1, 2))
-    if not ok.any():
-        return np.ones(q.shape[1:]), float("inf")
-    scale = fit_interval_scale(q[ok], y[ok], quantiles)
-    calibrated = apply_interval_scale(q[ok], scale, quantiles.index(0.5))
-    return scale, float(pinball_per_window(y[ok], calibrated, quantiles).mean() * 1e4)
+    """Interval scale fitted on the calibration windows, and the calibrated mean pinball there
+    (bp). Every forecaster is calibrated on all of them, so each must be defined there."""
+    if not np.isfinite(q).all():
+        raise ValueError("a forecaster is undefined on a calibration window it must calibrate on")
+    scale = fit_interval_scale(q, y, quantiles)
+    calibrated = apply_interval_scale(q, scale, quantiles.index(0.5))
+    return scale, float(pinball_per_window(y, calibrated, quantiles).mean() * 1e4)

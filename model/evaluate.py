@@ -1,14 +1,18 @@
-"""`barcast evaluate`: the served forecasts against the baselines, on the same windows.
+"""`barcast evaluate`: the served forecasts against the baselines, on the same windows and terms.
 
 The windows are those the worker forecasts (a real last bar, warm features; `model.dataset`),
-and the TFT's quantiles come from the serving engine itself (`ForecastEngine`), so the figures
-are those of the forecasts the worker publishes. The baselines (`model.calibrated_baselines`,
-the TFT's own volatility scale without the network among them) are each calibrated like the TFT
-on the checkpoint's calibration split. Windows whose labels run over gap fills are scored on a
-line of their own and calibrate nobody; windows where some forecaster has too little history
-are left out for all and counted.
-Also reported: a block-bootstrap interval of the TFT's pinball difference to the best baseline,
-attention entropy and variable-selection importances.
+and the TFT's quantiles come from the serving engine itself (`ForecastEngine`). Every
+forecaster, the TFT and its own volatility scale without the network among them, is calibrated
+the same way on the same calibration windows (`model.calibrated_baselines`): the checkpoint's
+calibration split, or with `--split all` the first 20 % of the data's bars; the TFT's interval
+scale is fitted there too, in place of the checkpoint's. Each is also scored as served: its
+calibrated quantiles through the worker's online calibration (`model.as_served`), the TFT's
+from the engine with the checkpoint's own calibration, as the worker publishes them. Windows
+whose labels run over gap fills are scored on a line of their own and calibrate nobody; windows
+where some forecaster has too little history are left out for all and counted.
+Also reported, offline and as served: the TFT against the best baseline (block-bootstrap
+interval, Diebold-Mariano test) and the model confidence set over every forecaster; attention
+entropy and variable-selection importances.
 Writes evaluation.json, calibration.png and fan_chart.png.
 """
 
@@ -23,8 +27,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from model import plots
+from model.as_served import SERVED_QUANTILES, online_calibrated
 from model.bar_files import data_fingerprint, load_bars
-from model.calibrated_baselines import baseline_forecasts
+from model.calibrated_baselines import calibrated_forecasts
+from model.calibration import apply_interval_scale
+from model.comparison import compare, window_losses
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from model.dataset import (
     Panel,
@@ -37,8 +44,7 @@ from model.dataset import (
 )
 from model.explain import explain_windows
 from model.forecaster import Forecaster
-from model.metrics import coverage, pinball_per_window, summarize
-from model.significance import block_bootstrap
+from model.metrics import coverage, summarize
 
 if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
     from model.serving.forecast_engine import ForecastEngine
@@ -77,10 +83,22 @@ def evaluate(
         if split is not None and part == "test"
         else None
     )
-    tft = run_engine(engine, panel, ends, batch_size, "tft")
-    forecasts, fitted = baseline_forecasts(panel, ends, fit_ends, meta, rolling_window, select_ends)
-    forecasts = {"tft": tft} | forecasts
+    deployed = run_engine(engine, panel, np.concatenate([fit_ends, ends]), batch_size, "tft")
+    # Offline, the TFT is calibrated like every forecaster: its quantiles before the
+    # checkpoint's interval scale (which `apply_interval_scale` with its inverse recovers).
+    median = config.quantiles.index(0.5)
+    tft = apply_interval_scale(deployed, 1.0 / meta.interval_scale, median)
+    forecasts, fitted, calibrated_on = calibrated_forecasts(
+        panel, ends, fit_ends, meta, rolling_window, tft, select_ends
+    )
     scored, scores = score(panel, ends, forecasts, fitted, config.quantiles)
+    deployed = deployed[len(fit_ends) :]
+    calibration_source |= {
+        "n_windows": len(calibrated_on),
+        "n_windows_in_period": len(fit_ends),
+        "first_window_ts": _iso(panel.ts[calibrated_on].min()),
+        "last_window_ts": _iso(panel.ts[calibrated_on].max()),
+    }
     report = {
         "checkpoint": str(checkpoint_dir),
         "model_id": forecaster.model_id,
@@ -93,9 +111,12 @@ def evaluate(
             "corrections": data_report["corrections"],
         },
         "part": part,
-        "calibration": calibration_source | {"n_windows": len(fit_ends)},
+        "calibration": calibration_source,
         "rolling_window_bars": rolling_window,
         **scores,
+        "as_served": as_served(
+            panel, ends, scored, forecasts | {"tft": deployed}, config.quantiles
+        ),
         **importance(forecaster, panel, ends[scored], batch_size),
     }
     out_dir = out_dir or Path(checkpoint_dir) / "evaluation"
@@ -128,14 +149,45 @@ def score(
         "first_window_ts": _iso(panel.ts[ends[scored]].min()),
         "last_window_ts": _iso(panel.ts[ends[scored]].max()),
         "units": "basis points of cumulative log return",
-        "model": results["tft"],
+        "model": results["tft"] | fitted.get("tft", {}),
         "baselines": {k: v | fitted.get(k, {}) for k, v in results.items() if k != "tft"},
         "labels_over_gap_fills": {
             name: summarize(y[apart], f[apart], quantiles) for name, f in forecasts.items()
         }
         if apart.any()
         else {},
-        "comparison": compare(y[scored], {k: f[scored] for k, f in forecasts.items()}, quantiles),
+        "comparison": compare(
+            window_losses(y[scored], {k: f[scored] for k, f in forecasts.items()}, quantiles)
+        ),
+    }
+
+
+def as_served(
+    panel: Panel,
+    ends: np.ndarray,
+    scored: np.ndarray,
+    forecasts: dict[str, np.ndarray],
+    quantiles: tuple[float, ...],
+) -> dict[str, Any]:
+    """Every forecaster scored as the worker would publish it: online calibration over every
+    window where all are defined (the scorer skips labels over gap fills, as in the worker),
+    scored on the windows of the offline figures."""
+    if quantiles != SERVED_QUANTILES:
+        return {"skipped": f"the worker publishes quantiles {SERVED_QUANTILES}, not {quantiles}"}
+    defined = np.all([np.isfinite(f).all(axis=(1, 2)) for f in forecasts.values()], axis=0)
+    served = online_calibrated(panel, ends[defined], {k: f[defined] for k, f in forecasts.items()})
+    keep = scored[defined]
+    y = panel.targets[ends[defined][keep]]
+    shown = {k: f[keep] for k, f in served.items()}
+    results = {name: summarize(y, f, quantiles) for name, f in shown.items()}
+    return {
+        "tft": "the engine's quantiles with the checkpoint's own interval scale, as published",
+        "online_calibration": "model.serving.conformal defaults, from each forecaster's first "
+        "window (a checkpoint deployed when the scored period starts)",
+        "n_windows": int(keep.sum()),
+        "model": results["tft"],
+        "baselines": {k: v for k, v in results.items() if k != "tft"},
+        "comparison": compare(window_losses(y, shown, quantiles)),
     }
 
 
@@ -161,10 +213,10 @@ def importance(
 def evaluation_windows(
     panel: Panel, split: Split | None, part: str, lookback: int, horizon: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """(scored windows, the baselines' calibration windows, where the latter come from).
+    """(scored windows, the calibration windows, where the latter come from).
 
-    `all` scores a file the model may never have seen: its first windows calibrate the
-    baselines (embargoed from the rest and scored by nobody); the TFT keeps its checkpoint's.
+    `all` scores a file the model may never have seen: its first windows calibrate every
+    forecaster, the TFT too (embargoed from the rest and scored by nobody).
     """
     if part not in PARTS:
         raise ValueError(f"--split {part!r}; use one of {PARTS}")
@@ -172,14 +224,15 @@ def evaluation_windows(
         start = int(panel.ts.min())
         cut = int(np.quantile(panel.ts, NEW_DATA_CALIBRATION))
         split = Split(start, start, cut, lookback + horizon)
-        source = {
-            "source": f"first {NEW_DATA_CALIBRATION:.0%} of this data's bars (baselines only)",
-            "tft": "the checkpoint's calibration split",
-        }
+        source = {"source": f"first {NEW_DATA_CALIBRATION:.0%} of this data's bars"}
     elif split is None:
         raise ValueError(f"the checkpoint records no data split; use --split all, not {part}")
     else:
-        source = {"source": "the checkpoint's calibration split", "tft": "the same"}
+        source = {"source": "the checkpoint's calibration split"}
+    source["tft"] = (
+        "recalibrated there like every forecaster (offline, the checkpoint's interval scale is "
+        "replaced; as served, the worker's forecasts keep it)"
+    )
     if part == "val":
         source["in_sample"] = (
             "the validation windows chose the TFT's best epoch and its scale, and the calibration "
@@ -245,23 +298,6 @@ def run_engine(
     ):
         out.append(engine.predict(requests[start : start + batch_size]))
     return np.concatenate(out)
-
-
-def compare(
-    y: np.ndarray, forecasts: dict[str, np.ndarray], quantiles: tuple[float, ...]
-) -> dict[str, Any]:
-    """The TFT against the baseline with the lowest mean pinball: relative gain and a
-    moving-block bootstrap interval of the per-window difference (bp; > 0: TFT better)."""
-    loss = {k: pinball_per_window(y, f, quantiles) * 1e4 for k, f in forecasts.items()}
-    best = min((k for k in loss if k != "tft"), key=lambda k: loss[k].mean())
-    gain = block_bootstrap(loss[best] - loss["tft"])
-    return {
-        "best_baseline": best,
-        "tft_mean_pinball": float(loss["tft"].mean()),
-        "best_baseline_mean_pinball": float(loss[best].mean()),
-        "relative_gain": float(1 - loss["tft"].mean() / loss[best].mean()),
-        "gain_bootstrap": gain,
-    }
 
 
 def left_out_counts(

@@ -11,8 +11,8 @@ from model import baselines
 from model.calibrated_baselines import (
     BLEND_WEIGHTS,
     HALFLIVES,
-    baseline_forecasts,
     calibrate,
+    calibrated_forecasts,
     volatility_candidates,
 )
 from model.calibration import apply_interval_scale, fit_interval_scale
@@ -131,7 +131,7 @@ def test_the_blend_chosen_by_likelihood_on_the_selection_windows_is_the_datas() 
     )
     for daily, weights in ((True, (0.8, 1.0)), (False, (0.0, min(BLEND_WEIGHTS)))):
         data, _ = intraday_panel(days=16, seed=1, daily=daily)
-        out, fitted = baseline_forecasts(data, ends, fit, meta, 1380, select)  # type: ignore[arg-type]
+        out, fitted, _ = calibrated_forecasts(data, ends, fit, meta, 1380, None, select)  # type: ignore[arg-type]
         chosen = fitted["tod_ewma_gaussian_likelihood"]
         assert chosen["profile_weight"] in weights, chosen
         assert out["tod_ewma_gaussian_likelihood"].shape == (len(ends), 10, 3)
@@ -143,7 +143,7 @@ def test_the_blend_chosen_by_likelihood_on_the_selection_windows_is_the_datas() 
         }
         best = min(misfits, key=misfits.__getitem__)
         assert best == tuple(sorted((k, v) for k, v in chosen.items() if k in dict(best)))
-    without, _ = baseline_forecasts(data, ends, fit, meta, 1380)  # type: ignore[arg-type]
+    without, _, _ = calibrated_forecasts(data, ends, fit, meta, 1380)  # type: ignore[arg-type]
     assert "tod_ewma_gaussian_likelihood" not in without
 
 

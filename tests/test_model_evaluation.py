@@ -9,11 +9,19 @@ import pandas as pd
 import pytest
 
 from features.corrections import bars_from_frame
+from model.as_served import online_calibrated
 from model.bar_files import load_bars
+from model.calibration import fit_interval_scale
 from model.dataset import Part, Split, build_panel, window_ends
 from model.evaluate import PARTS, evaluate, run_engine, trained_on_these
+from model.serving.conformal import CalibrationConfig, calibrate_offline
 from model.serving.forecast_engine import ForecastEngine
-from model.serving.offline import clean_history, forecast_history, window_requests
+from model.serving.offline import (
+    clean_history,
+    forecast_history,
+    forecast_values,
+    window_requests,
+)
 from streams.tools.cli import build_parser
 from tests.checkpoints import make_checkpoint
 
@@ -63,19 +71,75 @@ def test_evaluation_forecasts_equal_the_offline_worker_pipeline_bit_for_bit(
         assert np.array_equal(served[("6EH4", int(t))], quantiles)
 
 
-def test_split_all_scores_a_short_file_and_says_what_it_left_out(
-    slice_csv: Path, tmp_path: Path
+@pytest.fixture(scope="module")
+def longer_csv(sixe_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 3000 bars: its first 20 % hold windows with the slowest forecaster's history."""
+    path = tmp_path_factory.mktemp("data") / "6EH4.longer.csv"
+    pd.read_csv(sixe_csv, nrows=3000).to_csv(path, index=False)
+    return path
+
+
+def test_split_all_calibrates_every_forecaster_on_the_same_windows(
+    longer_csv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint trained elsewhere, on a file too short for the day-long rolling baseline
-    at first: the windows where all forecasters are defined are scored, the rest counted."""
+    """A checkpoint trained elsewhere: every forecaster, the TFT too, gets its interval scale
+    from the same calibration windows, those of the first 20 % where all are defined; the
+    windows where some forecaster has too little history are counted, and every forecaster is
+    scored as served too."""
+    seen: list[np.ndarray] = []
+
+    def spy(q: np.ndarray, y: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+        seen.append(y.copy())
+        return fit_interval_scale(q, y, quantiles)
+
+    monkeypatch.setattr("model.calibrated_baselines.fit_interval_scale", spy)
     make_checkpoint(tmp_path / "model", symbols=("6EH4",))
-    report = evaluate(tmp_path / "model", [slice_csv], part="all", device="cpu")
-    left_out = report["left_out"]
-    assert report["n_windows"] > 200
-    assert left_out["rolling_quantiles: too little history"] > 0
-    assert report["calibration"]["n_windows"] > 20
-    assert "in_sample" not in report["calibration"]
-    assert np.isfinite(report["comparison"]["relative_gain"])
+    report = evaluate(tmp_path / "model", [longer_csv], part="all", device="cpu")
+    calibration = report["calibration"]
+    assert report["n_windows"] > 1500 and report["left_out"]
+    assert 20 < calibration["n_windows"] < calibration["n_windows_in_period"]
+    assert "recalibrated" in calibration["tft"] and "in_sample" not in calibration
+    assert len(seen) > 100 and all(np.array_equal(y, seen[0]) for y in seen)
+    assert len(seen[0]) == calibration["n_windows"]
+    names = {"tft", *report["baselines"]}
+    assert {"har_tod_gaussian", "har_tod_ewma_gaussian", "volatility_scale_gaussian"} <= names
+    assert report["model"]["interval_scale"] != [[1.0] * 3] * 10  # fitted here, not kept
+    assert set(report["as_served"]["baselines"]) == names - {"tft"}
+    comparison = report["comparison"]
+    assert 0 <= comparison["diebold_mariano"]["p_value"] <= 1
+    assert set(comparison["confidence_set"]["p_values"]) == names
+
+
+def test_served_quantiles_are_the_offline_workers_online_calibration(
+    slice_csv: Path, sixe_bars: pd.DataFrame, tmp_path: Path
+) -> None:
+    """Each forecaster's as-served quantiles are those the worker's reference pipeline
+    publishes (raw bars -> corrections -> engine -> scorer and online calibration) when that
+    forecaster's quantiles are what the engine serves."""
+    make_checkpoint(tmp_path / "model", symbols=("6EH4",))
+    engine = ForecastEngine(tmp_path / "model")
+    bars, _ = load_bars([slice_csv])
+    panel = build_panel(bars, 10)
+    everything = int(panel.ts.max()) + 1
+    ends = window_ends(panel, Split(everything, everything, everything, 70), Part.TRAIN, 60, 10)
+    q = run_engine(engine, panel, ends, 256, "test")
+    served = online_calibrated(panel, ends, {"tft": q})["tft"]
+    values = bars_from_frame(sixe_bars.iloc[:BARS], symbol="6EH4", instrument_id=1)
+    clean = clean_history(values)
+    published = calibrate_offline(
+        forecast_values(forecast_history(values, engine), clean, engine),
+        clean["6EH4"],
+        CalibrationConfig(),
+    )
+    by_ts = {v["ts_event"]: v for v in published}
+    assert len(by_ts) > len(ends)  # the worker also forecasts windows scored by nobody
+    moved = 0
+    for t, quantiles in zip(panel.ts[ends], served, strict=True):
+        value = by_ts[int(t)]
+        expected = np.column_stack([value["q10"], value["q50"], value["q90"]])
+        assert np.allclose(quantiles, expected, rtol=0, atol=1e-15)
+        moved += not np.array_equal(value["q10"], value["raw_q10"])
+    assert moved > len(ends) // 2  # the calibration acted
 
 
 def test_split_all_on_a_file_that_trained_the_checkpoint_says_it_is_in_sample() -> None:

@@ -227,6 +227,8 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
         "tod_ewma_empirical",
         "tod_ewma_gaussian_likelihood",  # its blend chosen on the validation windows
         "volatility_scale_gaussian",  # the TFT's own scale without the network
+        "har_tod_gaussian",  # the intraday HAR with time of day
+        "har_tod_ewma_gaussian",  # with time-of-day EWMAs as components too
     }
     assert "halflife_bars" in report["baselines"]["tod_ewma_gaussian_likelihood"]
     assert report["comparison"]["best_baseline"] in report["baselines"]

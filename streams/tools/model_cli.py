@@ -86,11 +86,14 @@ def _register_evaluate(subparsers: argparse._SubParsersAction) -> None:  # type:
         "evaluate",
         help="evaluate a checkpoint against baselines on held-out windows",
         description="Runs the serving engine over every window the worker would forecast and "
-        "scores it against persistence, rolling empirical quantiles and EWMA and time-of-day "
-        "EWMA volatility forecasts, all calibrated on the checkpoint's calibration split: "
-        "pinball loss, q-risk, MAE, coverage, a block-bootstrap interval of the pinball "
-        "difference; attention entropy and variable importances. Writes "
-        "evaluation.json, calibration.png and fan_chart.png.",
+        "scores it against persistence, rolling empirical quantiles, EWMA and time-of-day EWMA "
+        "volatility forecasts, the intraday HAR with time of day and the TFT's own volatility "
+        "scale, every one (the TFT too) calibrated the same way on the same calibration "
+        "windows, and each also as served (through the worker's online calibration): pinball "
+        "loss, q-risk, MAE, coverage, a block-bootstrap interval and a Diebold-Mariano test of "
+        "the pinball difference to the best baseline, a model confidence set; attention "
+        "entropy and variable importances. Writes evaluation.json, calibration.png and "
+        "fan_chart.png.",
     )
     evaluate.add_argument("--checkpoint", type=Path, required=True, metavar="DIR")
     evaluate.add_argument("--data", type=Path, nargs="+", required=True, metavar="PATH")
@@ -99,7 +102,7 @@ def _register_evaluate(subparsers: argparse._SubParsersAction) -> None:  # type:
         choices=("test", "val", "all"),  # model.evaluate.PARTS, without importing torch here
         default="test",
         help="the checkpoint's test or validation period, or every window (a file the model "
-        "never saw; its first 20%% of bars calibrate the baselines)",
+        "never saw; its first 20%% of bars calibrate every forecaster, the TFT too)",
     )
     evaluate.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     evaluate.add_argument(
