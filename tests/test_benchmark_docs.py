@@ -23,9 +23,6 @@ DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FOLDERS = "streams|features|model|benchmarks|deploy|tests|docs"
 PATH = re.compile(rf"`((?:{FOLDERS})/[\w./*-]*)`")
-# docs/design.md's Layers and Commit protocol describe the tree that issue 43's moves make true:
-# until those land, its paths are checked from the data path on.
-CHECKED_FROM = {"docs/design.md": "## Data path"}
 
 
 def test_every_generated_section_is_what_its_source_makes() -> None:
@@ -99,9 +96,7 @@ def prose(doc: Path) -> str:
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_every_path_the_docs_name_exists(doc: Path) -> None:
     name = str(doc.relative_to(REPO_ROOT))
-    text = prose(doc)
-    text = text[text.index(CHECKED_FROM[name]) :] if name in CHECKED_FROM else text
-    for path in PATH.findall(text):
+    for path in PATH.findall(prose(doc)):
         if path.startswith("benchmarks/results/"):
             continue  # a results file is there once its script has run
         pattern = re.sub(r"(?<![a-z])[A-Z]{2,}(?![a-z])", "*", path)  # NAME, TOPIC: a placeholder
