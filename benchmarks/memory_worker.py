@@ -1,12 +1,13 @@
 """A `BARCAST_ROLE=all` worker's state and work without Faust or Kafka, for the memory probe
-(benchmarks/memory_probe.py): the product's stages, stores, forecaster and engine, wired as
-streams.agents wires them; only the IO is replaced."""
+(benchmarks/memory_probe.py): the product's stages, stores and engine, wired by the worker's
+own `build_pipeline`; only the IO is replaced."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +16,13 @@ import torch
 from benchmarks.memory_parts import RELEASED, Probe
 from benchmarks.pipeline_data import Series, build_series
 from benchmarks.pipeline_models import product_checkpoint
-from features.corrections import CorrectionConfig, SymbolState
-from features.engine import FINGERPRINT, N_FEATURES
-from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, inference_threads
-from model.serving.scoring_state import SymbolScoring
 from streams import schema
 from streams.agents import BATCH_MAX
 from streams.metrics import Metrics
+from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import Out, Record
-from streams.runtime.stages.corrections import Corrections
-from streams.runtime.stages.features import Features, SymbolFeatures
-from streams.runtime.stages.forecasts import Forecasting
-from streams.runtime.stages.scores import Scoring
-from streams.runtime.stores import Changelog, StateStore, WindowStore
+from streams.runtime.stores import Changelog
 from streams.settings import Settings
 
 PARTITIONS = 4  # the pipeline benchmark's
@@ -48,12 +42,17 @@ class DroppedChangelogs:
 
 
 class HeldRuntime:
-    """What the forecaster needs of streams.runtime.commit.Runtime; its producer holds the
-    records it is given until `acked()` (the end of an agent batch, or of a burst)."""
+    """What the stages need of streams.runtime.commit.Runtime: changelogs that keep nothing, and
+    a producer that holds the records it is given until `acked()` (the end of an agent batch,
+    or of a burst)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings, self.metrics, self.observers = settings, Metrics(), []
         self.worked, self.held = 0.0, []  # type: ignore[var-annotated]
+        self.io = DroppedChangelogs()
+
+    def changelog(self, name: str) -> Changelog:
+        return Changelog(name, self.io)
 
     async def send(self, records: Sequence[Out]) -> list[asyncio.Future]:
         self.held += records
@@ -71,40 +70,21 @@ def input_series(symbols: int, minutes: int) -> Series:
 
 class ProbeWorker:
     def __init__(self, checkpoint: Path | None, symbols: int) -> None:
-        settings = Settings.from_env()
+        settings = replace(Settings.from_env(), role="all")
         self.model = product_checkpoint(settings, checkpoint)
         torch.set_num_threads(inference_threads())
-        self.io, self.runtime = DroppedChangelogs(), HeldRuntime(settings)
-        engine = ForecastEngine.from_settings(self.model.path, settings)
-        self.engine = engine
-        self.stores: dict[str, Any] = {}
-        corrections = self._store("corrections-state", SymbolState)
-        self.corrections = Corrections(
-            corrections, CorrectionConfig(fill_gaps=settings.fill_gaps), ("raw", "clean", "dlq")
-        )
-        self.features = Features(self._store("features-state", SymbolFeatures), "features", "dlq")
-        window = settings.score_window
-        decode, new = SymbolScoring.decoder(window), lambda: SymbolScoring(window)
-        scores = self._store("scoring-state", SymbolScoring, decode, new)
-        calibrations = self._store("calibration-state", SymbolCalibration)
-        calibration = CalibrationConfig(enabled=settings.online_calibration)
-        self.scoring = Scoring(scores, calibrations, calibration, "scores")
-        windows = WindowStore(
-            Changelog("forecast-window-slots", self.io), engine.lookback, N_FEATURES, FINGERPRINT
-        )
-        self.stores["forecast-window-slots"] = windows
-        self.forecaster = Forecasting(self.runtime, engine, windows, self.scoring)  # type: ignore[arg-type]
+        self.runtime = HeldRuntime(settings)
+        self.io = self.runtime.io
+        self.engine = ForecastEngine.from_settings(self.model.path, settings)
+        pipeline = build_pipeline(settings, self.runtime, self.engine)  # type: ignore[arg-type]
+        assert pipeline.corrections and pipeline.features and pipeline.forecasting
+        self.corrections, self.features = pipeline.corrections, pipeline.features
+        self.forecaster, self.scoring = pipeline.forecasting, pipeline.forecasting.scoring
+        self.stores = {store.changelog.topic: store for store in pipeline.stores}
         self._flush, self.forecaster.flush = self.forecaster.flush, self._counted_flush  # type: ignore[method-assign]
         self.offsets = [0] * PARTITIONS
         self.symbols = symbols
         self.most_waiting = 0  # requests in the batcher when a flush starts, at most
-
-    def _store(self, name: str, kind: Any, decode: Any = None, new: Any = None) -> StateStore:
-        store = StateStore(
-            Changelog(name, self.io), decode or kind.from_bytes, kind.to_bytes, new or kind
-        )
-        self.stores[name] = store
-        return store
 
     async def _counted_flush(self) -> None:
         self.most_waiting = max(self.most_waiting, len(self.forecaster.batcher))
@@ -211,4 +191,4 @@ class ProbeWorker:
     def _forget_rest(self) -> None:
         self.scoring.waiting.clear()
         self.scoring.calibrated.clear()
-        self.stores["forecast-window-slots"].flushed.clear()
+        self.forecaster.windows.flushed.clear()

@@ -18,15 +18,16 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
 
-from features.corrections import CorrectionConfig, SymbolState, correct_history
+from features.corrections import correct_history
 from model.serving.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics
 from streams.runtime.commit import MARK, Committer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
+from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import Record
 from streams.runtime.stages.corrections import Corrections
-from streams.runtime.stages.features import Features, SymbolFeatures
+from streams.runtime.stages.features import Features
 from streams.runtime.stores import Changelog, StateStore, Store, WindowStore
 from streams.schema import DLQ_TOPIC
 from streams.settings import Settings
@@ -258,19 +259,13 @@ def test_the_high_watermark_covers_every_record_of_a_flush(
 
 
 def stages(io: MemoryChangelogs) -> tuple[Corrections, Features]:
-    corrections = Corrections(
-        StateStore(Changelog("c", io), SymbolState.from_bytes, SymbolState.to_bytes, SymbolState),
-        CorrectionConfig(),
-        ("bars.raw", "bars.clean", "bars.dlq"),
-    )
-    features = Features(
-        StateStore(
-            Changelog("f", io), SymbolFeatures.from_bytes, SymbolFeatures.to_bytes, SymbolFeatures
-        ),
-        "features",
-        "bars.dlq",
-    )
-    return corrections, features
+    """Role `stream`'s stages, as build_pipeline wires them, their stores in `io`."""
+    settings = Settings(role="stream")
+    runtime = Runtime(settings, Metrics(), "t", lambda topic: {0}, asyncio.sleep)
+    runtime.changelogs = io  # type: ignore[assignment]
+    pipeline = build_pipeline(settings, runtime)
+    assert pipeline.corrections is not None and pipeline.features is not None
+    return pipeline.corrections, pipeline.features
 
 
 def test_the_stages_chained_in_memory_equal_the_pure_engines(sixe_bars: pd.DataFrame) -> None:

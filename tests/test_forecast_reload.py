@@ -13,27 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from features.engine import FINGERPRINT, N_FEATURES
 from model import checkpoint
 from model.checkpoint import CONFIG, CheckpointError, load
 from model.serving.checkpoints import CheckpointWatcher
 from streams.metrics import Metrics
 from streams.runtime.commit import Runtime
+from streams.runtime.pipeline import build_pipeline
 from streams.runtime.stages.forecasts import Forecasting
-from streams.runtime.stores import Changelog, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.test_agent_state import MemoryChangelogs
-from tests.test_scoring_stage import scoring
 
 
 def serving(models: Path) -> tuple[Forecasting, CheckpointWatcher, str]:
     """A forecast stage serving the checkpoint `models/first`, its watcher and its model id."""
     model_id = make_checkpoint(models / "first")
-    runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, lambda: asyncio.sleep(0))
-    io = MemoryChangelogs()
-    windows = WindowStore(Changelog("t-windows-changelog", io), 60, N_FEATURES, FINGERPRINT)
-    stage, watcher = Forecasting(runtime, None, windows, scoring(io)), CheckpointWatcher(models)
+    settings = Settings(role="forecast")
+    runtime = Runtime(settings, Metrics(), "t", lambda topic: {0}, lambda: asyncio.sleep(0))
+    runtime.changelogs = MemoryChangelogs()  # type: ignore[assignment]
+    stage, watcher = build_pipeline(settings, runtime).forecasting, CheckpointWatcher(models)
+    assert stage is not None
     asyncio.run(stage.reload(watcher))
     assert stage.engine is not None and stage.engine.model_id == model_id
     return stage, watcher, model_id

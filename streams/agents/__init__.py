@@ -12,26 +12,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from features.corrections import CorrectionConfig, SymbolState
-from features.engine import FINGERPRINT, N_FEATURES
 from model.checkpoint import CheckpointError
-from model.config import TFTConfig
 from model.serving.checkpoints import CheckpointWatcher, load_engine
-from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import inference_threads
-from model.serving.scoring_state import SymbolScoring
 from streams.exit_codes import ExitCode
 from streams.metrics import MetricsFeed
 from streams.runtime.commit import TICK_S, Committer, Handle
 from streams.runtime.observers import notify
+from streams.runtime.pipeline import STAGES, Pipeline, build_pipeline
 from streams.runtime.policy import exit_uncommitted, readable, tombstone_letter
 from streams.runtime.records import CleanBar, Out, Record
 from streams.runtime.stages.corrections import Cleaned, Corrections
-from streams.runtime.stages.features import Features, SymbolFeatures, read_clean_bar
+from streams.runtime.stages.features import read_clean_bar
 from streams.runtime.stages.forecasts import Forecasting
-from streams.runtime.stages.scores import Scoring
 from streams.runtime.stages.windows import read_feature_row
-from streams.runtime.stores import StateStore, Store, WindowStore
 
 if TYPE_CHECKING:
     from faust.types import EventT, TopicT
@@ -86,47 +80,17 @@ def serve(app: BarcastApp, name: str, committer: Committer, handle: Handle) -> N
             await committer.on_revoked()
 
 
-def store(app: BarcastApp, name: str, kind: Any, decode: Any = None, new: Any = None) -> Any:
-    """A `StateStore` in changelog `name` of `kind`'s states, coded as `kind` codes them."""
-    changelog = app.runtime.changelog(name)
-    return StateStore(changelog, decode or kind.from_bytes, kind.to_bytes, new or kind)
-
-
-def corrections(app: BarcastApp) -> tuple[Corrections, MetricsFeed]:
-    settings = app.barcast
-    for topic in (settings.topic_clean, settings.topic_dlq):
+def attach_corrections(app: BarcastApp, stage: Corrections) -> MetricsFeed:
+    """The corrections stage's output topics and summary log; the feed of its counters."""
+    for topic in (app.barcast.topic_clean, app.barcast.topic_dlq):
         raw_topic(app, topic)
-    topics = (settings.topic_raw, settings.topic_clean, settings.topic_dlq)
-    config = CorrectionConfig(fill_gaps=settings.fill_gaps)
-    stage = Corrections(store(app, "corrections-state", SymbolState), config, topics)
 
     @app.timer(SUMMARY_INTERVAL_S)
     async def log_summary() -> None:
         if stage.stats.total:
             logging.getLogger("barcast.corrections").info("corrections: %s", stage.stats.summary())
 
-    return stage, MetricsFeed(stage.stats, app.metrics)
-
-
-def features(app: BarcastApp) -> Features:
-    settings = app.barcast
-    raw_topic(app, settings.topic_features)
-    states = store(app, "features-state", SymbolFeatures)
-    return Features(states, settings.topic_features, settings.topic_dlq)
-
-
-def scoring(app: BarcastApp) -> Scoring:
-    settings = app.barcast
-    raw_topic(app, settings.topic_scores)
-    window = settings.score_window
-    decode, new = SymbolScoring.decoder(window), lambda: SymbolScoring(window)
-    scores = store(app, "scoring-state", SymbolScoring, decode, new)
-    calibrations = store(app, "calibration-state", SymbolCalibration)
-    calibration = CalibrationConfig(enabled=settings.online_calibration)
-    topic, enabled = settings.topic_scores, settings.online_scoring
-    stage = Scoring(scores, calibrations, calibration, topic, enabled)
-    app.metrics.scoring_figures = stage.figures
-    return stage
+    return MetricsFeed(stage.stats, app.metrics)
 
 
 def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngine | None:
@@ -155,21 +119,25 @@ def initial_engine(app: BarcastApp, watcher: CheckpointWatcher) -> ForecastEngin
     return engine
 
 
-def forecaster(app: BarcastApp) -> Forecasting:
-    """The forecast stage, the model served; its flush timer and hot reload."""
+def serving_engine(app: BarcastApp) -> tuple[ForecastEngine | None, CheckpointWatcher | None]:
+    """The engine a forecasting role serves at start, and the watcher of its model directory."""
+    if "forecasting" not in STAGES[app.barcast.role]:
+        return None, None
     import torch
 
-    settings = app.barcast
     torch.set_num_threads(inference_threads())
-    raw_topic(app, settings.topic_forecasts)
+    watcher = CheckpointWatcher(app.barcast.model_dir)
+    return initial_engine(app, watcher), watcher
+
+
+def attach_forecasting(app: BarcastApp, stage: Forecasting, watcher: CheckpointWatcher) -> None:
+    """The forecast stage's output topics and metrics, its flush timer and hot reload."""
+    settings = app.barcast
+    for topic in (settings.topic_forecasts, settings.topic_scores):
+        raw_topic(app, topic)
     if settings.explain:
         raw_topic(app, settings.topic_explain)
-    watcher = CheckpointWatcher(settings.model_dir)
-    engine = initial_engine(app, watcher)
-    lookback = TFTConfig.lookback if engine is None else engine.lookback
-    changelog = app.runtime.changelog("forecast-window-slots")
-    windows = WindowStore(changelog, lookback, N_FEATURES, FINGERPRINT)
-    stage = Forecasting(app.runtime, engine, windows, scoring(app))
+    app.metrics.scoring_figures = stage.scoring.figures
 
     @app.task
     async def flush_on_delay() -> None:
@@ -179,8 +147,6 @@ def forecaster(app: BarcastApp) -> Forecasting:
     async def hot_reload() -> None:
         await stage.reload(watcher)
 
-    return stage
-
 
 def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
     if app.observers:  # the clean values are gathered only for an observer
@@ -188,8 +154,10 @@ def observe_bars(app: BarcastApp, cleaned: Cleaned) -> None:
         notify(app.observers, "observe_bar", values)
 
 
-def register_corrections(app: BarcastApp) -> None:
-    stage, feed = corrections(app)
+def register_corrections(app: BarcastApp, pipeline: Pipeline) -> None:
+    stage = pipeline.corrections
+    assert stage is not None
+    feed = attach_corrections(app, stage)
     committer = Committer(app.runtime, app.barcast.topic_raw, [stage.store])
 
     async def handle(batch: list[Record]) -> None:
@@ -201,8 +169,10 @@ def register_corrections(app: BarcastApp) -> None:
     serve(app, "corrections", committer, handle)
 
 
-def register_features(app: BarcastApp) -> None:
-    stage = features(app)
+def register_features(app: BarcastApp, pipeline: Pipeline) -> None:
+    stage = pipeline.features
+    assert stage is not None
+    raw_topic(app, app.barcast.topic_features)
     committer = Committer(app.runtime, app.barcast.topic_clean, [stage.store])
 
     async def handle(batch: list[Record]) -> None:
@@ -213,10 +183,10 @@ def register_features(app: BarcastApp) -> None:
     serve(app, "features", committer, handle)
 
 
-def register_forecast(app: BarcastApp) -> None:
-    stage = forecaster(app)
-    topic = app.barcast.topic_features
-    committer = Committer(app.runtime, topic, stage.stores, stage.drain)
+def register_forecast(app: BarcastApp, pipeline: Pipeline) -> None:
+    stage = pipeline.forecasting
+    assert stage is not None
+    committer = Committer(app.runtime, app.barcast.topic_features, stage.stores, stage.drain)
 
     async def handle(batch: list[Record]) -> None:
         items = readable(batch, app.barcast.topic_dlq, read_feature_row, "not a features record: ")
@@ -225,15 +195,16 @@ def register_forecast(app: BarcastApp) -> None:
     serve(app, "forecast", committer, handle)
 
 
-def register_pipeline(app: BarcastApp) -> None:
+def register_pipeline(app: BarcastApp, pipeline: Pipeline) -> None:
     """Role `all`: the stages on `bars.raw`, a bar handed on in memory. Faust's consumer path
     costs the loop more per record and hop than the stages' own work: at a minute boundary,
     when every symbol's bar arrives at once, two hops fewer is most of a burst's loop time."""
-    cleaning, feed = corrections(app)
-    featuring = features(app)
-    forecasting = forecaster(app)
-    stores: list[Store] = [cleaning.store, featuring.store, *forecasting.stores]
-    committer = Committer(app.runtime, app.barcast.topic_raw, stores, forecasting.drain)
+    cleaning, featuring, forecasting = pipeline.corrections, pipeline.features, pipeline.forecasting
+    assert cleaning is not None and featuring is not None and forecasting is not None
+    feed = attach_corrections(app, cleaning)
+    raw_topic(app, app.barcast.topic_features)
+    topic, stores = app.barcast.topic_raw, pipeline.stores
+    committer = Committer(app.runtime, topic, stores, forecasting.drain)
 
     async def handle(batch: list[Record]) -> None:
         cleaned = cleaning.run(batch, time.time_ns())
@@ -247,7 +218,7 @@ def register_pipeline(app: BarcastApp) -> None:
     serve(app, "pipeline", committer, handle)
 
 
-def register_passthrough(app: BarcastApp) -> None:
+def register_passthrough(app: BarcastApp, pipeline: Pipeline) -> None:
     settings = app.barcast
     for topic in (settings.topic_clean, settings.topic_dlq):
         raw_topic(app, topic)
@@ -270,7 +241,7 @@ def copied(record: Record, topic: str, dlq: str) -> Out:
     )
 
 
-ROLES: dict[str, tuple[Callable[[BarcastApp], None], ...]] = {
+ROLES: dict[str, tuple[Callable[[BarcastApp, Pipeline], None], ...]] = {
     "passthrough": (register_passthrough,),
     "corrections": (register_corrections,),
     "all": (register_pipeline,),
@@ -280,5 +251,10 @@ ROLES: dict[str, tuple[Callable[[BarcastApp], None], ...]] = {
 
 
 def register_agents(app: BarcastApp) -> None:
+    """The agents of the worker's role, on the stages `build_pipeline` wires for it."""
+    engine, watcher = serving_engine(app)
+    pipeline = build_pipeline(app.barcast, app.runtime, engine)
+    if pipeline.forecasting is not None and watcher is not None:
+        attach_forecasting(app, pipeline.forecasting, watcher)
     for register in ROLES[app.barcast.role]:
-        register(app)
+        register(app, pipeline)

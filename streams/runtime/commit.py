@@ -34,7 +34,7 @@ from streams.runtime.kafka_io import BatchProducer, KafkaChangelogs, committed_o
 from streams.runtime.observers import Observer
 from streams.runtime.policy import exit_uncommitted, publishable
 from streams.runtime.records import Ackable, Out, Record
-from streams.runtime.stores import Changelog
+from streams.runtime.stores import Changelog, marks_name
 
 if TYPE_CHECKING:
     from streams.metrics import Metrics
@@ -108,7 +108,7 @@ class Committer:
         self.runtime, self.topic, self.stores, self.drain = runtime, topic, stores, drain
         self.next: dict[int, int] = {}  # partition -> offset of the next record to admit
         # Per source partition, where the stores' last complete flush ends (see `_start`)
-        self.marks = runtime.changelog(f"{topic}-checkpoints")
+        self.marks = runtime.changelog(marks_name(topic))
         self.marked: dict[int, int] = {}
         self.lock = asyncio.Lock()
         self.held: list[Ackable] = []

@@ -12,6 +12,7 @@ import logging
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 from model.serving.windows import SymbolWindow, meta_key, meta_layout, slot_key
@@ -20,6 +21,22 @@ log = logging.getLogger("barcast.runtime")
 
 _HEAD = struct.Struct("<qi")  # source offset, source partition
 S = TypeVar("S")
+
+
+class StoreName(StrEnum):
+    """The worker's stores, each kept in changelog topic `<group>-<name>-changelog`. A
+    persistence contract: a store renamed would restore nothing of what its topic holds."""
+
+    CORRECTIONS = "corrections-state"
+    FEATURES = "features-state"
+    SCORING = "scoring-state"
+    CALIBRATION = "calibration-state"
+    FORECAST_WINDOWS = "forecast-window-slots"
+
+
+def marks_name(topic: str) -> str:
+    """The store of source topic `topic`'s marks (streams.runtime.commit), as contracted."""
+    return f"{topic}-checkpoints"
 
 
 class ChangelogIO(Protocol):

@@ -1,0 +1,106 @@
+"""A worker role's stages and their stores, Faust-free: the one wiring that the agents
+(streams.agents), the memory probe (benchmarks/memory_worker.py) and the tests run.
+
+Role `all` chains corrections, features and forecasting in one agent; `stream` runs
+corrections and features, `forecast` forecasting (with scoring), `corrections` that stage
+alone, each behind its topic; `passthrough` has no stage (it copies raw bars untouched)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from features.corrections import CorrectionConfig, SymbolState
+from features.engine import FINGERPRINT, N_FEATURES
+from model.config import TFTConfig
+from model.serving.conformal import CalibrationConfig, SymbolCalibration
+from model.serving.scoring_state import SymbolScoring
+from streams.runtime.stages.corrections import Corrections
+from streams.runtime.stages.features import Features, SymbolFeatures
+from streams.runtime.stages.forecasts import Forecasting
+from streams.runtime.stages.scores import Scoring
+from streams.runtime.stores import Changelog, StateStore, Store, StoreName, WindowStore
+
+if TYPE_CHECKING:
+    from model.serving.forecast_engine import ForecastEngine
+    from streams.runtime.commit import Runtime
+    from streams.settings import Settings
+
+STAGES = {
+    "passthrough": (),
+    "corrections": ("corrections",),
+    "stream": ("corrections", "features"),
+    "forecast": ("forecasting",),
+    "all": ("corrections", "features", "forecasting"),
+}
+
+
+@dataclass
+class Pipeline:
+    """The stages of a role (None: not run by it)."""
+
+    corrections: Corrections | None = None
+    features: Features | None = None
+    forecasting: Forecasting | None = None
+
+    @property
+    def stores(self) -> list[Store]:
+        """Every stage's stores, in the order of the stages."""
+        stores: list[Store] = []
+        if self.corrections is not None:
+            stores.append(self.corrections.store)
+        if self.features is not None:
+            stores.append(self.features.store)
+        if self.forecasting is not None:
+            stores += self.forecasting.stores
+        return stores
+
+
+def build_pipeline(
+    settings: Settings, runtime: Runtime, engine: ForecastEngine | None = None
+) -> Pipeline:
+    """The stages of `settings.role`, each store in `runtime`'s changelog of its StoreName;
+    forecasting serves `engine` (None: none yet, its windows sized for the default lookback)."""
+    stages = STAGES[settings.role]
+    changelog = runtime.changelog
+    pipeline = Pipeline()
+    if "corrections" in stages:
+        topics = (settings.topic_raw, settings.topic_clean, settings.topic_dlq)
+        config = CorrectionConfig(fill_gaps=settings.fill_gaps)
+        pipeline.corrections = Corrections(
+            state_store(changelog, StoreName.CORRECTIONS, SymbolState), config, topics
+        )
+    if "features" in stages:
+        store = state_store(changelog, StoreName.FEATURES, SymbolFeatures)
+        pipeline.features = Features(store, settings.topic_features, settings.topic_dlq)
+    if "forecasting" in stages:
+        lookback = TFTConfig.lookback if engine is None else engine.lookback
+        windows = WindowStore(
+            changelog(StoreName.FORECAST_WINDOWS), lookback, N_FEATURES, FINGERPRINT
+        )
+        scoring = build_scoring(settings, changelog)
+        pipeline.forecasting = Forecasting(runtime, engine, windows, scoring)
+    return pipeline
+
+
+def build_scoring(settings: Settings, changelog: Callable[[str], Changelog]) -> Scoring:
+    window = settings.score_window
+    decode, new = SymbolScoring.decoder(window), lambda: SymbolScoring(window)
+    scores = state_store(changelog, StoreName.SCORING, SymbolScoring, decode, new)
+    calibrations = state_store(changelog, StoreName.CALIBRATION, SymbolCalibration)
+    calibration = CalibrationConfig(enabled=settings.online_calibration)
+    return Scoring(
+        scores, calibrations, calibration, settings.topic_scores, settings.online_scoring
+    )
+
+
+def state_store(
+    changelog: Callable[[str], Changelog],
+    name: StoreName,
+    kind: Any,
+    decode: Any = None,
+    new: Any = None,
+) -> StateStore:
+    """A `StateStore` in changelog `name` of `kind`'s states, coded as `kind` codes them."""
+    return StateStore(changelog(name), decode or kind.from_bytes, kind.to_bytes, new or kind)
