@@ -50,12 +50,11 @@ RUN = 250  # consecutive windows per run: a batch's worth, the cache in use as i
 # that window and horizon: relative to the value itself it is undefined at the zero median and
 # meaningless where a quantile crosses zero. bf16 keeps 8 significant bits (unit roundoff
 # 2^-8 = 0.39 %), and the head's output is itself bf16, so every quantile carries up to ~0.4 % of
-# its value; deeper roundings add up, mostly independently. Measured with `emulated_bf16` on 2,000
-# windows of the month: the trained product model (hidden 128, 8 heads) 0.26 % of the width at
-# worst, median 0.035 %; random weights at that size (a random head, more sensitive) 2.1 % /
-# 0.06 %. Tolerance: worst 2^-4 = 6.25 % (3x the worst measured), median 2^-8 (6x). Bugs move
-# the worst value far more (trained model, same windows: the newest row stale 32 %, each window
-# a bar late 117 %, q10 and q90 swapped 100 %), though not always the median.
+# its value; deeper roundings add up, mostly independently. The tolerance (worst 2^-4 of the
+# width, median 2^-8) is several times the worst rounding `emulated_bf16` shows on the month's
+# windows, with trained weights and with random ones (a random head is more sensitive), and far
+# below what a bug moves the worst value by (the newest row stale, each window a bar late, q10
+# and q90 swapped), though a bug does not always move the median.
 TOLERANCE = {"max_of_width": 2.0**-4, "median_of_width": 2.0**-8}
 MEMORY_TARGET_MB = 125.0
 BURST_SYMBOLS = 1000

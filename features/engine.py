@@ -183,8 +183,8 @@ def _build_kernel(source_key: str) -> Callable[..., int]:
         # file defining the cached function, and would otherwise run stale inlined callees.
         if len(source_key) == 0:
             return -2
-        # Checked here rather than in update_many, where the same len() calls in Python cost
-        # a few ns per bar of a typical call.
+        # Checked here rather than in update_many, where the same len() calls would run in
+        # Python on every call.
         m = len(rows)
         if rare(
             not (len(ts) == len(o) == len(h) == len(lo) == len(c) == m)

@@ -6,10 +6,9 @@ records and window sums. The kernel asks for the next bar's lines while it compu
 bar, so their latency overlaps useful work instead of stalling it. Only lines likely to have
 left the caches are asked for: the bar counts, the window sums, and the records leaving windows
 of 10 bars and more (ten minutes of 64 symbols' state traffic overflow L2), those of the CUSUM
-and ATR rings included. In a same-process A/B probe (64 symbols of the 6EH4 month, a 64 MB sweep
-before every 90 minutes), dropping the prefetch cost 4-7% a bar there and nothing measurable
-with the state cached; also prefetching the small blocks' every line cost 1-5% in both.
-Prefetches are hints: they change no value, only when memory arrives."""
+and ATR rings included: asking for every line of the small blocks too costs more than it saves,
+and with the state cached the prefetch costs nothing. Prefetches are hints: they change no
+value, only when memory arrives."""
 
 from __future__ import annotations
 

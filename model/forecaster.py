@@ -1,7 +1,7 @@
 """Inference for the forecast worker: load a checkpoint once, forecast batches of windows.
 
 Device choice: CUDA with bf16 autocast when a GPU is used, else CPU in fp32 (no INT8: dynamic
-quantization ran no faster than fp32 on this model at batch 1 or 256). `encode` +
+quantization does not beat fp32 on this model). `encode` +
 `predict_encoded` split the forward pass so the worker can cache each bar's encoding (it depends
 only on that bar's features and the symbol) and encode only the newest bar of a sliding window.
 """

@@ -2,13 +2,13 @@
 
 A chunk is hundreds of small ops. Run eagerly in the inference thread, each op gives the GIL
 back and must win it again from the event loop, and in a burst (the loop busy with the very
-bars being forecast) that convoy made chunks ~13x slower in a probe (20 chunks next to a busy
-thread: 15.6 s eager, 1.2 s traced). A traced chunk runs in C++ with the GIL released
-throughout. Chunks have fixed shapes (see model.serving.forecast_engine), so a trace
-records exactly the ops eager mode runs and results are bit-identical; the engine's tests hold
-it to that. `torch.jit.trace` is deprecated, but its successors do not fit: `torch.export` runs
-a graph op by op from Python again, and `torch.compile` fuses ops, which changes rounding.
-bf16 autocast stays eager: on CUDA a chunk is a few kernel launches, not the GIL.
+bars being forecast) that convoy makes a chunk many times slower. A traced chunk runs in C++
+with the GIL released throughout. Chunks have fixed shapes (see model.serving.forecast_engine),
+so a trace records exactly the ops eager mode runs and results are bit-identical; the engine's
+tests hold it to that. `torch.jit.trace` is deprecated, but its successors do not fit:
+`torch.export` runs a graph op by op from Python again, and `torch.compile` fuses ops, which
+changes rounding. bf16 autocast stays eager: on CUDA a chunk is a few kernel launches, not the
+GIL.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ DBN_MAGIC = b"DBN"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DBN_VERSIONS = (1, 2, 3)
 READ_SIZE = 1 << 20
-ZSTD_READ_SIZE = 1 << 16  # OHLCV compresses 10-50x: 64 KiB in is a few MB out
+ZSTD_READ_SIZE = 1 << 16  # OHLCV compresses well: 64 KiB in is megabytes out
 BATCH_RECORDS = 1 << 15  # bars per yielded array: large enough to amortize, cache-sized
 MIN_RECORD_SIZE = 16  # the record header alone
 

@@ -1,11 +1,11 @@
 """The one Kafka producer behind replay and live ingest: librdkafka, tuned for throughput,
 ordered per partition, honest about failed deliveries.
 
-confluent-kafka's `Producer` queues a message in ~1 µs and batches in C threads, several times
-what a Python client (aiokafka) sustains. Idempotence keeps per-partition order across retries;
-the murmur2 partitioner is the one Java clients, aiokafka and Faust use, so a symbol lands on
-the same partition whoever produces it. Delivery reports are requested for failures only, so
-success costs no Python callback.
+confluent-kafka's `Producer` queues a message without Python work and batches in C threads:
+far more than a Python client (aiokafka) sustains. Idempotence keeps per-partition order across
+retries; the murmur2 partitioner is the one Java clients, aiokafka and Faust use, so a symbol
+lands on the same partition whoever produces it. Delivery reports are requested for failures
+only, so success costs no Python callback.
 """
 
 from __future__ import annotations
