@@ -2,7 +2,9 @@
 pipeline as one agent on `bars.raw`, its stages chained in memory; `stream` (corrections +
 features) and `forecast` run the same stages behind topics, as two worker groups;
 `corrections` runs that stage alone, and `passthrough` copies raw bars to the clean topic
-untouched, the anchor the corrections benchmark compares against."""
+untouched, the anchor the corrections benchmark compares against. The stages are those
+`build_pipeline` (streams.runtime.pipeline) wires for the role; this module adds Faust's part:
+the agents, their output topics and timers, and the checkpoint served at start."""
 
 from __future__ import annotations
 
