@@ -10,8 +10,10 @@ optionally with time-of-day EWMAs of the same returns as further components:
 
 where F(t, h) is the profile's squared sum over the h minutes ahead. The intercept per horizon
 and the betas are fitted by Gaussian quasi-likelihood (the QLIKE loss) on the calibration
-windows, by Newton's method (the loss is convex in them), and the quantiles are Gaussian; the
-forecaster is then calibrated like every other (`model.calibrated_baselines`).
+windows, by Newton's method (the loss is convex in them), with a small ridge penalty on the
+betas; the forecast level stays within a margin of the range
+it took on those windows, and the quantiles are Gaussian; the forecaster is then calibrated
+like every other (`model.calibrated_baselines`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ MIN_HISTORY = DAY // 4  # returns a day or week component needs (a quarter day, 
 FLOOR_SHARE = 0.01  # a component is floored at this share of its median on the fit windows:
 # ten minutes without a price change have a realized variance of 0, and a log of -inf
 NEWTON_STEPS = 100
+RIDGE = 0.01  # penalty on the betas (per unit of log variance), per label: the components are
+# collinear (a day's variance is most of its week's), and a few days of fit windows, over which
+# the slow ones barely move, otherwise give betas of several units on them
+MARGIN = np.log(10.0)  # how far a forecast's log level may leave the range of the fit windows':
+# a log-linear model extrapolates exponentially
 
 
 def components(
@@ -65,26 +72,31 @@ class HAR:
     centre: np.ndarray  # (k,) mean log component on the fit windows
     intercepts: np.ndarray  # (H,)
     betas: np.ndarray  # (k,)
+    level_range: tuple[float, float]  # of x . beta on the fit windows, widened by MARGIN
 
     @classmethod
     def fit(
         cls, names: tuple[str, ...], values: np.ndarray, forward: np.ndarray, y: np.ndarray
     ) -> HAR:
         """From the fit windows' components `(n, k)`, forward profile sums `(n, H)` and labels
-        `(n, H)`: the Gaussian quasi-likelihood's minimizer."""
+        `(n, H)`: the penalized Gaussian quasi-likelihood's minimizer."""
         if not np.isfinite(values).all() or len(values) == 0:
             raise ValueError("the HAR is fitted on windows whose every component is defined")
         floor = FLOOR_SHARE * np.median(values, axis=0)
         logs = np.log(np.maximum(values, floor))
         centre = logs.mean(axis=0)
-        theta = fit_qlike(logs - centre, y**2 / forward)
+        x = logs - centre
+        theta = fit_qlike(x, y**2 / forward)
         horizon = y.shape[1]
-        return cls(names, floor, centre, theta[:horizon], theta[horizon:])
+        level = x @ theta[horizon:]
+        span = (float(level.min() - MARGIN), float(level.max() + MARGIN))
+        return cls(names, floor, centre, theta[:horizon], theta[horizon:], span)
 
     def sigma(self, values: np.ndarray, forward: np.ndarray) -> np.ndarray:
         """`(n, H)` volatilities of windows with components `values` and forward sums."""
-        logs = np.log(np.maximum(values, self.floor)) - self.centre
-        return np.sqrt(np.exp(self.intercepts + (logs @ self.betas)[:, None]) * forward)
+        x = np.log(np.maximum(values, self.floor)) - self.centre
+        level = np.clip(x @ self.betas, *self.level_range)
+        return np.sqrt(np.exp(self.intercepts + level[:, None]) * forward)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,27 +106,30 @@ class HAR:
         }
 
 
-def fit_qlike(x: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Minimize sum over windows i and horizons h of eta + u e^-eta, eta = c_h + x_i . beta
-    (x `(n, k)`, u = y² / F `(n, H)`): Newton steps with halving, from the level of u."""
+def fit_qlike(x: np.ndarray, u: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
+    """Minimize the sum over windows i and horizons h of eta + u e^-eta, eta = c_h + x_i . beta
+    (x `(n, k)`, u = y² / F `(n, H)`), plus `ridge` x labels x |beta|²: Newton steps with
+    halving, from the level of u."""
     horizon = u.shape[1]
+    penalty = ridge * u.size
     theta = np.concatenate([np.log(np.maximum(u.mean(axis=0), 1e-300)), np.zeros(x.shape[1])])
 
     def loss(t: np.ndarray) -> float:
         eta = t[:horizon] + (x @ t[horizon:])[:, None]
-        return float((eta + u * np.exp(-eta)).sum())
+        return float((eta + u * np.exp(-eta)).sum() + penalty * t[horizon:] @ t[horizon:])
 
     current = loss(theta)
     for _ in range(NEWTON_STEPS):
         eta = theta[:horizon] + (x @ theta[horizon:])[:, None]
         w = u * np.exp(-eta)  # the Hessian's weights; the gradient's is 1 - w
         g = 1.0 - w
-        grad = np.concatenate([g.sum(axis=0), x.T @ g.sum(axis=1)])
+        grad = np.concatenate([g.sum(axis=0), x.T @ g.sum(axis=1) + 2 * penalty * theta[horizon:]])
         hessian = np.zeros((len(theta), len(theta)))
         hessian[:horizon, :horizon] = np.diag(w.sum(axis=0))
         hessian[:horizon, horizon:] = w.T @ x
         hessian[horizon:, :horizon] = hessian[:horizon, horizon:].T
         hessian[horizon:, horizon:] = x.T @ (x * w.sum(axis=1)[:, None])
+        hessian[horizon:, horizon:] += 2 * penalty * np.eye(x.shape[1])
         step = np.linalg.lstsq(hessian, grad, rcond=None)[0]
         size = 1.0
         while size > 1e-8:

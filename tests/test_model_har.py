@@ -19,7 +19,7 @@ def test_the_quasi_likelihood_fit_recovers_known_coefficients() -> None:
     x = rng.normal(0, 1, (n, 2))
     eta = intercepts + (x @ betas)[:, None]
     u = np.exp(eta) * rng.standard_normal(eta.shape) ** 2  # y² / F with F = 1
-    theta = har.fit_qlike(x, u)
+    theta = har.fit_qlike(x, u, ridge=0.0)
     assert np.allclose(theta[:3], intercepts, atol=0.03)
     assert np.allclose(theta[3:], betas, atol=0.02)
 
@@ -83,3 +83,23 @@ def test_the_har_of_a_constant_level_is_that_level_and_nominal() -> None:
     q = baselines.gaussian(sigma, (0.1, 0.5, 0.9))
     y = panel.targets[test]
     assert abs(((y >= q[..., 0]) & (y <= q[..., 2])).mean() - 0.8) < 0.02
+
+
+def test_collinear_components_on_few_windows_neither_explode_nor_extrapolate() -> None:
+    """Two days of calibration windows of nearly equal components (the week is the day): the
+    ridge keeps the betas small where the unpenalized fit gives opposite ones of several units,
+    and a window far outside the fit windows' range is held within a margin of it."""
+    panel, profile = har_panel(days=4, seed=2, swing=0.0)
+    fit = np.arange(2 * MINUTES_PER_DAY, 4 * MINUTES_PER_DAY - 10, 5)
+    names, values = har.components(panel, fit, profile, tod_ewmas=True)
+    forward = har.forward_square(panel, fit, profile, 10)
+    x = np.log(values) - np.log(values).mean(axis=0)
+    u = panel.targets[fit] ** 2 / forward
+    free, ridged = har.fit_qlike(x, u, ridge=0.0)[10:], har.fit_qlike(x, u)[10:]
+    assert np.abs(free).max() > 1.0 > 0.3 > np.abs(ridged).max()
+    model = har.HAR.fit(names, values, forward, panel.targets[fit])
+    shocked = model.sigma(values[:1] * 1e30, forward[:1])
+    level = np.log(shocked**2 / forward[:1]) - model.intercepts
+    low, high = model.level_range
+    assert np.allclose(level, low) or np.allclose(level, high)  # held at a bound
+    assert high - low < 2 * np.log(10.0) + 1.0  # the fit windows' range, and the margins
