@@ -13,7 +13,8 @@ where some forecaster has too little history are left out for all and counted.
 Also reported, offline and as served: the TFT against the best baseline (block-bootstrap
 interval, Diebold-Mariano test) and the model confidence set over every forecaster; attention
 entropy and variable-selection importances.
-Writes evaluation.json, calibration.png and fan_chart.png.
+Writes evaluation.json, losses.npz (every forecaster's loss per window), calibration.png and
+fan_chart.png.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # the engine module is imported when evaluating, not with thi
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
 NEW_DATA_CALIBRATION = 0.2  # share of a file's windows that calibrate the baselines (--split all)
 PARTS = ("test", "val", "all")
+LOSSES = "losses.npz"  # per-window losses, beside evaluation.json
 
 
 def evaluate(
@@ -91,7 +93,7 @@ def evaluate(
     forecasts, fitted, calibrated_on = calibrated_forecasts(
         panel, ends, fit_ends, meta, rolling_window, tft, select_ends
     )
-    scored, scores = score(panel, ends, forecasts, fitted, config.quantiles)
+    scored, scores, losses = score(panel, ends, forecasts, fitted, config.quantiles)
     deployed = deployed[len(fit_ends) :]
     calibration_source |= {
         "n_windows": len(calibrated_on),
@@ -99,6 +101,9 @@ def evaluate(
         "first_window_ts": _iso(panel.ts[calibrated_on].min()),
         "last_window_ts": _iso(panel.ts[calibrated_on].max()),
     }
+    served_report, served_losses = as_served(
+        panel, ends, scored, forecasts | {"tft": deployed}, config.quantiles
+    )
     report = {
         "checkpoint": str(checkpoint_dir),
         "model_id": forecaster.model_id,
@@ -114,15 +119,14 @@ def evaluate(
         "calibration": calibration_source,
         "rolling_window_bars": rolling_window,
         **scores,
-        "as_served": as_served(
-            panel, ends, scored, forecasts | {"tft": deployed}, config.quantiles
-        ),
+        "as_served": served_report,
         **importance(forecaster, panel, ends[scored], batch_size),
     }
     out_dir = out_dir or Path(checkpoint_dir) / "evaluation"
     shown = {k: f[scored] for k, f in forecasts.items()}
     y = panel.targets[ends[scored]]
     write_report(out_dir, report, panel, ends[scored], y, shown, config.horizon, config.quantiles)
+    write_losses(out_dir / LOSSES, panel, ends[scored], losses, served_losses)
     return report
 
 
@@ -132,9 +136,10 @@ def score(
     forecasts: dict[str, np.ndarray],
     fitted: dict[str, dict[str, Any]],
     quantiles: tuple[float, ...],
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """Which windows are scored (every forecaster defined, no gap fill under the label), and
-    every figure of the report on them; the gap-fill windows on a line of their own."""
+) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:
+    """Which windows are scored (every forecaster defined, no gap fill under the label), every
+    figure of the report on them (the gap-fill windows on a line of their own), and each
+    forecaster's loss per scored window (bp)."""
     y = panel.targets[ends]
     defined = np.all([np.isfinite(f).all(axis=(1, 2)) for f in forecasts.values()], axis=0)
     over_gap = labels_over_gap_fills(panel, ends, panel.targets.shape[1])
@@ -143,23 +148,26 @@ def score(
         raise ValueError("no window where every forecaster is defined; give more history")
     results = {name: summarize(y[scored], f[scored], quantiles) for name, f in forecasts.items()}
     apart = defined & over_gap
-    return scored, {
-        "n_windows": int(scored.sum()),
-        "left_out": left_out_counts(forecasts, defined, over_gap),
-        "first_window_ts": _iso(panel.ts[ends[scored]].min()),
-        "last_window_ts": _iso(panel.ts[ends[scored]].max()),
-        "units": "basis points of cumulative log return",
-        "model": results["tft"] | fitted.get("tft", {}),
-        "baselines": {k: v | fitted.get(k, {}) for k, v in results.items() if k != "tft"},
-        "labels_over_gap_fills": {
-            name: summarize(y[apart], f[apart], quantiles) for name, f in forecasts.items()
-        }
-        if apart.any()
-        else {},
-        "comparison": compare(
-            window_losses(y[scored], {k: f[scored] for k, f in forecasts.items()}, quantiles)
-        ),
-    }
+    losses = window_losses(y[scored], {k: f[scored] for k, f in forecasts.items()}, quantiles)
+    return (
+        scored,
+        {
+            "n_windows": int(scored.sum()),
+            "left_out": left_out_counts(forecasts, defined, over_gap),
+            "first_window_ts": _iso(panel.ts[ends[scored]].min()),
+            "last_window_ts": _iso(panel.ts[ends[scored]].max()),
+            "units": "basis points of cumulative log return",
+            "model": results["tft"] | fitted.get("tft", {}),
+            "baselines": {k: v | fitted.get(k, {}) for k, v in results.items() if k != "tft"},
+            "labels_over_gap_fills": {
+                name: summarize(y[apart], f[apart], quantiles) for name, f in forecasts.items()
+            }
+            if apart.any()
+            else {},
+            "comparison": compare(losses),
+        },
+        losses,
+    )
 
 
 def as_served(
@@ -168,18 +176,20 @@ def as_served(
     scored: np.ndarray,
     forecasts: dict[str, np.ndarray],
     quantiles: tuple[float, ...],
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Every forecaster scored as the worker would publish it: online calibration over every
     window where all are defined (the scorer skips labels over gap fills, as in the worker),
-    scored on the windows of the offline figures."""
+    scored on the windows of the offline figures; and each one's loss per window (bp)."""
     if quantiles != SERVED_QUANTILES:
-        return {"skipped": f"the worker publishes quantiles {SERVED_QUANTILES}, not {quantiles}"}
+        skipped = f"the worker publishes quantiles {SERVED_QUANTILES}, not {quantiles}"
+        return {"skipped": skipped}, {}
     defined = np.all([np.isfinite(f).all(axis=(1, 2)) for f in forecasts.values()], axis=0)
     served = online_calibrated(panel, ends[defined], {k: f[defined] for k, f in forecasts.items()})
     keep = scored[defined]
     y = panel.targets[ends[defined][keep]]
     shown = {k: f[keep] for k, f in served.items()}
     results = {name: summarize(y, f, quantiles) for name, f in shown.items()}
+    losses = window_losses(y, shown, quantiles)
     return {
         "tft": "the engine's quantiles with the checkpoint's own interval scale, as published",
         "online_calibration": "model.serving.conformal defaults, from each forecaster's first "
@@ -187,8 +197,8 @@ def as_served(
         "n_windows": int(keep.sum()),
         "model": results["tft"],
         "baselines": {k: v for k, v in results.items() if k != "tft"},
-        "comparison": compare(window_losses(y, shown, quantiles)),
-    }
+        "comparison": compare(losses),
+    }, losses
 
 
 def importance(
@@ -347,6 +357,24 @@ def write_report(
         prices,
         f"{panel.symbols[panel.row_symbol[ends[0]]]} from {_iso(panel.ts[rows[0]])}: "
         f"TFT q10-q90 forecasts vs realized close",
+    )
+
+
+def write_losses(
+    path: Path,
+    panel: Panel,
+    ends: np.ndarray,
+    offline: dict[str, np.ndarray],
+    served: dict[str, np.ndarray],
+) -> None:
+    """Each forecaster's mean pinball (bp) per scored window, offline and as served, with the
+    windows' symbols and times: what pooled comparisons over several evaluations resample."""
+    np.savez_compressed(
+        path,
+        ts=panel.ts[ends],
+        symbol=np.asarray(panel.symbols)[panel.row_symbol[ends]],
+        **{f"offline/{k}": v for k, v in offline.items()},
+        **{f"served/{k}": v for k, v in served.items()},
     )
 
 

@@ -108,6 +108,12 @@ def test_split_all_calibrates_every_forecaster_on_the_same_windows(
     comparison = report["comparison"]
     assert 0 <= comparison["diebold_mariano"]["p_value"] <= 1
     assert set(comparison["confidence_set"]["p_values"]) == names
+    losses = np.load(tmp_path / "model" / "evaluation" / "losses.npz")
+    assert set(losses) == {"ts", "symbol"} | {
+        f"{p}/{n}" for p in ("offline", "served") for n in names
+    }
+    assert np.isclose(losses["offline/tft"].mean(), report["model"]["mean_pinball"])
+    assert np.isclose(losses["served/tft"].mean(), report["as_served"]["model"]["mean_pinball"])
 
 
 def test_served_quantiles_are_the_offline_workers_online_calibration(
