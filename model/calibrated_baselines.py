@@ -34,15 +34,18 @@ def calibrated_forecasts(
     window: int,
     tft: np.ndarray | None = None,
     select_ends: np.ndarray | None = None,
+    profiles: dict[str, TimeOfDayProfile] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]], np.ndarray]:
     """Every forecaster's calibrated quantiles on `ends`, what was fitted for each, and the
     calibration windows used (those of `fit_ends` where every forecaster is defined). `tft`:
-    the TFT's quantiles before interval calibration on `fit_ends`, then on `ends`. With
-    `select_ends` (the checkpoint's validation windows), the time-of-day x plain EWMA is also
-    scored with its blend chosen by the rule the TFT's scale chooses its own by: Gaussian
-    likelihood there (`tod_ewma_gaussian_likelihood`, from the baseline's own candidates), so
-    neither wins by its selection rule alone."""
-    quantiles, profile = meta.config.quantiles, meta.volatility.profile
+    the TFT's quantiles before interval calibration on `fit_ends`, then on `ends`. The
+    time-of-day baselines try each of `profiles` (default: the checkpoint's), keeping the best
+    on the calibration windows. With `select_ends` (the checkpoint's validation windows), the
+    time-of-day x plain EWMA is also scored with its blend chosen by the rule the TFT's scale
+    chooses its own by: Gaussian likelihood there (`tod_ewma_gaussian_likelihood`, from the
+    baseline's own candidates), so neither wins by its selection rule alone."""
+    quantiles = meta.config.quantiles
+    profiles = profiles or {"checkpoint": meta.volatility.profile}
     select_ends = np.empty(0, dtype=np.int64) if select_ends is None else select_ends
     rows = np.concatenate([fit_ends, ends])
     raw = {
@@ -50,11 +53,7 @@ def calibrated_forecasts(
         "rolling_quantiles": baselines.rolling_quantiles(panel, rows, quantiles, window),
         "volatility_scale_gaussian": baselines.gaussian(scale_alone(panel, rows, meta), quantiles),
     } | ({"tft": tft} if tft is not None else {})
-    components = {name: har.components(panel, rows, profile, e) for name, e in HARS.items()}
-    slowest = baselines.ewma_sigma(panel, rows, profile, max(HALFLIVES))  # defined: all are
-    defined = [q[: len(fit_ends)] for q in (*raw.values(), slowest)]
-    defined += [values[: len(fit_ends)] for _, values in components.values()]
-    common = np.all([np.isfinite(v).reshape(len(fit_ends), -1).all(axis=1) for v in defined], 0)
+    common = all_defined(panel, rows[: len(fit_ends)], [q[: len(fit_ends)] for q in raw.values()])
     if not common.any():
         raise ValueError(
             f"none of the {len(fit_ends)} calibration windows has every forecaster defined: "
@@ -62,18 +61,43 @@ def calibrated_forecasts(
             "first; give data starting earlier"
         )
     keep = np.concatenate([np.flatnonzero(common), np.arange(len(fit_ends), len(rows))])
-    fit_ends, rows = fit_ends[common], rows[keep]
+    fit_ends = fit_ends[common]
     best = Calibrated(panel.targets[fit_ends], quantiles)
     for name, q in raw.items():
         best.offer(name, {}, q[keep])
-    forward, n_fit = har.forward_square(panel, rows, profile, panel.targets.shape[1]), len(fit_ends)
-    for name, (names, values) in components.items():
-        model = har.HAR.fit(names, values[keep][:n_fit], forward[:n_fit], panel.targets[fit_ends])
-        sigma = model.sigma(values[keep], forward)
-        best.offer(name, model.to_dict(), baselines.gaussian(sigma, quantiles))
-    offer_ewmas(best, panel, fit_ends, ends, select_ends, profile)
+    for label, profile in profiles.items():
+        offer_hars(best, panel, fit_ends, ends, profile, {"profile": label})
+        offer_ewmas(best, panel, fit_ends, ends, select_ends, profile, {"profile": label})
     forecasts, fitted = best.results(quantiles.index(0.5))
     return forecasts, fitted, fit_ends
+
+
+def all_defined(panel: Panel, fit_ends: np.ndarray, fixed: list[np.ndarray]) -> np.ndarray:
+    """(n,) whether every forecaster is defined on each calibration window: the `fixed` ones'
+    quantiles there, the HARs' components and the slowest EWMA (when it is, all are), all of
+    which need only history, whatever profile divides the returns."""
+    flat = TimeOfDayProfile.flat()
+    needed = [*fixed, baselines.ewma_sigma(panel, fit_ends, flat, max(HALFLIVES))]
+    needed += [har.components(panel, fit_ends, flat, e)[1] for e in HARS.values()]
+    return np.all([np.isfinite(v).reshape(len(fit_ends), -1).all(axis=1) for v in needed], 0)
+
+
+def offer_hars(
+    best: Calibrated,
+    panel: Panel,
+    fit_ends: np.ndarray,
+    ends: np.ndarray,
+    profile: TimeOfDayProfile,
+    label: dict[str, str],
+) -> None:
+    """Each HAR, fitted on the calibration windows, to `best`."""
+    rows, n_fit = np.concatenate([fit_ends, ends]), len(fit_ends)
+    forward = har.forward_square(panel, rows, profile, panel.targets.shape[1])
+    for name, tod_ewmas in HARS.items():
+        names, values = har.components(panel, rows, profile, tod_ewmas)
+        model = har.HAR.fit(names, values[:n_fit], forward[:n_fit], panel.targets[fit_ends])
+        sigma = model.sigma(values, forward)
+        best.offer(name, model.to_dict() | label, baselines.gaussian(sigma, best.quantiles))
 
 
 def offer_ewmas(
@@ -83,15 +107,18 @@ def offer_ewmas(
     ends: np.ndarray,
     select_ends: np.ndarray,
     profile: TimeOfDayProfile,
+    label: dict[str, str],
 ) -> None:
-    """Every EWMA candidate to `best`, and the likeliest blend on `select_ends` if any."""
+    """Every EWMA candidate to `best`, and the likeliest blend on `select_ends` if any; the
+    time-of-day ones' settings with `label` (the profile's)."""
     quantiles = best.quantiles
     n_fit, n_used = len(fit_ends), len(fit_ends) + len(ends)  # calibrated, then scored
     rows = np.concatenate([fit_ends, ends, select_ends])
-    likeliest: tuple[float, dict[str, float], np.ndarray] | None = None
+    likeliest: tuple[float, dict[str, Any], np.ndarray] | None = None
     for choice, all_sigma in volatility_candidates(panel, rows, profile):
         sigma, selecting = all_sigma[:n_used], all_sigma[n_used:]
         family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
+        choice = choice if family == "ewma" else choice | label  # a plain EWMA has no profile
         gaussian = baselines.gaussian(sigma, quantiles)
         best.offer(f"{family}_gaussian", choice, gaussian)
         best.offer(
@@ -113,9 +140,9 @@ class Calibrated:
 
     def __init__(self, y_fit: np.ndarray, quantiles: tuple[float, ...]) -> None:
         self.y_fit, self.quantiles = y_fit, quantiles
-        self.best: dict[str, tuple[float, dict[str, float], np.ndarray, np.ndarray]] = {}
+        self.best: dict[str, tuple[float, dict[str, Any], np.ndarray, np.ndarray]] = {}
 
-    def offer(self, name: str, choice: dict[str, float], q: np.ndarray) -> None:
+    def offer(self, name: str, choice: dict[str, Any], q: np.ndarray) -> None:
         """`q`: the candidate's quantiles on the calibration windows, then the scored ones."""
         n_fit = len(self.y_fit)
         scale, fit_loss = calibrate(q[:n_fit], self.y_fit, self.quantiles)

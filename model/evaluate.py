@@ -5,11 +5,14 @@ and the TFT's quantiles come from the serving engine itself (`ForecastEngine`). 
 forecaster, the TFT and its own volatility scale without the network among them, is calibrated
 the same way on the same calibration windows (`model.calibrated_baselines`): the checkpoint's
 calibration split, or with `--split all` the first 20 % of the data's bars; the TFT's interval
-scale is fitted there too, in place of the checkpoint's. Each is also scored as served: its
-calibrated quantiles through the worker's online calibration (`model.as_served`), the TFT's
-from the engine with the checkpoint's own calibration, as the worker publishes them. Windows
-whose labels run over gap fills are scored on a line of their own and calibrate nobody; windows
-where some forecaster has too little history are left out for all and counted.
+scale is fitted there too, in place of the checkpoint's. With `--split all`, the time-of-day
+baselines may also take a time-of-day profile fitted on those bars, as a user would on a
+product or period the checkpoint never saw (the calibration windows choose). Each is also
+scored as served: its calibrated quantiles through the worker's online calibration
+(`model.as_served`), the TFT's from the engine with the checkpoint's own calibration, as the
+worker publishes them. Windows whose labels run over gap fills are scored on a line of their
+own and calibrate nobody; windows where some forecaster has too little history are left out for
+all and counted.
 Also reported, offline and as served: the TFT against the best baseline (block-bootstrap
 interval, Diebold-Mariano test) and the model confidence set over every forecaster; attention
 entropy and variable-selection importances.
@@ -40,12 +43,14 @@ from model.dataset import (
     Split,
     build_panel,
     calibration_windows,
+    fit_profile,
     labels_over_gap_fills,
     window_ends,
 )
 from model.explain import explain_windows
 from model.forecaster import Forecaster
 from model.metrics import coverage, summarize
+from model.volatility import TimeOfDayProfile
 
 if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
     from model.serving.forecast_engine import ForecastEngine
@@ -85,16 +90,13 @@ def evaluate(
         if split is not None and part == "test"
         else None
     )
-    deployed = run_engine(engine, panel, np.concatenate([fit_ends, ends]), batch_size, "tft")
-    # Offline, the TFT is calibrated like every forecaster: its quantiles before the
-    # checkpoint's interval scale (which `apply_interval_scale` with its inverse recovers).
-    median = config.quantiles.index(0.5)
-    tft = apply_interval_scale(deployed, 1.0 / meta.interval_scale, median)
-    forecasts, fitted, calibrated_on = calibrated_forecasts(
-        panel, ends, fit_ends, meta, rolling_window, tft, select_ends
+    profiles = {"checkpoint": meta.volatility.profile}
+    if part == "all":  # a product or period the checkpoint's profile may not describe
+        profiles["calibration bars"] = fit_profile(panel, int(panel.ts[fit_ends].max()) + 1)
+    forecasts, fitted, deployed, calibrated_on = every_forecaster(
+        engine, panel, ends, fit_ends, rolling_window, batch_size, select_ends, profiles
     )
     scored, scores, losses = score(panel, ends, forecasts, fitted, config.quantiles)
-    deployed = deployed[len(fit_ends) :]
     calibration_source |= {
         "n_windows": len(calibrated_on),
         "n_windows_in_period": len(fit_ends),
@@ -128,6 +130,31 @@ def evaluate(
     write_report(out_dir, report, panel, ends[scored], y, shown, config.horizon, config.quantiles)
     write_losses(out_dir / LOSSES, panel, ends[scored], losses, served_losses)
     return report
+
+
+def every_forecaster(
+    engine: ForecastEngine,
+    panel: Panel,
+    ends: np.ndarray,
+    fit_ends: np.ndarray,
+    rolling_window: int,
+    batch_size: int,
+    select_ends: np.ndarray | None,
+    profiles: dict[str, TimeOfDayProfile],
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]], np.ndarray, np.ndarray]:
+    """Every forecaster's offline quantiles on `ends` and what was fitted for each, the TFT's
+    as the engine serves them, and the calibration windows used. The engine runs on the
+    calibration windows too: offline, the TFT is calibrated like every forecaster, from its
+    quantiles before the checkpoint's interval scale (which `apply_interval_scale` with its
+    inverse recovers)."""
+    meta = engine.served.forecaster.meta
+    deployed = run_engine(engine, panel, np.concatenate([fit_ends, ends]), batch_size, "tft")
+    median = meta.config.quantiles.index(0.5)
+    tft = apply_interval_scale(deployed, 1.0 / meta.interval_scale, median)
+    forecasts, fitted, calibrated_on = calibrated_forecasts(
+        panel, ends, fit_ends, meta, rolling_window, tft, select_ends, profiles
+    )
+    return forecasts, fitted, deployed[len(fit_ends) :], calibrated_on
 
 
 def score(

@@ -278,3 +278,29 @@ def test_a_scale_without_a_blend_is_refused_naming_the_fix() -> None:
     del saved["weight"]
     with pytest.raises(ValueError, match="retrain the checkpoint"):
         VolatilityScale.from_dict(saved)
+
+
+def test_a_profile_fitted_on_the_calibration_bars_wins_where_the_checkpoints_is_wrong() -> None:
+    """Offered the checkpoint's profile (flat: trained where the day had no shape) and one
+    fitted on the calibration bars of returns with a strong daily shape, the time-of-day
+    baselines and the HARs keep the latter, chosen on the calibration windows."""
+    data, _ = intraday_panel(days=12, seed=3)
+    fit = np.arange(2 * MINUTES_PER_DAY, 6 * MINUTES_PER_DAY, 3)
+    ends = np.arange(6 * MINUTES_PER_DAY, 12 * MINUTES_PER_DAY - 10, 3)
+    meta = SimpleNamespace(
+        persistence_quantiles=np.zeros((10, 3)),
+        volatility=SimpleNamespace(
+            profile=TimeOfDayProfile.flat(),
+            columns=(0,),
+            scale=lambda ts, inputs, h: np.ones((len(ts), h)),
+        ),
+        config=SimpleNamespace(quantiles=QUANTILES, lookback=60, horizon=10),
+    )
+    profiles = {
+        "checkpoint": TimeOfDayProfile.flat(),
+        "calibration bars": fit_profile(data, int(data.ts[fit[-1]]) + 1),
+    }
+    _, fitted, _ = calibrated_forecasts(data, ends, fit, meta, 1380, None, None, profiles)  # type: ignore[arg-type]
+    for name in ("tod_ewma_gaussian", "har_tod_gaussian", "har_tod_ewma_gaussian"):
+        assert fitted[name]["profile"] == "calibration bars", (name, fitted[name])
+    assert "profile" not in fitted["ewma_gaussian"]
