@@ -151,6 +151,11 @@ class Metrics:
         self.gap_minutes = Counter(
             "barcast_gap_minutes_total", "Minutes missing across all detected gaps.", registry=reg
         )
+        self.rolls = Counter(
+            "barcast_rolls_total",
+            "Rolls: a symbol's states carried over to its next contract.",
+            registry=reg,
+        )
         self.commits = Counter(  # named before the runtime's commit was called one
             "barcast_checkpoints_total",
             "Checkpoints done: states stored and the consumed offsets they cover released.",
@@ -286,6 +291,7 @@ class MetricsFeed:
                 Outcome.SYNTHETIC: s.synthetic,
                 "gaps": s.gaps,
                 "gap_minutes": s.gap_bars,
+                "rolls": s.rolls,
             }
         )
         return counts
@@ -297,7 +303,7 @@ class MetricsFeed:
         for name, n in moved.items():
             if name in self.series:
                 self.series[name].inc(n)
-            elif name in ("gaps", "gap_minutes"):
+            elif name in ("gaps", "gap_minutes", "rolls"):
                 getattr(metrics, name).inc(n)
             else:
                 kind, label = name.split(":", 1)

@@ -84,6 +84,7 @@ class CleanBarValue(TypedDict, total=False):
 
 class FeaturesValue(TypedDict):
     symbol: str
+    raw_symbol: NotRequired[str]  # the bar's, when it had one
     ts_event: int
     close: float
     fingerprint: str
@@ -259,7 +260,7 @@ def encode_control(record: ControlRecord) -> bytes:
 
 
 def decode_control(data: bytes) -> ControlRecord:
-    """An END_OF_INTERVAL or OUTAGE record; ValueError for anything else."""
+    """An END_OF_INTERVAL, OUTAGE or ROLL record; ValueError for anything else."""
     value = _object(data, "control")
     kind, ts_event, end = value.get("control"), value.get("ts_event"), value.get("end")
     if (
@@ -341,6 +342,8 @@ def decode_features(data: bytes) -> FeaturesValue:
     """A `features` value, field by field; ValueError naming the wrong fields if not one."""
     value = _object(data, "features")
     wrong = _wrong_fields(value, FEATURES_FIELDS)
+    if "raw_symbol" in value and type(value["raw_symbol"]) is not str:
+        wrong.append("raw_symbol")
     if wrong:
         raise ValueError(
             f"field(s) {', '.join(wrong)} missing or not of the type the features stage writes"

@@ -82,6 +82,7 @@ CLEAN_FIELDS: dict[str, dict[str, Any]] = {
 }
 FEATURES_FIELDS: dict[str, dict[str, Any]] = {
     "symbol": RAW_FIELDS["symbol"],
+    "raw_symbol": RAW_FIELDS["raw_symbol"],
     "ts_event": RAW_FIELDS["ts_event"],
     "close": _field({"type": "number"}, "close as a float"),
     "fingerprint": _field({"type": "string"}, "the feature set's fingerprint"),
@@ -96,6 +97,7 @@ FEATURES_FIELDS: dict[str, dict[str, Any]] = {
 SERIES = {"type": "array", "items": {"type": ["number", "null"]}}
 FORECAST_FIELDS: dict[str, dict[str, Any]] = {
     "symbol": RAW_FIELDS["symbol"],
+    "raw_symbol": _field({"type": "string"}, "its last bar's raw symbol, when it had one"),
     "ts_event": _field(INT, "the last bar of the window, UNIX ns"),
     "close": _field({"type": "number"}, "its close"),
     "horizons": _field({"type": "array", "items": INT}, "1..10 minutes ahead"),
@@ -110,7 +112,7 @@ FORECAST_FIELDS: dict[str, dict[str, Any]] = {
     "latency_ms": _field({"type": "number"}, "bar entering barcast to forecast published"),
     "schema_version": _field(INT, "2 with online calibration on; absent without"),
 }
-OPTIONAL_FORECAST_FIELDS = ("schema_version",)
+OPTIONAL_FORECAST_FIELDS = ("schema_version", "raw_symbol")
 QUANTILES = r"^(price_|raw_)?q[0-9]{2}$"
 FLOATS = {"type": "array", "items": {"type": "number"}}
 BOOLS = {"type": ["array", "null"], "items": {"type": "boolean"}}
@@ -123,7 +125,8 @@ SCORE_FIELDS: dict[str, dict[str, Any]] = {
         {"enum": [None, *(u.value for u in Unscored)]},
         "null if scored, else why not (training's label rules): `session_break` (a minute of "
         "the label has no bar), `gap_fill` (a bar of it is a gap fill), `late` (its bars had "
-        "left the retention); the fields below are then null",
+        "left the retention), `outage` (a minute of it has no bar because live ingest lost "
+        "it: an outage record); the fields below are then null",
     ),
     "realized": _field(
         {**FLOATS, "type": ["array", "null"]}, "log(close[t+k] / close[t]) per horizon"
@@ -253,7 +256,9 @@ TOPICS: dict[str, tuple[str, dict[str, Any]]] = {
     "bars.dlq": ("the original bytes of a record that could not be processed: any bytes", {}),
     "features": (
         "one bar's feature row, or a control record passed on",
-        _with_control(_object(FEATURES_FIELDS, list(FEATURES_FIELDS), False)),
+        _with_control(
+            _object(FEATURES_FIELDS, [n for n in FEATURES_FIELDS if n != "raw_symbol"], False)
+        ),
     ),
     "forecasts": ("the quantile forecast of one window", FORECAST_VALUE),
     "forecasts.scores": (

@@ -204,7 +204,7 @@ def test_stats_count_every_rule_and_print_one_line() -> None:
     assert stats.summary() == (
         "bars=5 clean=2 corrected=1 (envelope=1) duplicate=0 "
         "rejected=2 (conflicting_duplicate=1 malformed=1) gaps=1 (1 bars, 1 filled) "
-        "spike_held=0 spike_confirmed=0"
+        "spike_held=0 spike_confirmed=0 rolls=0"
     )
 
 

@@ -20,6 +20,7 @@ EXPORTED = {
     "barcast_dlq": "counter",
     "barcast_gaps": "counter",
     "barcast_gap_minutes": "counter",
+    "barcast_rolls": "counter",
     "barcast_batch_size": "histogram",
     "barcast_inference_seconds": "histogram",
     "barcast_bar_to_forecast_seconds": "histogram",

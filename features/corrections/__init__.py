@@ -49,7 +49,15 @@ Gaps (ohlcv-1m): when an accepted bar follows the previous one by more than a mi
 missing minutes are reported (`Gap`) and, with `fill_gaps` and at most `max_fill` missing
 (longer gaps are session breaks), filled with synthetic bars (`status: "synthetic"`,
 O=H=L=C=previous close, volume 0) placed before it in `Step.clean`. Synthetic bars answer no
-input, so they are no outcome and never enter the statistics of real bars.
+input, so they are no outcome and never enter the statistics of real bars. A gap over an outage
+(`outage()`: live ingest lost those minutes) is a session break too: an outage is not a quiet
+market.
+
+Rolls: a bar whose `raw_symbol` is not the last bar's (a symbol keyed by its continuous symbol
+changed contract) rolls the state first: its price levels are multiplied by the ratio of the new
+contract's price to the old one's (announced by a ROLL record, `expect_roll()`; else the bar's
+open over the last close), so no return, spike test or gap fill sees the calendar spread; a
+held candidate is decided by the bar's prices brought back to the old contract (`Step.roll`).
 """
 
 from features.corrections.config import CorrectionConfig
@@ -61,12 +69,13 @@ from features.corrections.outcome import (
     Gap,
     Outcome,
     Reason,
+    Roll,
     Rule,
     Status,
     Step,
 )
 from features.corrections.state import SymbolState
-from features.corrections.step import correct, flush
+from features.corrections.step import correct, expect_roll, flush, outage
 
 __all__ = [
     "SYNTHETIC",
@@ -77,6 +86,7 @@ __all__ = [
     "History",
     "Outcome",
     "Reason",
+    "Roll",
     "Rule",
     "Status",
     "Step",
@@ -84,5 +94,7 @@ __all__ = [
     "bars_from_frame",
     "correct",
     "correct_history",
+    "expect_roll",
     "flush",
+    "outage",
 ]

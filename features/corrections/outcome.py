@@ -91,6 +91,20 @@ class Step:
     outcomes: list[Outcome] = field(default_factory=list)
     clean: list[dict[str, Any]] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
+    roll: Roll | None = None  # the symbol's contract changed before clean[roll.at]
+
+
+@dataclass(frozen=True, slots=True)
+class Roll:
+    """The contract behind a symbol changed at `ts` (the new contract's first bar): `old` and
+    `new` raw symbols, and `ratio`, new's price over old's, by which the state's price levels
+    were rescaled; the bars from `Step.clean[at]` on are the new contract's."""
+
+    ts: int
+    old: str
+    new: str
+    ratio: float
+    at: int
 
 
 @dataclass(slots=True)
@@ -113,6 +127,7 @@ class CorrectionStats:
     synthetic: int = 0
     held: int = 0
     confirmed: int = 0
+    rolls: int = 0
 
     @property
     def total(self) -> int:
@@ -148,6 +163,7 @@ class CorrectionStats:
             synthetic=self.synthetic,
             held=self.held,
             confirmed=self.confirmed,
+            rolls=self.rolls,
         )
         return flat
 
@@ -163,5 +179,5 @@ class CorrectionStats:
             f"corrected={self.corrected}{detail(self.corrections)} "
             f"duplicate={self.duplicate} rejected={self.rejected}{detail(self.rejections)} "
             f"gaps={self.gaps} ({self.gap_bars} bars, {self.synthetic} filled) "
-            f"spike_held={self.held} spike_confirmed={self.confirmed}"
+            f"spike_held={self.held} spike_confirmed={self.confirmed} rolls={self.rolls}"
         )

@@ -24,6 +24,9 @@ REQUIRED = (
     "source",
 )
 REQUIRED_SET = frozenset(REQUIRED)
+# Fields kept if present, in this order (bars.clean carries them on): the contract of a bar keyed
+# by a continuous symbol.
+KEPT = (*REQUIRED[:2], "raw_symbol", *REQUIRED[2:])
 TS_MIN = 946_684_800 * 10**9  # 2000-01-01: no CME bar in DBN is older
 TS_MAX = 4_102_444_800 * 10**9  # 2100-01-01
 INT64_MIN = -(2**63)
@@ -112,8 +115,12 @@ def validate(
         return prices
     defined = prices if None not in prices else [UNDEF_PRICE if p is None else p for p in prices]
     identity = (data["instrument_id"], data["publisher_id"], *defined, data["volume"])
-    if len(data) != len(REQUIRED):  # unknown fields: bars.clean carries the known ones only
-        data = {name: data[name] for name in REQUIRED}
+    raw_symbol = data.get("raw_symbol", "")
+    if type(raw_symbol) is not str or len(raw_symbol) > STR_LIMITS["symbol"]:
+        got = f"{type(raw_symbol).__name__} {raw_symbol!r:.70}"
+        return f"field 'raw_symbol' must be a string of at most 64 characters, got {got}"
+    if len(data) != len(REQUIRED) + ("raw_symbol" in data):  # bars.clean takes the known ones
+        data = {name: data[name] for name in KEPT if name in data}
     # Content identity for duplicates. Hashes of int tuples are deterministic in CPython (no
     # PYTHONHASHSEED); a test pins one value so an interpreter change cannot slip by.
     return Bar(value, data, data["symbol"], data["ts_event"], data["rtype"], prices, hash(identity))

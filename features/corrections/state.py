@@ -46,7 +46,9 @@ class SymbolState:
     `last` is the last accepted `bars.clean` value (reference close, gap-fill template; treat
     emitted dicts as read-only), `tick` the gcd of accepted prices (the symbol's price grid,
     learned), `returns` recent close-to-close log returns, `keys` recent accepted
-    (ts_event, rtype, digest), `held` a spike candidate awaiting confirmation.
+    (ts_event, rtype, digest), `held` a spike candidate awaiting confirmation. `outage_until`:
+    the end of the latest outage (live ingest lost the minutes before it: a gap across it is a
+    session break), `roll`: a roll announced to the next contract (raw symbol) and its ratio.
     """
 
     symbol: str = ""
@@ -55,6 +57,8 @@ class SymbolState:
     returns: deque[float] = field(default_factory=deque)
     keys: deque[tuple[int, int, int]] = field(default_factory=deque)
     held: Held | None = None
+    outage_until: int = 0
+    roll: tuple[str, float] | None = None
 
     @property
     def last_ts(self) -> int:
@@ -84,6 +88,8 @@ class SymbolState:
             "returns": list(self.returns),
             "keys": list(self.keys),
             "held": None if self.held is None else _held_doc(self.held),
+            "outage": self.outage_until,
+            "roll": self.roll,
         }
         try:
             return orjson.dumps(doc)
@@ -114,6 +120,8 @@ class SymbolState:
                 returns=deque(doc["returns"]),
                 keys=deque(tuple(key) for key in doc["keys"]),
                 held=None if held is None else _held_from_doc(held),
+                outage_until=doc.get("outage", 0),  # absent: written before outages
+                roll=None if doc.get("roll") is None else tuple(doc["roll"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"corrections state is damaged ({exc!r}); {START_AFRESH}") from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from features.bars import PRICE_FIELDS
 from features.corrections.config import CorrectionConfig
 from features.corrections.outcome import (
     SYNTHETIC,
@@ -13,6 +14,7 @@ from features.corrections.outcome import (
     Gap,
     Outcome,
     Reason,
+    Roll,
     Status,
     Step,
 )
@@ -78,6 +80,20 @@ def flush(
     return step
 
 
+def outage(state: SymbolState, end: int) -> None:
+    """Live ingest lost the minutes before `end` (an OUTAGE record): a gap across them is a
+    session break, not a quiet market, so it is not filled."""
+    state.outage_until = max(state.outage_until, end)
+
+
+def expect_roll(state: SymbolState, new: str, ratio: float) -> None:
+    """A ROLL record: the symbol's next contract is raw symbol `new`, priced `ratio` times the
+    current one; its first bar rolls the state at this ratio (a roll no record announced, at the
+    ratio of that bar's open to the last close)."""
+    if state.last is not None:
+        state.roll = (new, ratio)
+
+
 def process(
     bar: Bar,
     state: SymbolState,
@@ -110,9 +126,13 @@ def process(
         _reject(step, stats, value, ref, repaired.reason, repaired.message)
         return
     prices, changes = repaired
-    if state.held is not None:
-        _resolve(state, config, stats, step, later=prices)
-        last = state.last
+    ratio = _roll_ratio(bar, state)
+    if state.held is not None:  # seen in the held bar's contract
+        later = prices if ratio is None else [round(p / ratio) for p in prices]
+        _resolve(state, config, stats, step, later=later)
+    if ratio is not None:
+        _roll(state, stats, step, bar, ratio)
+    last = state.last
     if changes:
         data["open"], data["high"], data["low"], data["close"] = prices
         data["status"] = CORRECTED
@@ -129,6 +149,29 @@ def process(
                 return
             stats.confirmed += 1
     _accept(state, config, stats, step, data, tuple(changes), value, ref, bar.digest)
+
+
+def _roll_ratio(bar: Bar, state: SymbolState) -> float | None:
+    """The ratio this bar rolls the symbol's state at, if its contract is not the last bar's."""
+    new, last = bar.data.get("raw_symbol"), state.last
+    if new is None or last is None or last.get("raw_symbol", new) == new:
+        return None
+    announced, state.roll = state.roll, None
+    if announced is not None and announced[0] == new:
+        return announced[1]
+    price = bar.prices[0] or bar.prices[3]  # the open, nearest the last close in time
+    return price / last["close"] if price and last["close"] > 0 else 1.0
+
+
+def _roll(state: SymbolState, stats: CorrectionStats, step: Step, bar: Bar, ratio: float) -> None:
+    """Carry the state over to `bar`'s contract: its price levels times `ratio` (the returns,
+    the tick and the keys are the symbol's own)."""
+    last, new = state.last, bar.data["raw_symbol"]
+    assert last is not None  # _roll_ratio saw one
+    rescaled = {name: round(last[name] * ratio) for name in PRICE_FIELDS}
+    state.last = {**last, **rescaled, "raw_symbol": new}
+    step.roll = Roll(bar.ts, last.get("raw_symbol", ""), new, ratio, len(step.clean))
+    stats.rolls += 1
 
 
 def _seen(bar: Bar, state: SymbolState, stats: CorrectionStats, step: Step, ref: Any) -> None:
@@ -212,8 +255,10 @@ def _gap(
     last: dict[str, Any],
     missing: int,
 ) -> None:
-    """Report missing minutes; fill short gaps with flagged flat bars at the previous close."""
-    filled = config.fill_gaps and missing <= config.max_fill
+    """Report missing minutes; fill short gaps with flagged flat bars at the previous close,
+    unless an outage lies in them."""
+    lost = state.outage_until > last["ts_event"] + MINUTE_NS
+    filled = config.fill_gaps and missing <= config.max_fill and not lost
     gap = Gap(state.symbol, last["ts_event"], missing, filled)
     step.gaps.append(gap)
     stats.record_gap(gap)

@@ -69,6 +69,7 @@ class WindowRequest:
     ts_event: int
     close: float
     received_ns: int
+    raw_symbol: str | None = None  # the bar's contract, when keyed by a continuous symbol
 
 
 @dataclass(slots=True)

@@ -25,8 +25,10 @@ def forecast_value(
     now_ns: int,
 ) -> dict[str, Any]:
     """quantiles `(horizon, n_quantiles)` of the cumulative log return of the close."""
-    value: dict[str, Any] = {
-        "symbol": request.symbol,
+    value: dict[str, Any] = {"symbol": request.symbol}
+    if request.raw_symbol is not None:
+        value["raw_symbol"] = request.raw_symbol
+    value |= {
         "ts_event": request.ts_event,
         "close": request.close,
         "horizons": list(range(1, engine.horizon + 1)),

@@ -50,6 +50,7 @@ def window_requests(symbol: str, bars: list[dict[str, Any]], lookback: int) -> l
                 ts_event=int(bars[i]["ts_event"]),
                 close=bars[i]["close"] * PRICE_SCALE,
                 received_ns=0,
+                raw_symbol=bars[i].get("raw_symbol"),
             )
         )
     return requests
@@ -74,11 +75,12 @@ def forecast_values(
 ) -> list[dict[str, Any]]:
     """The `forecasts` values of `forecast_history`'s quantiles, in key order, the closes from
     `clean_history`'s bars, without the fields that describe one delivery (`DELIVERY`)."""
-    closes = {(s, bar["ts_event"]): bar["close"] * PRICE_SCALE for s in clean for bar in clean[s]}
+    bars = {(s, bar["ts_event"]): bar for s in clean for bar in clean[s]}
     out = []
     for (symbol, ts), quantiles in sorted(forecasts.items()):
-        close = closes[symbol, ts]
-        request = WindowRequest(symbol, symbol.encode(), 0, 0, np.empty(0), ts, close, 0)
+        bar = bars[symbol, ts]
+        close, raw = bar["close"] * PRICE_SCALE, bar.get("raw_symbol")
+        request = WindowRequest(symbol, symbol.encode(), 0, 0, np.empty(0), ts, close, 0, raw)
         value = forecast_value(engine, request, quantiles, 0, 0)
         out.append({name: v for name, v in value.items() if name not in DELIVERY})
     return out

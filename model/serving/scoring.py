@@ -33,6 +33,7 @@ class Unscored(StrEnum):
     SESSION_BREAK = "session_break"  # a minute of the label has no bar: the session ended
     GAP_FILL = "gap_fill"  # a bar of the label is a synthetic gap fill
     LATE = "late"  # the forecast came after its label's bars left the retention
+    OUTAGE = "outage"  # a minute of the label has no bar: live ingest lost it (an outage)
 
 
 class ScoreValue(TypedDict):
@@ -123,10 +124,12 @@ def unscored(forecast: ForecastFields, reason: Unscored) -> ScoreValue:
 
 class Decided(NamedTuple):
     """A forecast whose label is known: its bars at t+1..t+H minutes (None: no bar that minute),
-    or None if they left the retention before it came."""
+    or None if they left the retention before it came; `outage`: a minute without a bar lies in
+    an outage."""
 
     forecast: ForecastFields
     bars: tuple[LabelBar | None, ...] | None
+    outage: bool = False
 
 
 class Score(NamedTuple):
@@ -148,11 +151,12 @@ def score_decided(decided: list[Decided]) -> list[Score]:
     the others scored with it."""
     scores: list[Score | None] = [None] * len(decided)
     whole: dict[int, list[int]] = {}  # horizons -> indices of forecasts with a whole label
-    for i, (forecast, bars) in enumerate(decided):
+    for i, (forecast, bars, outage) in enumerate(decided):
         if bars is None:
             scores[i] = Score(unscored(forecast, Unscored.LATE), None)
         elif None in bars:
-            scores[i] = Score(unscored(forecast, Unscored.SESSION_BREAK), None)
+            reason = Unscored.OUTAGE if outage else Unscored.SESSION_BREAK
+            scores[i] = Score(unscored(forecast, reason), None)
         elif True in [b.synthetic for b in bars]:  # type: ignore[union-attr]
             scores[i] = Score(unscored(forecast, Unscored.GAP_FILL), None)
         else:
@@ -172,10 +176,10 @@ def score_increments(record: ScoreValue) -> np.ndarray:
 
 def _scored(decided: list[Decided]) -> list[Score]:
     """Scores of forecasts with whole labels of one length."""
-    closes = np.array([[f.close, *[b.close for b in bars]] for f, bars in decided])  # type: ignore[union-attr]
+    closes = np.array([[f.close, *[b.close for b in bars]] for f, bars, _ in decided])  # type: ignore[union-attr]
     logs = np.log(closes)
     y = logs[:, 1:] - logs[:, :1]
-    q = np.array([f.q10 + f.q50 + f.q90 for f, _ in decided])  # QUANTILES' order
+    q = np.array([f.q10 + f.q50 + f.q90 for f, *_ in decided])  # QUANTILES' order
     q = q.reshape(len(decided), len(QUANTILES), -1).swapaxes(1, 2)
     losses = pinball_losses(y, q, tuple(QUANTILES.values()))
     below, above = y < q[..., _LOWER], y > q[..., _UPPER]
@@ -206,7 +210,7 @@ def _scored(decided: list[Decided]) -> list[Score]:
             },
             rows,
         )
-        for ((f, _), realized, loss, covered, low, high), rows in zip(
+        for ((f, *_), realized, loss, covered, low, high), rows in zip(
             records, increments, strict=True
         )
     ]

@@ -100,6 +100,8 @@ class SymbolScoring:
     last_forecast_ts: int | None = None
     dropped_through: int | None = None  # newest bar ts dropped by the retention
     rolling: Rolling = field(default_factory=Rolling)
+    outages: list[tuple[int, int]] = field(default_factory=list)  # [start, end) lost, in order
+    rolled_at: int | None = None  # the last roll's ts_event: one re-published is not taken again
 
     def __post_init__(self) -> None:
         self.rolling.window = self.window
@@ -125,6 +127,22 @@ class SymbolScoring:
         self.packed.append(pack_forecast(forecast))
         return self._decide()
 
+    def outage(self, start: int, end: int) -> None:
+        """Live ingest lost [start, end): a label with a minute missing there is `outage`."""
+        if (start, end) not in self.outages:
+            self.outages.append((start, end))
+
+    def roll(self, ts_event: int, ratio: float) -> None:
+        """The symbol's contract changed at `ts_event` (its bars from there on), priced `ratio`
+        times the old one: the closes held, pending forecasts' and bars', are rescaled to it,
+        so a label across the roll sees the market's move, not the calendar spread."""
+        if self.rolled_at is not None and ts_event <= self.rolled_at:
+            return
+        self.rolled_at = ts_event
+        self.pending = [f._replace(close=f.close * ratio) for f in self.pending]
+        self.packed = [pack_forecast(f) for f in self.pending]
+        self.bars = {ts: b._replace(close=b.close * ratio) for ts, b in self.bars.items()}
+
     def scored(self, scores: list[Score]) -> list[ScoreValue]:
         """What `add_bar` and `add_forecast` decided, scored (`score_decided`, in the order
         decided), into the rolling figures; the records returned."""
@@ -140,7 +158,13 @@ class SymbolScoring:
             if self.last_bar_ts < forecast.ts_event + forecast.horizons[-1] * NS_PER_MIN:
                 break  # forecasts are in ts order: no later one is decided either
             minutes = label_minutes(forecast)
-            out.append(Decided(forecast, tuple(self.bars.get(ts) for ts in minutes)))
+            bars = tuple(self.bars.get(ts) for ts in minutes)
+            lost = any(
+                bar is None and start <= ts < end
+                for ts, bar in zip(minutes, bars, strict=True)
+                for start, end in self.outages
+            )
+            out.append(Decided(forecast, bars, lost))
             self.pending.pop(0)
             self.packed.pop(0)
         self._evict()
@@ -156,6 +180,8 @@ class SymbolScoring:
         while len(self.bars) > self.retention:
             self.dropped_through = next(iter(self.bars))
             del self.bars[self.dropped_through]
+        if self.outages and needed != -math.inf:  # an outage no label can reach any more
+            self.outages = [o for o in self.outages if o[1] > needed]
 
     def to_bytes(self) -> bytes:
         """STATE_FORMAT: a JSON header, then every float as a little-endian double (each
@@ -169,6 +195,8 @@ class SymbolScoring:
             "last_forecast_ts": self.last_forecast_ts,
             "dropped_through": self.dropped_through,
             "rolling": len(self.rolling.sums),
+            "outages": self.outages,
+            "rolled_at": self.rolled_at,
         })  # fmt: skip
         closes = [b.close for b in self.bars.values()]
         floats = struct.pack(f"<{len(closes)}d", *closes)
@@ -212,6 +240,8 @@ class SymbolScoring:
             last_bar_ts=values["last_bar_ts"],
             last_forecast_ts=values["last_forecast_ts"],
             dropped_through=values["dropped_through"],
+            outages=[tuple(span) for span in values.get("outages", [])],  # absent: from before
+            rolled_at=values.get("rolled_at"),
         )
         rows = np.array(values["rolling"], dtype=float)
         state.rolling.sums = rows.reshape(-1, ROLLING_WIDTH)

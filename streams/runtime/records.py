@@ -43,9 +43,15 @@ class Ackable(Protocol):
 
 @dataclass(slots=True)
 class Control(Record):
-    """An END_OF_INTERVAL record, forwarded to the same partition of each next topic."""
+    """A control record (END_OF_INTERVAL, OUTAGE, ROLL: `decoded`), forwarded to the same
+    partition of each next topic."""
 
     ts_event: int
+    decoded: schema.ControlRecord
+
+    @property
+    def kind(self) -> str:
+        return self.decoded["control"]
 
     def forward(self, topic: str) -> Out:
         return Out(
@@ -54,15 +60,25 @@ class Control(Record):
 
 
 def control_of(record: Record) -> Control | None:
-    """The record as an END_OF_INTERVAL, or None if it is not a valid one."""
+    """The record as a control record, or None if it is not a valid one."""
     if not schema.is_control_headers(record.headers):
         return None
     try:
-        ts_event = schema.decode_control(record.value)["ts_event"]
+        decoded = schema.decode_control(record.value)
     except ValueError:
         return None
     source = (record.topic, record.partition, record.offset, record.timestamp_ms, record.key)
-    return Control(*source, record.value, record.headers, ts_event)
+    return Control(*source, record.value, record.headers, decoded["ts_event"], decoded)
+
+
+def roll_control(
+    topic: str, partition: int, offset: int, key: bytes, roll: schema.ControlRecord
+) -> Control:
+    """A ROLL record a stage makes (the corrections stage, at the bar that rolled `key`)."""
+    value, ms = schema.encode(roll), roll["ts_event"] / 1e6
+    return Control(
+        topic, partition, offset, ms, key, value, schema.CONTROL_HEADERS, roll["ts_event"], roll
+    )
 
 
 @dataclass(slots=True)
@@ -95,3 +111,4 @@ class FeatureRow:
     warm: bool
     values: np.ndarray
     fingerprint: str
+    raw_symbol: str | None = None  # its contract's, when keyed by a continuous symbol

@@ -4,6 +4,7 @@ bytes and headers naming the reason and its source record (streams.runtime.polic
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -11,10 +12,11 @@ import orjson
 
 from features import corrections as rules
 from streams.runtime.policy import dead_letter
-from streams.runtime.records import CleanBar, Control, Out, Record, control_of
+from streams.runtime.records import CleanBar, Control, Out, Record, control_of, roll_control
 from streams.runtime.stores import StateStore
-from streams.schema import Headers, bar_headers
+from streams.schema import CONTROL_HEADERS, ControlKind, Headers, bar_headers, encode, roll
 
+log = logging.getLogger("barcast.corrections")
 Topics = tuple[str, str, str]  # raw, clean and dead-letter topic names
 
 
@@ -63,18 +65,36 @@ class Corrections:
         self._emit(key, step, source, out)
 
     def _control(self, control: Control, out: Cleaned) -> None:
-        """Decide the partition's held spike candidates that timed out, then pass the record
-        on so the forecast stage can flush the minute."""
-        partition = control.partition
+        """Decide the partition's held spike candidates that timed out (an OUTAGE also marks
+        every symbol's state: no gap fill across it), then pass the record on so the forecast
+        stage can flush the minute. A ROLL is taken by its symbol's state and not passed on:
+        the bar that rolls it sends the roll on (`_emit`)."""
+        partition, offset, kind = control.partition, control.offset, control.kind
+        if kind == ControlKind.ROLL:
+            self._announced(control)
+            return
         for key in self.store.keys_in(partition):
             state = self.store.read(key)
+            changed = kind == ControlKind.OUTAGE
+            if changed:
+                rules.outage(state, control.decoded["end"])
             if state.held is not None:
                 step = rules.flush(state, self.config, self.stats, until_ts=control.ts_event)
                 if step.outcomes:
-                    self.store.write(key, partition, control.offset, state)
-                    self._emit(key, step, (self.raw_topic, partition, control.offset), out)
+                    changed = True
+                    self._emit(key, step, (self.raw_topic, partition, offset), out)
+            if changed:
+                self.store.write(key, partition, offset, state)
         out.outputs.append(control.forward(self.clean_topic))
         out.items.append(control)
+
+    def _announced(self, control: Control) -> None:
+        roll_value = control.decoded
+        key = roll_value["symbol"].encode()
+        state = self.store.read(key)
+        if state.last is not None:  # else no bar of the symbol yet: its first one starts it
+            rules.expect_roll(state, roll_value["raw_symbols"][1], roll_value["ratio"])
+            self.store.write(key, control.partition, control.offset, state)
 
     def _emit(
         self, key: bytes, step: rules.Step, source: tuple[str, int, int], out: Cleaned
@@ -89,8 +109,32 @@ class Corrections:
                 out.outputs.append(
                     dead_letter(self.dlq_topic, key, value, ref, reason, why, partition)
                 )
-        for bar in step.clean:
+        rolled = step.roll
+        for i, bar in enumerate(step.clean):
+            if rolled is not None and i == rolled.at:
+                self._roll(key, rolled, source, out)
             ms = bar["ts_event"] / 1e6
             value = orjson.dumps(bar)
             out.outputs.append(Out(self.clean_topic, key, value, ms, out.headers, partition))
             out.items.append(CleanBar(topic, key, partition, offset, ms, bar, out.now_ns))  # type: ignore[arg-type]
+        if rolled is not None and rolled.at == len(step.clean):  # its bar held as a candidate
+            self._roll(key, rolled, source, out)
+
+    def _roll(
+        self, key: bytes, rolled: rules.Roll, source: tuple[str, int, int], out: Cleaned
+    ) -> None:
+        """The roll `key`'s state took, on to the next stage, before the new contract's bars."""
+        topic, partition, offset = source
+        value = roll(rolled.ts, key.decode(), rolled.old, rolled.new, rolled.ratio)
+        log.info(
+            "corrections: %s rolled from %s to %s at ratio %.6f",
+            key.decode(),
+            rolled.old,
+            rolled.new,
+            rolled.ratio,
+        )
+        ms = rolled.ts / 1e6
+        out.outputs.append(
+            Out(self.clean_topic, key, encode(value), ms, CONTROL_HEADERS, partition)
+        )
+        out.items.append(roll_control(topic, partition, offset, key, value))

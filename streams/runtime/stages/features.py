@@ -1,7 +1,13 @@
 """Clean bars -> feature rows: the Numba engine, one call per batch for all symbols. Each
 symbol's state is its engine state plus the ts_event of its last bar: a bar at or before it is
 a repeat an upstream restart re-published (bars.clean carries each symbol's bars in strictly
-increasing time otherwise), applied already and skipped."""
+increasing time otherwise), applied already and skipped.
+
+A symbol keyed by its continuous symbol keeps one engine state across contracts: at each ROLL
+its `scale` is divided by the roll's ratio, and the engine is fed the bars' prices times it, so
+the new contract's prices arrive at the level the state has seen and no return, volatility or
+price feature sees the calendar spread (the features are scale-free; a row's `close` stays the
+bar's own). Scaled prices are rounded to the fixed-point unit, as bars' prices are."""
 
 from __future__ import annotations
 
@@ -13,15 +19,20 @@ import numpy as np
 import zstandard
 
 from features import engine
-from features.bars import PRICE_SCALE, engine_columns
+from features.bars import PRICE_FIELDS, PRICE_SCALE, engine_columns
 from features.corrections import SYNTHETIC
 from streams import schema
 from streams.metrics import Metrics, Outcome, Stage
 from streams.runtime.policy import DeadLetterReason, dead_letter
 from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
 from streams.runtime.stores import StateStore
+from streams.schema import ControlKind
 
 _LAST_TS = struct.Struct("<q")  # ts_event of the symbol's last bar, before the engine state
+# After it, once the symbol rolled: the factor its bars' prices are fed at, and the last roll's
+# ts_event (a roll re-published upstream is not applied again).
+_ROLLED = struct.Struct("<dq")
+_STATE_BYTES = len(engine.state_to_bytes(engine.new_states(1)[0]))
 NO_TS = -(2**63)
 # Reused: a context made per call adds to every state's encoding (the loop's thread only)
 _COMPRESS, _DECOMPRESS = zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()
@@ -33,21 +44,42 @@ class SymbolFeatures:
 
     last_ts: int = NO_TS
     vector: np.ndarray = field(default_factory=lambda: engine.new_states(1)[0])
+    scale: float = 1.0
+    rolled_at: int = NO_TS
 
     def to_bytes(self) -> bytes:
         """Compressed (zstd's fastest level): a third of an engine state is zeros."""
         state = _LAST_TS.pack(self.last_ts) + engine.state_to_bytes(self.vector)
+        if self.rolled_at != NO_TS:  # a symbol that never rolled: the bytes of before rolls
+            state += _ROLLED.pack(self.scale, self.rolled_at)
         return _COMPRESS.compress(state)
+
+    def roll(self, ts_event: int, ratio: float) -> bool:
+        """Feed the bars from `ts_event` on at the scale of before a roll of `ratio`; False
+        (nothing done) for a roll it took already."""
+        if ts_event <= max(self.last_ts, self.rolled_at):
+            return False
+        self.scale /= ratio
+        self.rolled_at = ts_event
+        return True
+
+    def prices(self, bar: schema.CleanBarValue) -> list[float]:
+        """The bar's open, high, low and close as the engine is fed them."""
+        fixed = [bar[name] for name in PRICE_FIELDS]  # type: ignore[literal-required]
+        return [round(p * self.scale) * PRICE_SCALE for p in fixed]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolFeatures:
         data = _DECOMPRESS.decompress(data)
-        state = engine.state_from_bytes(data[_LAST_TS.size :])
-        return cls(_LAST_TS.unpack_from(data)[0], state)
+        end = _LAST_TS.size + _STATE_BYTES
+        state = engine.state_from_bytes(data[_LAST_TS.size : end])
+        rolled = _ROLLED.unpack_from(data, end) if len(data) > end else (1.0, NO_TS)
+        return cls(_LAST_TS.unpack_from(data)[0], state, *rolled)
 
 
 Item = CleanBar | Control | Out  # Out: a dead letter, passed on in order
-Bars = list[tuple[CleanBar, int]]  # each new bar, and its symbol's row in the engine call
+# Each new bar, its symbol's row, and if the symbol rolled the prices the engine is fed.
+Bars = list[tuple[CleanBar, int, list[float] | None]]
 
 
 def read_clean_bar(r: Record) -> CleanBar:
@@ -81,22 +113,32 @@ class Features:
         """Every symbol in one engine call; outputs in arrival order, refusals last."""
         rows: dict[bytes, int] = {}
         symbols: list[SymbolFeatures] = []
-        last: list[CleanBar | None] = []  # each row's last new bar: its offset tags the write
+        last: list[CleanBar | Control | None] = []  # each row's last change: tags the write
         bars: Bars = []
         malformed = 0
+
+        def row_of(key: bytes) -> int:
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = len(symbols)
+                symbols.append(self.store.read(key))
+                last.append(None)
+            return row
+
         for item in items:
             if isinstance(item, CleanBar):
-                row = rows.get(item.key)
-                if row is None:
-                    row = rows[item.key] = len(symbols)
-                    symbols.append(self.store.read(item.key))
-                    last.append(None)
+                row = row_of(item.key)
                 symbol = symbols[row]
                 if item.value["ts_event"] <= symbol.last_ts:  # re-published upstream
                     continue
                 symbol.last_ts = item.value["ts_event"]
                 last[row] = item
-                bars.append((item, row))
+                rolled = symbol.rolled_at != NO_TS
+                bars.append((item, row, symbol.prices(item.value) if rolled else None))
+            elif isinstance(item, Control) and item.kind == ControlKind.ROLL:
+                row = row_of(item.key)
+                if symbols[row].roll(item.ts_event, item.decoded["ratio"]):
+                    last[row] = item
             elif isinstance(item, Out):
                 malformed += 1
         computed, refusals = self._compute(symbols, bars, last)
@@ -127,12 +169,16 @@ class Features:
         if not bars:
             return {}, []
         state = np.stack([symbol.vector for symbol in symbols])
-        columns = engine_columns([bar.value for bar, _ in bars])  # type: ignore[misc]
-        index = np.array([row for _, row in bars], dtype=np.int64)
+        columns = engine_columns([bar.value for bar, _, _ in bars])  # type: ignore[misc]
+        for i, (_, _, prices) in enumerate(bars):
+            if prices is not None:
+                for column, price in zip(columns[1:5], prices, strict=True):
+                    column[i] = price
+        index = np.array([row for _, row, _ in bars], dtype=np.int64)
         try:
             values, warm = engine.update_many(state, index, *columns)
             computed = {
-                id(b): feature_row(b, values[i], bool(warm[i])) for i, (b, _) in enumerate(bars)
+                id(b): feature_row(b, values[i], bool(warm[i])) for i, (b, *_) in enumerate(bars)
             }
             refusals: list[Out] = []
         except ValueError:
@@ -147,7 +193,7 @@ class Features:
     ) -> tuple[dict[int, FeatureRow], list[Out]]:
         computed: dict[int, FeatureRow] = {}
         refusals: list[Out] = []
-        for i, (bar, row) in enumerate(bars):
+        for i, (bar, row, _) in enumerate(bars):
             try:
                 values, warm = engine.update_many(
                     state[row : row + 1], np.zeros(1, np.int64), *(c[i : i + 1] for c in columns)
@@ -182,13 +228,16 @@ def feature_row(bar: CleanBar, values: np.ndarray, warm: bool) -> FeatureRow:
         warm=warm,
         values=values,
         fingerprint=engine.FINGERPRINT,
+        raw_symbol=value.get("raw_symbol"),
     )
 
 
 def features_value(row: FeatureRow) -> schema.FeaturesValue:
     """The `features` topic value of a feature row."""
-    return {
+    raw = {} if row.raw_symbol is None else {"raw_symbol": row.raw_symbol}
+    return {  # type: ignore[return-value]
         "symbol": row.symbol,
+        **raw,
         "ts_event": row.ts_event,
         "close": row.close,
         "fingerprint": row.fingerprint,

@@ -75,6 +75,7 @@ class Forecasting:
                 if request is not None:
                     self.batcher.add(request)
             elif isinstance(item, Control):
+                self.scoring.control(item)
                 self.batcher.flush_now()
             else:
                 dead.append(item)

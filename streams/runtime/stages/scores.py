@@ -26,9 +26,9 @@ from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import WindowRequest
 from model.serving.scoring import Decided, LabelBar, ScoreValue, encode_score, score_decided
 from model.serving.scoring_state import SymbolScoring, pooled_figures
-from streams.runtime.records import FeatureRow, Out
+from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stores import StateStore
-from streams.schema import BAR_HEADERS
+from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
 
 
 @dataclass(slots=True)
@@ -38,12 +38,15 @@ class Scores:  # score records in the order they were decided, and the records p
 
 
 class WaitingBar(NamedTuple):
-    """A bar not yet in its symbol's scoring state; `requested`: its forecast is to come."""
+    """A bar not yet in its symbol's scoring state; `requested`: its forecast is to come. Or,
+    with `control`, a ROLL or OUTAGE record for the state, in its place among the bars (its
+    `bar` only orders it: just before the first bar it concerns)."""
 
     bar: LabelBar
     partition: int
     offset: int
     requested: bool
+    control: ControlRecord | None = None
 
 
 class Scoring:
@@ -70,6 +73,24 @@ class Scoring:
             bar = LabelBar(row.ts_event, row.close, row.synthetic)
             waiting = WaitingBar(bar, row.partition, row.offset, requested)
             self.waiting.setdefault(row.key, deque()).append(waiting)
+
+    def control(self, control: Control) -> None:
+        """A ROLL for its symbol's state, or an OUTAGE for those of its partition, to apply in
+        lockstep with their bars: after the bars before it, before those after."""
+        if not self.enabled:
+            return
+        partition, decoded = control.partition, control.decoded
+        if control.kind == ControlKind.ROLL:
+            keys, before = {decoded["symbol"].encode()}, control.ts_event
+        elif control.kind == ControlKind.OUTAGE:
+            waiting = {k for k, bars in self.waiting.items() if bars[-1].partition == partition}
+            keys, before = set(self.scores.keys_in(partition)) | waiting, decoded["end"]
+        else:
+            return
+        marker = LabelBar(before - 1, 0.0, False)
+        for key in sorted(keys):
+            entry = WaitingBar(marker, partition, control.offset, False, decoded)
+            self.waiting.setdefault(key, deque()).append(entry)
 
     def forecasts(
         self, batch: Sequence[WindowRequest], values: Sequence[dict[str, Any]], out: Scores
@@ -109,11 +130,15 @@ class Scoring:
         forecasts of those that requested one into its scoring state, in lockstep."""
         waiting, calibrated = self.waiting[key], self.calibrated.get(key)
         while waiting and (before is None or waiting[0].bar.ts_event < before):
-            bar, partition, offset, requested = waiting[0]
+            bar, partition, offset, requested, control = waiting[0]
             if requested and not calibrated:
                 break  # its forecast is still in the model
             waiting.popleft()
             state = self.scores.read(key)
+            if control is not None:
+                take(state, control)
+                self.scores.write(key, partition, offset, state)
+                continue
             decided = state.add_bar(bar)
             if requested:
                 decided += state.add_forecast(calibrated.popleft())  # type: ignore[union-attr]
@@ -146,3 +171,11 @@ class Scoring:
     def figures(self) -> dict[tuple[int, str], float]:
         """Rolling coverage and pinball per horizon over the symbols this worker holds."""
         return pooled_figures([state.rolling for state in self.scores.states.values()])
+
+
+def take(state: SymbolScoring, control: ControlRecord) -> None:
+    """A ROLL or OUTAGE record into a symbol's scoring state."""
+    if control["control"] == ControlKind.ROLL:
+        state.roll(control["ts_event"], control["ratio"])
+    else:
+        state.outage(control["ts_event"], control["end"])

@@ -48,6 +48,7 @@ def read_feature_row(record: Record) -> FeatureRow:
         warm=value["warm"],
         values=values,
         fingerprint=value["fingerprint"],
+        raw_symbol=value.get("raw_symbol"),
     )
 
 
@@ -71,4 +72,5 @@ def slide(store: WindowStore, row: FeatureRow, forecast: bool) -> WindowRequest 
         ts_event=row.ts_event,
         close=row.close,
         received_ns=time.time_ns() if row.received_ns is None else row.received_ns,
+        raw_symbol=row.raw_symbol,
     )
