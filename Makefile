@@ -24,7 +24,7 @@ test: $(STAMP) browser
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -n 3 --dist load
 
-# The live page's browser test (tests/test_live_page.py) drives Debian's chromium headless;
+# The live page's browser test (tests/streams/web/test_live_page.py) drives Debian's chromium headless;
 # installed here only when missing, and only as root (apt-get), else the package is named.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \

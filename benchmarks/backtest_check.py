@@ -1,8 +1,8 @@
 """`barcast backtest` on the whole shared data, twice: the 6EH4 month and every shared DBN file
 through the embedded broker and real workers with one checkpoint. Checks that the two reports
 are byte-identical and that the report's figures equal a recomputation from the run's topics
-with the training label rule written out (tests/test_backtest.py's, which checks the same on a
-slice in `make test`). Not a timing: it writes what it checked.
+with the training label rule written out (tests/streams/tools/test_backtest.py's, which checks
+the same on a slice in `make test`). Not a timing: it writes what it checked.
 
     .venv/bin/python benchmarks/backtest_check.py [--checkpoint var/model_report/model_report]
 
@@ -28,7 +28,7 @@ from streams.broker import EmbeddedBroker
 from streams.ingest.convert import SIXE_CSV
 from streams.settings import REPO_ROOT, Settings
 from streams.tools.backtest.harness import run_backtest
-from tests.test_backtest import recompute
+from tests.streams.tools.test_backtest import recompute
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "backtest_check.json"
 

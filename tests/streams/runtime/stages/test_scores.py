@@ -22,8 +22,8 @@ from model.serving.scoring_state import SymbolScoring
 from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stores import Changelog, StateStore
-from tests.test_agent_state import MemoryChangelogs, flush
-from tests.test_forecast_scoring import random_history
+from tests.model.serving.test_scoring import random_history
+from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 
 SYMBOLS = ("6EH4", "ESU4")
 TOPIC = "forecasts.scores"

@@ -16,7 +16,7 @@ from streams.settings import Settings
 from tests.historical_gateway import HistoricalGateway
 from tests.kafka_io import Message
 from tests.live_gateway import MINUTE_NS, LiveGateway
-from tests.test_ingest_live import KEY, SYMBOLS, file_rows, ingest_live
+from tests.streams.ingest.test_live import KEY, SYMBOLS, file_rows, ingest_live
 from tests.tls_certs import make_certificates
 from tests.topic_logs import read_all
 

@@ -16,7 +16,7 @@ from streams.runtime.records import FeatureRow, Record
 from streams.runtime.stores import StoreName, marks_name
 from streams.settings import Settings
 from tests.bar_streams import faulty_stream
-from tests.test_agent_state import MemoryChangelogs
+from tests.streams.runtime.test_stores import MemoryChangelogs
 
 ALL = [
     "g-corrections-state-changelog",

@@ -5,7 +5,6 @@ makes, and the schemas accept what barcast writes and refuse what it never write
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,6 @@ from streams import schema as s
 from streams.topic_schemas import TOPICS, markdown_tables, schema, schema_file, schema_text
 from tests.kafka_io import compiled_validator
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 RAW: s.RawBar = {
     "instrument_id": 1,
     "symbol": "6EH4",

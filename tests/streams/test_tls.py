@@ -22,7 +22,7 @@ from streams.broker import EmbeddedBroker, free_port, stop_session
 from streams.exit_codes import ExitCode
 from streams.ingest.convert import write_dbn
 from streams.settings import REPO_ROOT, Settings
-from tests.test_ingest_dbn import sample_metadata, sample_records
+from tests.streams.ingest.test_dbn_source import sample_metadata, sample_records
 from tests.tls_certs import TlsFiles, TlsFront, make_certificates
 from tests.worker import FAUST, Worker
 

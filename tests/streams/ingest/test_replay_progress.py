@@ -10,7 +10,7 @@ import pytest
 from streams.ingest.convert import write_dbn
 from streams.ingest.replay import Replay, ReplayOptions
 from streams.settings import Settings
-from tests.test_ingest_dbn import sample_metadata, sample_records
+from tests.streams.ingest.test_dbn_source import sample_metadata, sample_records
 
 
 class Terminal(io.StringIO):

@@ -23,8 +23,8 @@ from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stores import Changelog, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
-from tests.test_agent_state import MemoryChangelogs
-from tests.test_scoring_stage import TOPIC, scoring
+from tests.streams.runtime.stages.test_scores import TOPIC, scoring
+from tests.streams.runtime.test_stores import MemoryChangelogs
 
 SYMBOLS = ("6EH4", "ESU4")
 START = 1_704_153_600_000_000_000  # 2024-01-02 00:00 UTC

@@ -27,8 +27,8 @@ from streams.settings import Settings
 from tests.bar_streams import expected_features
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import produce
-from tests.test_error_policy import feature_message
-from tests.test_forecast_pipeline import assert_matches
+from tests.streams.runtime.test_policy import feature_message
+from tests.streams.worker.test_forecasts import assert_matches
 from tests.topic_logs import (
     CleanLog,
     DeadLetterLog,

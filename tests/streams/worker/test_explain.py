@@ -21,9 +21,9 @@ from streams.schema import decode_explanation
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import produce, read_topic
-from tests.test_forecast_explanations import TOLERANCE, flat
-from tests.test_forecast_pipeline import end_of_data, forecasts_by_key
-from tests.test_forecast_waiting import raw
+from tests.model.serving.test_explain import TOLERANCE, flat
+from tests.streams.worker.test_first_checkpoint import raw
+from tests.streams.worker.test_forecasts import end_of_data, forecasts_by_key
 from tests.worker import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("worker_threads")]

@@ -24,7 +24,7 @@ from streams.settings import Settings
 from streams.tools.stats_cli import scrape
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import produce, read_topic
-from tests.test_forecast_pipeline import end_of_data, forecasts_by_key, model_quantiles
+from tests.streams.worker.test_forecasts import end_of_data, forecasts_by_key, model_quantiles
 from tests.worker import Worker
 
 pytestmark = pytest.mark.integration

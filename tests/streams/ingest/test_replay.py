@@ -22,7 +22,7 @@ from streams.ingest import replay_cli
 from streams.ingest.convert import ohlcv_metadata, write_dbn
 from streams.ingest.replay import Pacer
 from streams.settings import REPO_ROOT, Settings
-from tests.test_ingest_dbn import T0, sample_metadata, sample_records
+from tests.streams.ingest.test_dbn_source import T0, sample_metadata, sample_records
 from tests.topic_logs import read_all
 
 PRICES = ("open", "high", "low", "close")

@@ -21,8 +21,8 @@ from streams.web import render
 from streams.web.board import FAN_EVERY_MINUTES, HISTORY_MINUTES, Board
 from tests.browser import Browser
 from tests.checkpoints import make_checkpoint
-from tests.test_backtest import sixe_slice
-from tests.test_forecast_pipeline import end_of_data
+from tests.streams.tools.test_backtest import sixe_slice
+from tests.streams.worker.test_forecasts import end_of_data
 from tests.worker import Worker
 
 MINUTE = 60 * 10**9

@@ -22,7 +22,7 @@ from streams.runtime.pipeline import build_pipeline
 from streams.runtime.stages.forecasts import Forecasting
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
-from tests.test_agent_state import MemoryChangelogs
+from tests.streams.runtime.test_stores import MemoryChangelogs
 
 
 def serving(models: Path) -> tuple[Forecasting, CheckpointWatcher, str]:

@@ -30,7 +30,7 @@ from streams.settings import Settings
 from streams.tools.stats_cli import default_url, scrape
 from tests.checkpoints import make_checkpoint, torch_threads_of_a_worker
 from tests.kafka_io import produce, read_topic
-from tests.test_forecast_pipeline import end_of_data
+from tests.streams.worker.test_forecasts import end_of_data
 from tests.worker import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("worker_threads")]
