@@ -17,7 +17,7 @@ from features.registry import FEATURE_NAMES
 from streams import schema
 from streams.runtime.records import Control, FeatureRow, Record
 from tests.roll_files import CONTINUOUS, NEW, OLD, SPREAD, roll_minute
-from tests.test_agent_state import MemoryChangelogs, stages
+from tests.streams.runtime.test_stores import MemoryChangelogs, stages
 
 DAY = 86_400 * 10**9
 

@@ -22,8 +22,8 @@ from streams.ingest.convert import (
 )
 from streams.settings import Settings
 from tests.live_gateway import MINUTE_NS, LiveGateway
-from tests.test_ingest_live import KEY, ingest_live
-from tests.test_replay_days import pipeline
+from tests.streams.ingest.test_live import KEY, ingest_live
+from tests.streams.ingest.test_replay_days import pipeline
 from tests.topic_logs import ForecastLog, ScoreLog, read_all
 from tests.worker import Worker
 

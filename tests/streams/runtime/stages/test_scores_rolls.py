@@ -16,8 +16,8 @@ from model.serving.scoring_state import SymbolScoring
 from streams import schema
 from streams.runtime.records import Control, FeatureRow, roll_control
 from streams.runtime.stages.scores import Scores
-from tests.test_agent_state import MemoryChangelogs
-from tests.test_scoring_stage import scoring
+from tests.streams.runtime.stages.test_scores import scoring
+from tests.streams.runtime.test_stores import MemoryChangelogs
 
 T = 1_705_500_000 * 10**9 // NS_PER_MIN * NS_PER_MIN
 H = 3

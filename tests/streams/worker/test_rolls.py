@@ -22,7 +22,7 @@ from streams.ingest.replay import Replay, ReplayOptions
 from streams.schema import decode_feature_values
 from streams.settings import Settings
 from tests.roll_files import CONTINUOUS, NEW, SPREAD, continuous_recording, roll_minute
-from tests.test_replay_days import pipeline, read_through_controls
+from tests.streams.ingest.test_replay_days import pipeline, read_through_controls
 from tests.topic_logs import FeatureLog, ForecastLog, ScoreLog, read_all, wait_for_metric
 from tests.worker import Worker
 
