@@ -1,11 +1,11 @@
 """One benchmark at two commits in one run: A (a base commit) and B (this checkout), alternated.
 
 The machine is shared and noisy, so a figure from another day says little about a change; this
-runs the same benchmark script at both commits in pairs, swapping the order from one pair to
+runs the same benchmark at both commits in pairs, swapping the order from one pair to
 the next (A B, B A, A B, ...), and reports each numeric result's median at A and at B and the
 ratio B / A of the medians.
 
-    .venv/bin/python benchmarks/paired.py --base REV [--pairs 3] corrections.py -- --repeats 1
+    .venv/bin/python -m benchmarks.paired --base REV [--pairs 3] corrections -- --repeats 1
 
 The base commit is checked out as a git worktree under var/paired/ and imported from there
 (PYTHONPATH), with this checkout's virtual environment and data directory; the benchmark must
@@ -24,9 +24,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a file: `benchmarks.provenance` needs the repository root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks.provenance import REPO, loadavg, run_metadata
 from streams.settings import Settings
@@ -56,11 +53,19 @@ def worktree(base: str) -> tuple[Path, str]:
     return path, commit
 
 
-def run_once(root: Path, script: str, args: list[str], out: Path) -> Flat:
+def entry(root: Path, name: str) -> list[str]:
+    """How a checkout runs benchmark `name`: `-m benchmarks.NAME`, or at a base commit from
+    before the benchmarks had folders of their own, its file `benchmarks/NAME.py`."""
+    if (root / "benchmarks" / name).is_dir():
+        return ["-m", f"benchmarks.{name}"]
+    return [str(root / "benchmarks" / f"{name}.py")]
+
+
+def run_once(root: Path, name: str, args: list[str], out: Path) -> Flat:
     # The data directory's default is relative to the checkout: both sides read this one's.
     data_dir = Settings.from_env().data_dir.resolve()
     env = {**os.environ, "PYTHONPATH": str(root), "BARCAST_DATA_DIR": str(data_dir)}
-    command = [sys.executable, str(root / "benchmarks" / script), *args, "--out", str(out)]
+    command = [sys.executable, *entry(root, name), *args, "--out", str(out)]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, cwd=root, env=env, check=True)
     return flatten(json.loads(out.read_text()))
@@ -88,10 +93,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="commit A (B is this checkout)")
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("script", help="a benchmark under benchmarks/, e.g. corrections.py")
+    parser.add_argument(
+        "benchmark", help="a benchmark's folder under benchmarks/, e.g. corrections"
+    )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: the script's options")
     args = parser.parse_args()
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    name = args.benchmark.removesuffix(".py")
     meta = run_metadata()
     base_root, base_commit = worktree(args.base)
     roots = {"A": base_root, "B": REPO}
@@ -100,11 +108,10 @@ def main() -> None:
         for pair in range(args.pairs):
             for side in "AB" if pair % 2 == 0 else "BA":
                 out = Path(tmp) / f"{side}{pair}.json"
-                runs[side].append(run_once(roots[side], args.script, script_args, out))
+                runs[side].append(run_once(roots[side], name, script_args, out))
     fields = summarize(runs)
-    name = Path(args.script).stem
     result = {
-        "benchmark": args.script,
+        "benchmark": name,
         "args": script_args,
         "A": base_commit,
         "B": meta["commit"],

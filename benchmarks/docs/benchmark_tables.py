@@ -11,7 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import corrections, features, gpu_check, model, replay
+from benchmarks.corrections import run as corrections
+from benchmarks.features import run as features
+from benchmarks.gpu import check as gpu_check
+from benchmarks.model import run as model
+from benchmarks.replay import run as replay
 from streams.settings import REPO_ROOT
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -29,7 +33,7 @@ def mark(met: bool) -> str:
 def replay_rows(r: dict[str, Any]) -> list[Row]:
     return [
         (
-            f"`replay.py`: {r['records']:,} OHLCV records, DBN → `bars.raw`",
+            f"`replay`: {r['records']:,} OHLCV records, DBN → `bars.raw`",
             "bare librdkafka producer, same messages",
             f"{r['barcast_rps'] / 1e3:.0f}k rec/s vs {r['librdkafka_rps'] / 1e3:.0f}k: "
             f"**{r['ratio']:.2f}x** (decode + serialize alone: "
@@ -43,7 +47,7 @@ def corrections_rows(r: dict[str, Any]) -> list[Row]:
     pairs = len(r["runs_bps"]["corrections"])
     return [
         (
-            "`corrections.py`: corrections agent vs a pass-through agent",
+            "`corrections`: corrections agent vs a pass-through agent",
             "pass-through agent, same topics",
             f"{r['agent_bps']:,} vs {r['passthrough_bps']:,} bars/s: "
             f"**{r['agent_over_passthrough']:.2f}x** (median of {pairs} alternating pairs "
@@ -72,27 +76,27 @@ def features_rows(r: dict[str, Any]) -> list[Row]:
     talipp = rows["talipp"]
     return [
         (
-            f"`features.py`: 225 features, {series}, one `update_many` per minute "
+            f"`features`: 225 features, {series}, one `update_many` per minute "
             f"({r['symbols']} bars per call)",
             f"{talib}: not like for like (barcast batches a minute, TA-Lib has no batched call)",
             cost("per_minute"),
             f"<= TA-Lib {mark(met['talib4_over_barcast'])}",
         ),
         (
-            "`features.py`: the same bars, one symbol and one bar per `update_many` call",
+            "`features`: the same bars, one symbol and one bar per `update_many` call",
             f"{talib}: like for like in calls (one call vs four for the same bar)",
             cost("one_bar_per_call"),
             "none set",
         ),
         (
-            f"`features.py`: {r['wide_symbols']:,} different series x {r['wide_minutes']:,} "
+            f"`features`: {r['wide_symbols']:,} different series x {r['wide_minutes']:,} "
             "minutes, one `update_many` per minute",
             f"{talib} (not like for like, as above)",
             cost("wide"),
             "none set",
         ),
         (
-            f"`features.py`: {r['symbols']} series, first {r['talipp_minutes']:,} minutes, "
+            f"`features`: {r['symbols']} series, first {r['talipp_minutes']:,} minutes, "
             "one call per minute",
             "talipp ADX+RSI+EMA+MACD (pure Python), four calls per bar",
             f"{talipp['anchor_ns_per_bar'] / 1e3:.1f} µs/bar vs barcast's "
@@ -101,7 +105,7 @@ def features_rows(r: dict[str, Any]) -> list[Row]:
             f">= {goals['talipp4_over_barcast']:.0f}x {mark(met['talipp4_over_barcast'])}",
         ),
         (
-            "`features.py`: batch mode (`compute_batch`) and JIT start-up",
+            "`features`: batch mode (`compute_batch`) and JIT start-up",
             "none",
             f"batch {r['batch_bars_per_s'] / 1e6:.2f}M bars/s; JIT warm start "
             f"{r['jit_warm_s']:.2f} s (cold {r['jit_cold_s']:.0f} s)",
@@ -114,7 +118,7 @@ def model_rows(r: dict[str, Any]) -> list[Row]:
     c, b1, b256 = r["config"], r["batches"]["1"], r["batches"]["256"]
     memory, goals = r["train_step_peak_mb"], model.GOALS
     what = (
-        f"`model.py`: TFT forward, hidden {c['hidden']}, {c['heads']} heads, "
+        f"`model`: TFT forward, hidden {c['hidden']}, {c['heads']} heads, "
         f"{count(r['threads'], 'CPU thread')}, random weights"
     )
     out = []
@@ -161,7 +165,7 @@ def pipeline_headline_row(r: dict[str, Any]) -> Row:
     # The checkpoint's path relative to the checkout it ran in, whichever checkout reads it
     source = re.sub(r"(?<!\S)/\S*/(?=var/)", "", m["checkpoint"])
     return (
-        f"`pipeline.py`: embedded broker, one worker, whole pipeline; the product model "
+        f"`pipeline`: embedded broker, one worker, whole pipeline; the product model "
         f"(hidden {m['hidden']}, {m['heads']} heads, {m['weights']} weights: "
         f"{source})",
         "the engine alone on the same windows; max_batch=1 (each window alone, unpadded, "
@@ -189,7 +193,7 @@ def pipeline_cost_row(r: dict[str, Any]) -> Row:
     """Scoring, calibration and explanations, each against the defaults restarted alike."""
     goals, met = r["goals"], r["goals_met"]
     return (
-        "`pipeline.py`: the same burst, each variant in a restarted worker: scoring and "
+        "`pipeline`: the same burst, each variant in a restarted worker: scoring and "
         "online calibration off (`BARCAST_ONLINE_SCORING=false`), calibration off alone, "
         "explanations on (`BARCAST_EXPLAIN=true`); each after one unmeasured burst, "
         "the defaults and scoring off alternated over `--pairs` restarts each "
@@ -212,7 +216,7 @@ def pipeline_random_row(r: dict[str, Any]) -> Row:
     random = r["secondary"]["random_model"]
     random_ms = r["secondary"]["burst_1000_random_ms"]
     return (
-        f"`pipeline.py`, secondary: random weights, hidden {random['hidden']}, "
+        f"`pipeline`, secondary: random weights, hidden {random['hidden']}, "
         f"{random['heads']} heads, hot-reloaded into the same worker",
         "—",
         f"{r['burst_symbols']:,}-symbol burst {random_ms:,.0f} ms"
@@ -321,6 +325,6 @@ def backtest_check(results: Path = RESULTS) -> str:
 def gpu_run(results: Path = RESULTS) -> str:
     path = results / "gpu.json"
     if not path.exists():
-        return "No `benchmarks/results/gpu.json` yet: `benchmarks/gpu.sh` has not run on a GPU."
+        return "No `benchmarks/results/gpu.json` yet: `benchmarks/gpu/gpu.sh` has not run on a GPU."
     report = json.loads(path.read_text())
     return f"```\n{gpu_check.summary(report)}\n```"

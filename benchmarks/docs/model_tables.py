@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.docs.benchmark_tables import count, tree_at
-from benchmarks.model_report import NAMES
+from benchmarks.model_report.run import NAMES
 
 GOAL = 0.03  # the model report's goal: a mean pinball this much better than the best baseline
 
@@ -135,7 +135,7 @@ def online_calibration(r: dict[str, Any], report: dict[str, Any]) -> str:
     holds = r["acceptance"]
     return "\n".join(
         [
-            f"`benchmarks/online_calibration.py` at {tree_at(r['provenance'])}: checkpoint "
+            f"`benchmarks/online_calibration/` at {tree_at(r['provenance'])}: checkpoint "
             f"`{r['model_id']}` ({which}; the current one is `{current}`) over `{r['data']}`, "
             f"scoring and calibration as the worker runs them (step {c['step']:g} decaying as "
             f"1/sqrt(1 + n/{c['settle']:g}) to {c['floor']:g}, rolling window "

@@ -13,7 +13,7 @@ from pathlib import Path
 from benchmarks.docs import benchmark_tables as bench
 from benchmarks.docs import model_tables as model
 from benchmarks.docs.benchmark_tables import load
-from benchmarks.model_report import markdown_table as model_report_table
+from benchmarks.model_report.run import markdown_table as model_report_table
 from streams.settings import REPO_ROOT
 from streams.settings import markdown_table as settings_table
 from streams.topic_schemas import markdown_tables as topic_tables

@@ -1,5 +1,5 @@
 """A worker role's stages and their stores, Faust-free: the one wiring that the agents
-(streams.agents), the memory probe (benchmarks/memory_worker.py) and the tests run.
+(streams.agents), the memory probe (benchmarks/memory_probe/worker.py) and the tests run.
 
 Role `all` chains corrections, features and forecasting in one agent; `stream` runs
 corrections and features, `forecast` forecasting (with scoring), `corrections` that stage

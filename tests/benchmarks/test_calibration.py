@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.calibration_reference import random_walk, reference
+from benchmarks.online_calibration.reference import random_walk, reference
 from model.serving.conformal import CalibrationConfig
 from model.serving.scoring import score_offline
 

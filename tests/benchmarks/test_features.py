@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.feature_series import GOLDEN, derived_series
+from benchmarks.features.series import GOLDEN, derived_series
 
 
 def month(n: int = 240) -> dict[str, np.ndarray]:

@@ -1,4 +1,4 @@
-"""benchmarks/gpu.sh, never run on a GPU here: its dry run (the same steps on CPU, tiny sizes),
+"""benchmarks/gpu/gpu.sh, never run on a GPU here: its dry run (the same steps on CPU, tiny sizes),
 its refusal without a GPU, and the tolerance check it relies on."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.gpu_check import TOLERANCE, differences
+from benchmarks.gpu.check import TOLERANCE, differences
 from streams.settings import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "benchmarks" / "gpu.sh"
+SCRIPT = REPO_ROOT / "benchmarks" / "gpu" / "gpu.sh"
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "gpu.json"
 
 
@@ -76,10 +76,10 @@ def test_dry_run_from_the_environment(tmp_path: Path) -> None:
     done = run_script(tmp_path, BARCAST_GPU_DRY_RUN="1", PYTHON=str(stub))
     assert done.returncode == 0, done.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert [c.split()[0] for c in calls] == [
-        "benchmarks/model.py",
-        "benchmarks/pipeline.py",
-        "benchmarks/gpu_check.py",
+    assert [c.split()[:2] for c in calls] == [
+        ["-m", "benchmarks.model"],
+        ["-m", "benchmarks.pipeline"],
+        ["-m", "benchmarks.gpu.check"],
     ]
     assert "--device cpu" in calls[2] and "--dry-run" in calls[2]
     assert all(str(tmp_path / "barcast-gpu-dry.") in c.split("--out ")[1] for c in calls)

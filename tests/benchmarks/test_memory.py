@@ -1,4 +1,5 @@
-"""The memory probe's pure parts (benchmarks/memory_parts.py): its instruments and arithmetic."""
+"""The memory probe's pure parts (benchmarks/memory_probe/parts.py): its instruments and
+arithmetic."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from benchmarks.memory_parts import (
+from benchmarks.memory_probe.parts import (
     RELEASED,
     Heap,
     groups,
@@ -69,8 +70,8 @@ def test_the_tables_name_every_step_and_release() -> None:
 def test_the_probe_runs_the_products_worker_end_to_end(tmp_path: Path) -> None:
     """The probe's worker is wired from the product's own stages and stores: a rename there
     must break this test, not only the next probe run (it once did, unnoticed)."""
-    from benchmarks import memory_probe
-    from benchmarks.pipeline_models import random_checkpoint
+    from benchmarks.memory_probe import run as memory_probe
+    from benchmarks.pipeline.models import random_checkpoint
 
     checkpoint = random_checkpoint(tmp_path / "model", hidden=16, heads=2)
     out = tmp_path / "probe.json"

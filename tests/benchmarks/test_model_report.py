@@ -1,5 +1,5 @@
 """The model report's tables in the README and docs/model-report.md are the ones
-`benchmarks/model_report.py` and `benchmarks.docs` write from its results."""
+`benchmarks/model_report/run.py` and `benchmarks.docs` write from its results."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchmarks.docs.sections import generated
-from benchmarks.model_report import RESULTS, markdown_table
+from benchmarks.model_report.run import RESULTS, markdown_table
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/model-report.md"])

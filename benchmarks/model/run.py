@@ -39,20 +39,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a file, this folder would shadow the `model` package
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 import numpy as np
 import torch
 
-from benchmarks.model_anchors import anchors, ptf_inputs, ptf_model, require_ptf
+from benchmarks.model.anchors import anchors, ptf_inputs, ptf_model, require_ptf
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.memory import peak_rss_mb
 from model.serving.programs import chunk_programs
 from model.tft import TemporalFusionTransformer
 
-RESULTS = Path(__file__).resolve().parent / "results" / "model.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "model.json"
 BATCHES = (1, 8, 64, 256)
 GOALS = {"speedup_batch_256": 10.0, "speedup_batch_1": 5.0, "cached_batch_1_ms": 3.2}
 
@@ -120,11 +117,11 @@ def train_step_peak_mb(
     """Peak RSS growth (MB) of two training steps, in a fresh subprocess: barcast's model, or
     pytorch-forecasting's with this `hidden_continuous_size`."""
     code = (
-        "import sys, json; from benchmarks.model import _train_child; "
+        "import sys, json; from benchmarks.model.run import _train_child; "
         f"print(json.dumps(_train_child({continuous_size!r}, "
         f"{json.dumps(config.to_dict())!r}, {batch}, {threads})))"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
@@ -311,7 +308,3 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"goals {result['goals']}: met {result['goals_met']}")
     print(f"load average at start / end: {result['provenance']['loadavg']} / "
           f"{result['provenance']['loadavg_end']}")  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,7 @@
 One run, one broker, one consumer group (`BARCAST_ROLE=all` workers, restarted between the
 configurations; each restart recovers its state from the Faust tables). The worker serves the
 product's default model (hidden 128, 8 heads) with trained weights: `--checkpoint`, a default one
-in BARCAST_MODEL_DIR, or one trained by a short fixed recipe (benchmarks/pipeline_models.py; the
+in BARCAST_MODEL_DIR, or one trained by a short fixed recipe (benchmarks/pipeline/models.py; the
 output and the results say which). A random-weight model of `--random-hidden`/`--random-heads`
 (64/4) gives the secondary rows only; `--hidden` (with `--heads`) serves a random-weight model
 of that size instead of the product model, for rehearsals at toy sizes (gpu.sh --dry-run).
@@ -15,7 +15,7 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
 - (b) latency: rounds of one bar for each live symbol + END_OF_INTERVAL every
   `--round-interval` s; send -> forecast received (client side) and the worker's `latency_ms`
   (corrections agent's receipt -> publish); then each Kafka hop alone, with the worker's and the
-  collector's clients and fetch waits (benchmarks/pipeline_hops.py).
+  collector's clients and fetch waits (benchmarks/pipeline/hops.py).
 - (c) burst: one bar for each of the `--symbols` warm symbols, same minute, END_OF_INTERVAL;
   first send -> last of its forecasts received. `--repeats` bursts, `SETTLE_S` apart, the
   median reported.
@@ -30,14 +30,14 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
   costs of scoring, calibration and explanations are ratios to (c'), a worker restarted the same
   way, not to (c); (c') and (h) run `--pairs` times each, alternated, medians compared.
 - the worker's peak RSS with every symbol's state held, and what it is made of
-  (benchmarks/pipeline_memory.py).
+  (benchmarks/pipeline/memory.py).
 
 Anchor, same run: the engine alone (`ForecastEngine.predict` in this process, same device,
 threads and chunking) on the burst's 1,000 windows, so the ratio burst / inference is what Kafka,
 Faust and the agents add on top of the model; one window at a time both unpadded (as the worker
 with max_batch=1) and padded to a whole chunk (the batch-invariant chunks of max_batch > 1).
 
-    NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pipeline.py \
+    NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.pipeline \
         [--symbols 1000] [--minutes 190] [--checkpoint DIR | --hidden 16 --heads 2] \
         [--random-hidden 64] [--variants nobatch,full,random] [--out FILE]
 
@@ -59,18 +59,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a file, this folder would shadow the `model` package
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 import orjson
 import torch
 
-from benchmarks.pipeline_client import FETCH_WAIT_MS, Bench, ForecastCollector, topic_records
-from benchmarks.pipeline_data import build_series, reference
-from benchmarks.pipeline_hops import probe
-from benchmarks.pipeline_memory import breakdown, status_mb
-from benchmarks.pipeline_models import random_checkpoint, serve
-from benchmarks.pipeline_report import results, table
+from benchmarks.pipeline.client import FETCH_WAIT_MS, Bench, ForecastCollector, topic_records
+from benchmarks.pipeline.data import build_series, reference
+from benchmarks.pipeline.hops import probe
+from benchmarks.pipeline.memory import breakdown, status_mb
+from benchmarks.pipeline.models import random_checkpoint, serve
+from benchmarks.pipeline.report import results, table
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
@@ -275,7 +272,7 @@ def run(args: argparse.Namespace) -> dict:
             "worker_torch_threads": max(1, (os.cpu_count() or 2) - 1),
         },
         "provenance": provenance | {"loadavg_end": loadavg()},
-        "command": " ".join(["benchmarks/pipeline.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.pipeline", *sys.argv[1:]]),
     }
 
 
@@ -300,7 +297,7 @@ def main() -> None:
         "--hidden",
         type=int,
         help="serve a random-weight model this wide instead of the trained product model "
-        "(rehearsals: benchmarks/gpu.sh --dry-run)",
+        "(rehearsals: benchmarks/gpu/gpu.sh --dry-run)",
     )
     parser.add_argument("--heads", type=int, default=8, help="with --hidden")
     parser.add_argument(
@@ -320,7 +317,3 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

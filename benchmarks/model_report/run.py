@@ -2,7 +2,7 @@
 month, evaluate the served forecasts on the test week against every baseline, and write every
 figure.
 
-    .venv/bin/python benchmarks/model_report.py [--checkpoint DIR] [--set epochs=20 ...]
+    .venv/bin/python -m benchmarks.model_report [--checkpoint DIR] [--set epochs=20 ...]
         [--name model_report]
 
 Trains into var/model_report/NAME (or reuses --checkpoint), runs `model.evaluate.evaluate` on
@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-# As `python benchmarks/model_report.py`, this folder leads sys.path and its model.py would
-# shadow the `model` package; the repository root takes its place.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
-
-from benchmarks.provenance import run_metadata  # noqa: E402
-from model.config import TFTConfig  # noqa: E402
-from model.evaluate import evaluate  # noqa: E402
-from model.train import TrainConfig, train  # noqa: E402
-from streams.settings import REPO_ROOT, Settings  # noqa: E402
+from benchmarks.provenance import run_metadata
+from model.config import TFTConfig
+from model.evaluate import evaluate
+from model.train import TrainConfig, train
+from streams.settings import REPO_ROOT, Settings
 
 DATA_FILE = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
 # The product's default model (what `barcast train` makes: hidden 128, 8 heads), trained briefly.
@@ -115,7 +109,3 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=1))
     print(markdown_table(report))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ are byte-identical and that the report's figures equal a recomputation from the 
 with the training label rule written out (tests/streams/tools/test_backtest.py's, which checks
 the same on a slice in `make test`). Not a timing: it writes what it checked.
 
-    .venv/bin/python benchmarks/backtest_check.py [--checkpoint var/model_report/model_report]
+    .venv/bin/python -m benchmarks.backtest_check [--checkpoint var/model_report/model_report]
 
 Writes benchmarks/results/backtest_check.json.
 """
@@ -12,13 +12,9 @@ Writes benchmarks/results/backtest_check.json.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file: `benchmarks.provenance` needs the repository root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import numpy as np
 import orjson
@@ -74,7 +70,3 @@ def main() -> None:
     }
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-
-
-if __name__ == "__main__":
-    main()

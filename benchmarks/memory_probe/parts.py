@@ -1,4 +1,4 @@
-"""The memory probe's instruments and arithmetic (benchmarks/memory_probe.py): RSS from /proc,
+"""The memory probe's instruments and arithmetic (benchmarks/memory_probe/run.py): RSS from /proc,
 glibc's heap figures and trim through ctypes, the steps recorded, and the tables."""
 
 from __future__ import annotations

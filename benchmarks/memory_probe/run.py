@@ -1,6 +1,6 @@
 """What the forecast worker's peak memory is made of, measured in one process (issue #17).
 
-The pipeline benchmark sees the worker's peak RSS from outside (benchmarks/pipeline_memory.py)
+The pipeline benchmark sees the worker's peak RSS from outside (benchmarks/pipeline/memory.py)
 and can size only the per-symbol arrays from the layouts. This probe builds what a
 `BARCAST_ROLE=all` worker holds, with the product's own classes: the stages (corrections,
 features, windows, scoring and calibration) over stores whose changelog IO drops what it is
@@ -16,7 +16,7 @@ in use, free but retained) are read after each step. The growth is then taken ap
 release: each component dropped in turn, the heap trimmed (`malloc_trim(0)`), and the RSS it
 gives back recorded, the encoded changelog bytes apart from the decoded states.
 
-    NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/memory_probe.py \
+    NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.memory_probe \
         [--symbols 1064] [--minutes 190] [--burst 1000] [--bursts 2] [--checkpoint DIR]
 """
 
@@ -31,12 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a file, this folder would shadow the `model` package
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from benchmarks.memory_probe.parts import (
+    Heap,
+    Probe,
+    Sampler,
+    release_table,
+    status_mb,
+    steps_table,
+)
 
-from benchmarks.memory_parts import Heap, Probe, Sampler, release_table, status_mb, steps_table
-
-OUT = Path(__file__).resolve().parent / "results" / "memory_probe.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "memory_probe.json"
 PIPELINE = OUT.with_name("pipeline.json")
 
 
@@ -52,6 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    gc.collect()
+    assert status_mb("self", "VmRSS") is not None, "needs /proc (Linux)"
     args = parse_args(argv)
     from benchmarks.provenance import loadavg, run_metadata
 
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     probe = Probe(heap, Sampler(heap))
     probe.step("interpreter")
     probe.sampler.start()
-    from benchmarks.memory_worker import ProbeWorker, input_series
+    from benchmarks.memory_probe.worker import ProbeWorker, input_series
 
     probe.step("imports (torch, numba, the stages)")
     series = input_series(args.symbols, args.minutes + args.bursts)
@@ -76,7 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     releases = worker.release(probe)
     provenance["loadavg_end"] = loadavg()
     result = probe.result(releases, _worker_peak(), vars(args), worker.describe())
-    result.update(seconds=seconds, provenance=provenance, command=" ".join(sys.argv))
+    result.update(
+        seconds=seconds,
+        provenance=provenance,
+        command=" ".join(["python -m benchmarks.memory_probe", *sys.argv[1:]]),
+    )
     print(steps_table(result["steps"]))
     print(release_table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -92,9 +102,3 @@ def _worker_peak() -> dict[str, Any] | None:
         return None
     keys = ("peak_rss_mb", "ready_rss_mb", "grown_mb", "other_mb", "symbols")
     return {k: memory.get(k) for k in keys}
-
-
-if __name__ == "__main__":
-    gc.collect()
-    assert status_mb("self", "VmRSS") is not None, "needs /proc (Linux)"
-    main()

@@ -1,7 +1,7 @@
 """Online calibration, offline: the product checkpoint's forecasts of the 6EH4 month replayed
 through the scoring stage and the online calibrator, without a broker.
 
-    nice -n 10 .venv/bin/python benchmarks/online_calibration.py [--checkpoint DIR]
+    nice -n 10 .venv/bin/python -m benchmarks.online_calibration [--checkpoint DIR]
         [--window 240] [--seeds 10] [--forecast-only]
 
 - (a) mechanism: the checkpoint's q10/q90 miscalibrated on purpose (the interval around q50
@@ -13,7 +13,7 @@ through the scoring stage and the online calibrator, without a broker.
   static calibration;
 - (c) regime replay: every log return after mid-month scaled by 3, rolling coverage with and
   without online calibration over time (benchmarks/results/online_calibration.png, with (a)).
-- (d) reference (`benchmarks/calibration_reference.py`): the same bands for a forecaster
+- (d) reference (`benchmarks/online_calibration/reference.py`): the same bands for a forecaster
   calibrated by construction (a Gaussian random walk forecast with its true quantiles), over as
   many forecasts, through the same scoring stage and rolling figures: how far sampling alone
   moves a rolling or a cumulative coverage; and with the product's tracking and with fixed
@@ -30,20 +30,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a file, this folder would shadow the `model` package
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import numpy as np
 import orjson
 import pandas as pd
 
-from benchmarks.calibration_reference import reference
-from benchmarks.calibration_replay import START, band, coverage_series, replay, summary
+from benchmarks.online_calibration.reference import reference
+from benchmarks.online_calibration.replay import START, band, coverage_series, replay, summary
 from benchmarks.provenance import loadavg, run_metadata
 from features.bars import PRICE_SCALE, read_bar_csv
 from features.corrections import bars_from_frame
@@ -251,7 +247,3 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / "online_calibration.json").write_text(json.dumps(report, indent=1))
     print(json.dumps({"acceptance": report["acceptance"], "figures": figures}, indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

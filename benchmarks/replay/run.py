@@ -15,21 +15,17 @@ barcast / anchor is what barcast's decoding and encoding cost on top of the prod
 Each side runs `--repeats` times, alternating, each run on a fresh broker; the best run of
 each is reported (the machine is shared, so the best run is the least disturbed one).
 
-    .venv/bin/python benchmarks/replay.py [--records 1000000] [--repeats 2]
+    .venv/bin/python -m benchmarks.replay [--records 1000000] [--repeats 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file: `benchmarks.provenance` needs the repository root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import numpy as np
 import orjson
@@ -176,7 +172,3 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     print(f"wrote {RESULTS.relative_to(REPO_ROOT)}")
-
-
-if __name__ == "__main__":
-    main()

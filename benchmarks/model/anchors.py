@@ -1,5 +1,5 @@
 """The model benchmark's anchors: pytorch-forecasting's TFT at barcast's sizes and inputs
-(benchmarks/model.py says how the two architectures differ), and its inputs."""
+(benchmarks/model/run.py says how the two architectures differ), and its inputs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def require_ptf() -> None:
         import pytorch_forecasting  # noqa: F401
     except ImportError:
         raise SystemExit(
-            "benchmarks/model.py compares against pytorch-forecasting, which is not installed: "
+            "benchmarks/model/run.py compares against pytorch-forecasting, which is not installed: "
             "run `make bench-deps` first"
         ) from None
 

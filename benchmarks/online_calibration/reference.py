@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.calibration_replay import BAND, START, band, coverage_series, replay, summary
+from benchmarks.online_calibration.replay import BAND, START, band, coverage_series, replay, summary
 from features.bars import PRICE_SCALE
 from model.covariates import NS_PER_MIN
 from model.serving.conformal import CalibrationConfig

@@ -25,7 +25,7 @@ from model.config import TFTConfig
 from streams.settings import Settings
 
 # Short and fixed, so a fresh clone trains the same checkpoint in a few minutes; the model
-# report (benchmarks/model_report.py) trains the product model in full.
+# report (benchmarks/model_report/run.py) trains the product model in full.
 RECIPE: dict[str, Any] = {"epochs": 2, "windows_per_epoch": 2048, "seed": 0}
 ARCHITECTURE = ("lookback", "horizon", "hidden", "heads", "lstm_layers", "var_dim", "quantiles")
 
@@ -41,7 +41,8 @@ def serve(
     settings: Settings, given: Path | None, hidden: int | None, heads: int, into: Path
 ) -> ServedModel:
     """Put the headline model's checkpoint in `into`: the trained product model, or with
-    `hidden` a random-weight model of that size (rehearsals, e.g. benchmarks/gpu.sh --dry-run)."""
+    `hidden` a random-weight model of that size (rehearsals, e.g. benchmarks/gpu/gpu.sh
+    --dry-run)."""
     if hidden is not None:
         random_checkpoint(into, hidden, heads)
         return ServedModel(into, f"random weights, hidden {hidden}, heads {heads}", False)

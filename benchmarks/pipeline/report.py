@@ -1,4 +1,4 @@
-"""benchmarks/pipeline.py's results file and table, from what its run measured."""
+"""benchmarks/pipeline/run.py's results file and table, from what its run measured."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from model.config import TFTConfig
 
 if TYPE_CHECKING:
-    from benchmarks.pipeline import Measured
-    from benchmarks.pipeline_data import Reference
+    from benchmarks.pipeline.data import Reference
+    from benchmarks.pipeline.run import Measured
 
 # At the product model (trained); the latency goals at the live pace of (b), 64 symbols.
 GOALS = {

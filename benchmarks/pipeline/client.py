@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from benchmarks.pipeline_data import MINUTE_NS, Key, Reference, Series
+from benchmarks.pipeline.data import MINUTE_NS, Key, Reference, Series
 from streams.ingest.producer import BarProducer
 from streams.kafka import confluent_config
 from streams.process import WorkerProcess
@@ -27,7 +27,7 @@ from streams.settings import Settings
 # Live, bursts come a minute apart and the worker checkpoints in the quiet between them
 # (streams.runtime.commit); bursts sent back to back would each pay the one before's.
 SETTLE_S = 2.0
-FETCH_WAIT_MS = 5  # the collector's: a hop of its own, probed by benchmarks/pipeline_hops.py
+FETCH_WAIT_MS = 5  # the collector's: a hop of its own, probed by benchmarks/pipeline/hops.py
 
 
 @dataclass

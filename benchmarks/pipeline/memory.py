@@ -4,7 +4,7 @@ Measured from outside the worker process: its resident set when ready (interpret
 the model loaded) and its peak (`VmHWM`) after the 1,000-symbol bursts. The peak's growth over
 the ready worker is set against what the worker must hold per symbol, sized from the model's
 configuration and the feature engine's state layout. What is left (`other_mb`) is measured, part
-by part, in one process by benchmarks/memory_probe.py: the stores' encoded changelog entries
+by part, in one process by benchmarks/memory_probe/run.py: the stores' encoded changelog entries
 beside their decoded states, the other stores' states, the static contexts, an agent batch's
 requests in flight and the allocator's free-but-kept memory.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.memory_parts import MB, status_mb
+from benchmarks.memory_probe.parts import MB, status_mb
 from features.engine import STATE_SIZE
 from model.config import TFTConfig
 from model.tft import TemporalFusionTransformer

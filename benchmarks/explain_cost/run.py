@@ -14,7 +14,7 @@ ratios. Two cases:
 
 Also timed: `explain_records` (the values and their JSON) for the 1,000 explanations, and the
 bytes of a record and of a symbol's cached weights. The model is the product size (hidden 128,
-8 heads) with random weights (benchmarks.pipeline_models.random_checkpoint): the costs depend
+8 heads) with random weights (benchmarks.pipeline.models.random_checkpoint): the costs depend
 on the shapes, not on what the weights learned.
 
     .venv/bin/python -m benchmarks.explain_cost [--rounds 3] [--device cpu]
@@ -27,25 +27,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a file, this folder would shadow the `model` package
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 import numpy as np
 import torch
 
-from benchmarks.pipeline_models import random_checkpoint
+from benchmarks.pipeline.models import random_checkpoint
 from benchmarks.provenance import loadavg, run_metadata
 from model.serving.forecast_engine import ForecastEngine, WindowRequest, inference_threads
 from streams.runtime.stages.forecasts import explain_records
 from streams.settings import Settings
 
-RESULTS = Path(__file__).resolve().parent / "results" / "explain_cost.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "explain_cost.json"
 WINDOWS, HIDDEN, HEADS, TOP_K = 1000, 128, 8, 10
 T0, MINUTE = 1_704_200_000_000_000_000, 60_000_000_000
 
@@ -159,7 +155,7 @@ def run(rounds: int, device: str) -> dict[str, Any]:
             "rounds": rounds,
             "device": str(explaining.device),
             "model": f"product size (hidden {HIDDEN}, {HEADS} heads), random weights "
-            "(benchmarks.pipeline_models.random_checkpoint)",
+            "(benchmarks.pipeline.models.random_checkpoint)",
         },
     }
 
@@ -197,7 +193,3 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,29 +1,29 @@
 #!/usr/bin/env bash
 # The GPU run of issue 17 in one script, nothing downloaded:
-#   1. benchmarks/model.py: the TFT forward in bf16 on CUDA beside CPU fp32, batch 1..256;
-#   2. benchmarks/pipeline.py with BARCAST_DEVICE=cuda: the 1,000-symbol burst (goal <= 100 ms);
-#   3. benchmarks/gpu_check.py: CUDA forecasts vs CPU fp32 of one checkpoint on the same 6EH4
+#   1. benchmarks.model: the TFT forward in bf16 on CUDA beside CPU fp32, batch 1..256;
+#   2. benchmarks.pipeline with BARCAST_DEVICE=cuda: the 1,000-symbol burst (goal <= 100 ms);
+#   3. benchmarks.gpu.check: CUDA forecasts vs CPU fp32 of one checkpoint on the same 6EH4
 #      windows (within its stated tolerance, or this script fails), GPU memory at inference
 #      (target <= 125 MB); it folds 1 and 2 into benchmarks/results/gpu.json, with provenance.
 #
-#   benchmarks/gpu.sh            # a machine with a CUDA GPU and a CUDA build of torch
-#   benchmarks/gpu.sh --dry-run  # or BARCAST_GPU_DRY_RUN=1: the same steps on CPU at tiny
-#                                # sizes, results in a new temporary folder (printed)
+#   benchmarks/gpu/gpu.sh            # a machine with a CUDA GPU and a CUDA build of torch
+#   benchmarks/gpu/gpu.sh --dry-run  # or BARCAST_GPU_DRY_RUN=1: the same steps on CPU at tiny
+#                                    # sizes, results in a new temporary folder (printed)
 #
-# The checkpoint: the one benchmarks/model_report.py trains (var/model_report/model_report, the
+# The checkpoint: the one benchmarks.model_report trains (var/model_report/model_report, the
 # product default model: hidden 128, 8 heads; gpu.json records its sizes) where it exists, else
 # random weights at that size. PYTHON overrides the interpreter (default .venv/bin/python).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY=${PYTHON:-.venv/bin/python}
 DRY=${BARCAST_GPU_DRY_RUN:-0}
 for arg in "$@"; do
   case $arg in
     --dry-run) DRY=1 ;;
-    *) echo "usage: benchmarks/gpu.sh [--dry-run]" >&2; exit 2 ;;
+    *) echo "usage: benchmarks/gpu/gpu.sh [--dry-run]" >&2; exit 2 ;;
   esac
 done
-export NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1  # as pipeline.py's docstring runs it
+export NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1  # as benchmarks/pipeline/run.py's docstring runs it
 
 if [[ $DRY == 1 ]]; then
   OUT=$(mktemp -d "${TMPDIR:-/tmp}/barcast-gpu-dry.XXXXXX")
@@ -35,8 +35,9 @@ if [[ $DRY == 1 ]]; then
 else
   if ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
     build=$("$PY" -c 'import torch; print(torch.__version__, "built for CUDA", torch.version.cuda)')
-    echo "benchmarks/gpu.sh: no CUDA device is visible (torch $build). Without a GPU, rehearse" \
-      "the very same steps on CPU: benchmarks/gpu.sh --dry-run (or BARCAST_GPU_DRY_RUN=1)" >&2
+    echo "benchmarks/gpu/gpu.sh: no CUDA device is visible (torch $build). Without a GPU," \
+      "rehearse the very same steps on CPU: benchmarks/gpu/gpu.sh --dry-run" \
+      "(or BARCAST_GPU_DRY_RUN=1)" >&2
     exit 1
   fi
   OUT=benchmarks/results
@@ -49,10 +50,10 @@ else
   CHECK=(--windows 2000 "${SIZE[@]}")
 fi
 
-"$PY" benchmarks/model.py "${MODEL[@]}" --no-anchors --no-train-memory --out "$OUT/gpu_model.json"
-"$PY" benchmarks/pipeline.py "${PIPELINE[@]}" --minutes 140 --variants "" \
+"$PY" -m benchmarks.model "${MODEL[@]}" --no-anchors --no-train-memory --out "$OUT/gpu_model.json"
+"$PY" -m benchmarks.pipeline "${PIPELINE[@]}" --minutes 140 --variants "" \
   --out "$OUT/gpu_pipeline.json"
-"$PY" benchmarks/gpu_check.py "${CHECK[@]}" --device "$BARCAST_DEVICE" \
+"$PY" -m benchmarks.gpu.check "${CHECK[@]}" --device "$BARCAST_DEVICE" \
   --model-json "$OUT/gpu_model.json" --pipeline-json "$OUT/gpu_pipeline.json" \
   --out "$OUT/gpu.json"
 echo "wrote $OUT/gpu.json"

@@ -1,5 +1,5 @@
 """A `BARCAST_ROLE=all` worker's state and work without Faust or Kafka, for the memory probe
-(benchmarks/memory_probe.py): the product's stages, stores and engine, wired by the worker's
+(benchmarks/memory_probe/run.py): the product's stages, stores and engine, wired by the worker's
 own `build_pipeline`; only the IO is replaced."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.memory_parts import RELEASED, Probe
-from benchmarks.pipeline_data import Series, build_series
-from benchmarks.pipeline_models import product_checkpoint
+from benchmarks.memory_probe.parts import RELEASED, Probe
+from benchmarks.pipeline.data import Series, build_series
+from benchmarks.pipeline.models import product_checkpoint
 from model.serving.forecast_engine import ForecastEngine, inference_threads
 from streams import schema
 from streams.agents import BATCH_MAX

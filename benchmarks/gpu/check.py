@@ -14,9 +14,10 @@ its own symbol as in the pipeline's burst, in batches of `BARCAST_MAX_BATCH`: on
 1,000 symbols' caches, the largest batch's activations) is the figure held to the seed
 report's 125 MB.
 
-Used by benchmarks/gpu.sh, which gives it the model and pipeline results to fold into one file:
+Used by benchmarks/gpu/gpu.sh, which gives it the model and pipeline results to fold into one
+file:
 
-    .venv/bin/python -m benchmarks.gpu_check --device cuda [--checkpoint DIR | --hidden 128
+    .venv/bin/python -m benchmarks.gpu.check --device cuda [--checkpoint DIR | --hidden 128
         --heads 8] [--windows 2000] [--model-json F] [--pipeline-json F] [--out FILE]
 """
 
@@ -25,14 +26,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a file, this folder would shadow the `model` package
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import numpy as np
 import torch
@@ -180,7 +177,7 @@ def on_device(
 
 
 def model_rows(path: Path | None) -> dict[str, Any] | None:
-    """benchmarks/model.py's rows from this run: bf16 CUDA beside CPU fp32, per batch size."""
+    """benchmarks/model/run.py's rows from this run: bf16 CUDA beside CPU fp32, per batch size."""
     if path is None:
         return None
     report = json.loads(path.read_text())
@@ -195,7 +192,7 @@ def model_rows(path: Path | None) -> dict[str, Any] | None:
 
 
 def pipeline_burst(path: Path | None) -> dict[str, Any] | None:
-    """benchmarks/pipeline.py's burst from this run, held to the GPU goal."""
+    """benchmarks/pipeline/run.py's burst from this run, held to the GPU goal."""
     if path is None:
         return None
     report = json.loads(path.read_text())
@@ -221,8 +218,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--windows", type=int, default=2000)
-    parser.add_argument("--model-json", type=Path, help="benchmarks/model.py's results to fold in")
-    parser.add_argument("--pipeline-json", type=Path, help="benchmarks/pipeline.py's, the same")
+    parser.add_argument("--model-json", type=Path, help="benchmarks.model's results to fold in")
+    parser.add_argument("--pipeline-json", type=Path, help="benchmarks.pipeline's, the same")
     parser.add_argument("--dry-run", action="store_true", help="recorded: a CPU rehearsal")
     parser.add_argument("--out", type=Path, default=RESULTS)
     return parser.parse_args()

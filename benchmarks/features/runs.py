@@ -15,7 +15,7 @@ from talib import stream
 from talipp.indicators import ADX, EMA, MACD, RSI
 from talipp.ohlcv import OHLCV
 
-from benchmarks.feature_series import COLUMNS
+from benchmarks.features.series import COLUMNS
 from features import engine
 from streams.settings import REPO_ROOT
 

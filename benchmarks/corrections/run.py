@@ -11,7 +11,7 @@ one pair to the next; the best run of each is reported (the machine is shared: t
 the least disturbed one), and the median over the pairs of the ratio within a pair (both runs
 of a pair saw about the same load).
 
-    .venv/bin/python benchmarks/corrections.py [--symbols 4] [--repeats 3]
+    .venv/bin/python -m benchmarks.corrections [--symbols 4] [--repeats 3]
 
 Writes benchmarks/results/corrections.json.
 """
@@ -22,16 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file: `benchmarks.provenance` needs the repository root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -252,7 +248,3 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

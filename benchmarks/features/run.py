@@ -1,6 +1,6 @@
 """Feature-engine cost, one run, same bars: `--symbols` different series made from the 6EH4
 month (each rotated, its returns scaled and for odd symbols reflected: see
-benchmarks/feature_series.py), fed minute by minute as a worker sees them.
+benchmarks/features/series.py), fed minute by minute as a worker sees them.
 
 Rows, each a design difference stated in the table and the results file:
 
@@ -22,7 +22,7 @@ The competitors of a row alternate in `--rounds` slices of the bars, the order r
 background load on this shared machine lands on all alike; a cost is this thread's CPU time
 per bar, the median over the slices.
 
-    .venv/bin/python benchmarks/features.py [--symbols 64] [--rounds 16] [--talipp-minutes 1500]
+    .venv/bin/python -m benchmarks.features [--symbols 64] [--rounds 16] [--talipp-minutes 1500]
         [--wide-symbols 1000] [--wide-minutes 1500]
 
 Writes benchmarks/results/features.json.
@@ -30,23 +30,16 @@ Writes benchmarks/results/features.json.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import gc
+import json
+import tempfile
 from pathlib import Path
+from typing import Any
 
-# As `python benchmarks/features.py`, this folder leads sys.path and this file's name would
-# shadow the `features` package; the repository root takes its place.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+import numpy as np
 
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import tempfile  # noqa: E402
-from typing import Any  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from benchmarks.feature_runs import (  # noqa: E402
+from benchmarks.features.runs import (
     HISTORY,
     alternate,
     barcast_bars,
@@ -56,10 +49,10 @@ from benchmarks.feature_runs import (  # noqa: E402
     talib_feeder,
     talipp_feeder,
 )
-from benchmarks.feature_series import month_series  # noqa: E402
-from benchmarks.provenance import loadavg, run_metadata  # noqa: E402
-from features import engine  # noqa: E402
-from streams.settings import REPO_ROOT  # noqa: E402
+from benchmarks.features.series import month_series
+from benchmarks.provenance import loadavg, run_metadata
+from features import engine
+from streams.settings import REPO_ROOT
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "features.json"
 TALIB = "TA-Lib stream ADX+RSI+EMA+MACD, 4 calls per bar"
@@ -182,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "features": engine.N_FEATURES,
         "fingerprint": engine.FINGERPRINT,
         "series": "the 6EH4 month, each symbol rotated, scaled and odd ones reflected "
-        "(benchmarks/feature_series.py)",
+        "(benchmarks/features/series.py)",
         "symbols": args.symbols,
         "minutes": bars["close"].shape[0],
         "timed_bars": (bars["close"].shape[0] - HISTORY) * args.symbols,
@@ -217,7 +210,3 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"  goals {result['goals']}: met {result['goals_met']}")
     print(f"  load average at start / end: {result['provenance']['loadavg']} / "
           f"{result['provenance']['loadavg_end']}")  # fmt: skip
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
