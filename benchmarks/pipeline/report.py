@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from model.config import TFTConfig
 
 if TYPE_CHECKING:
     from benchmarks.pipeline.data import Reference
-    from benchmarks.pipeline.run import Measured
 
 # At the product model (trained); the latency goals at the live pace of (b), 64 symbols.
 GOALS = {
@@ -21,6 +21,18 @@ GOALS = {
     "latency_p99_ms": 100.0,
     "scoring_cost": 1.1,  # issue #16: the burst with scoring and calibration / without them
 }
+
+
+@dataclass
+class Measured:
+    """What a run measured, phase by phase: the results file is made from it."""
+
+    e2e: dict[str, Any] = field(default_factory=dict)
+    live: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    bursts: dict[str, list[dict]] = field(default_factory=dict)
+    restarts: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 class Bursts:

@@ -55,9 +55,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import orjson
 import torch
@@ -67,7 +66,7 @@ from benchmarks.pipeline.data import build_series, reference
 from benchmarks.pipeline.hops import probe
 from benchmarks.pipeline.memory import breakdown, status_mb
 from benchmarks.pipeline.models import random_checkpoint, serve
-from benchmarks.pipeline.report import results, table
+from benchmarks.pipeline.report import Measured, results, table
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
@@ -135,16 +134,6 @@ class Plan:
             + 1,
             anchor_minutes=[args.minutes + k for k in range(-1, 4)],
         )
-
-
-@dataclass
-class Measured:
-    e2e: dict[str, Any] = field(default_factory=dict)
-    live: dict[str, Any] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
-    bursts: dict[str, list[dict]] = field(default_factory=dict)
-    restarts: dict[str, float] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
 
 
 def first_worker(
