@@ -1,4 +1,4 @@
-"""Public API of the feature engine: 225 features per bar, one flat float64 state per symbol.
+"""Public API of the feature engine: 227 features per bar, one flat float64 state per symbol.
 
 Streaming and batch run the same compiled kernel (`_run`), so a history computed in one batch,
 in arbitrary chunks, or bar by bar across processes (state round-tripped through bytes) gives
@@ -24,6 +24,7 @@ from features import (
     core,
     cusum,
     flow,
+    long_memory,
     micro,
     norm,
     prefetch,
@@ -35,15 +36,14 @@ from features import (
     volume,
 )
 from features.primitives import KERNEL_OPTIONS, get_i64, kernel, rare
-from features.registry import FEATURE_NAMES, FINGERPRINT, WARMUPS
+from features.registry import FEATURE_NAMES, FINGERPRINT, N_FEATURES, WARMUPS
 
-N_FEATURES = 225
 # The state row: each module's block, in this order, at these offsets (B_*).
 _BLOCKS = (core, flow, basic, price_trend, price_osc, timefeat, volume, stats, micro, norm, cusum,
-           adx, regime, adaptive)  # fmt: skip
+           adx, regime, adaptive, long_memory)  # fmt: skip
 _BASES = np.cumsum([0] + [m.SIZE for m in _BLOCKS])
 (B_CORE, B_FLOW, B_BASIC, B_TREND, B_OSC, B_TIME, B_VOL, B_STATS, B_MICRO, B_NORM, B_CUSUM,
- B_ADX, B_REGIME, B_ADAPT, STATE_SIZE) = (int(b) for b in _BASES)  # fmt: skip
+ B_ADX, B_REGIME, B_ADAPT, B_MEMORY, STATE_SIZE) = (int(b) for b in _BASES)  # fmt: skip
 _WARMUP = np.array(WARMUPS, dtype=np.int64)
 MAX_WARMUP = int(_WARMUP.max())
 N_CTX = flow.N_CTX  # per-bar scratch: shared scalars and window means
@@ -89,7 +89,8 @@ def _step(
     cusum.update(s[B_CUSUM:B_ADX], ctx, out)
     adx.update(s[B_ADX:B_REGIME], ctx, out)
     regime.update(s[B_REGIME:B_ADAPT], ctx, out)
-    adaptive.update(cs, s[B_ADAPT:STATE_SIZE], ctx, out)
+    adaptive.update(cs, s[B_ADAPT:B_MEMORY], ctx, out)
+    long_memory.update(s[B_MEMORY:STATE_SIZE], ctx, out)
     core.finish(cs, ctx)
 
 
@@ -245,7 +246,7 @@ def update_many(
     volume: np.ndarray,
     synthetic: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Advance states[rows[i]] by bar i, in order; returns (values (m, 225), warm (m,)).
+    """Advance states[rows[i]] by bar i, in order; returns (values (m, N_FEATURES), warm (m,)).
 
     All inputs are validated before any state moves: a bad bar raises ValueError and leaves
     every state untouched. C-contiguous inputs of the kernel's dtypes (int64 rows and ts_event,

@@ -1,4 +1,4 @@
-"""The 225 features in their fixed order, their groups, warm-ups and the feature-set fingerprint.
+"""The 227 features in their fixed order, their groups, warm-ups and the feature-set fingerprint.
 
 Each kernel module declares its own features (`SPECS`) next to the code that computes them, with
 `FIRST`, the index of its first feature; this module concatenates them and checks that the
@@ -18,6 +18,7 @@ from features import (
     basic,
     core,
     cusum,
+    long_memory,
     micro,
     norm,
     price_osc,
@@ -32,6 +33,7 @@ from features.primitives import RING, VAR_FLOOR, WINDOWS
 # Bump whenever a kernel changes what any feature means (a formula, a seed, a guard) without
 # changing a declared parameter: the fingerprint, and so every checkpoint's check, follows it.
 CODE_VERSION = 2
+N_FEATURES = 227
 
 GROUP_RANGES: dict[str, tuple[int, int]] = {  # inclusive index ranges, from the issue
     "basic bar": (0, 14),
@@ -45,6 +47,7 @@ GROUP_RANGES: dict[str, tuple[int, int]] = {  # inclusive index ranges, from the
     "ADX family": (211, 215),
     "regime transition probabilities": (216, 220),
     "adaptive strategy metrics": (221, 224),
+    "long memory": (225, 226),
 }
 MODULES: tuple[ModuleType, ...] = (
     basic,
@@ -59,6 +62,7 @@ MODULES: tuple[ModuleType, ...] = (
     adx,
     regime,
     adaptive,
+    long_memory,
 )
 # Engine-wide constants that shape many features at once.
 ENGINE_PARAMS: dict[str, object] = {
@@ -97,9 +101,11 @@ def collect(modules: tuple[ModuleType, ...] = MODULES) -> tuple[Feature, ...]:
 
 
 def check(features: tuple[Feature, ...]) -> None:
-    """Raise if the set is not 225 unique names laid out on GROUP_RANGES."""
-    if len(features) != 225:
-        raise RuntimeError(f"the registry holds {len(features)} features, the contract is 225")
+    """Raise if the set is not N_FEATURES unique names laid out on GROUP_RANGES."""
+    if len(features) != N_FEATURES:
+        raise RuntimeError(
+            f"the registry holds {len(features)} features, the contract is {N_FEATURES}"
+        )
     names = [f.name for f in features]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -1,4 +1,4 @@
-"""The forecasting model: a Temporal Fusion Transformer over the 225 bar features.
+"""The forecasting model: a Temporal Fusion Transformer over the 227 bar features.
 
 config (TFTConfig) · layers + tft (the network) · covariates (static and calendar inputs) ·
 bars + dataset + normalization (training data) · train · checkpoint (safetensors) ·

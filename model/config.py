@@ -18,7 +18,7 @@ class TFTConfig:
     heads: int = 8
     dropout: float = 0.1
     lstm_layers: int = 2
-    n_hist: int = 225  # feature-engine columns per past bar
+    n_hist: int = 227  # feature-engine columns per past bar
     n_static: int = 10  # static variables per symbol: the learned symbol embedding + 9 reals
     n_future: int = 10  # known-future calendar variables per future bar
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)

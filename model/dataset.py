@@ -21,7 +21,7 @@ import torch
 
 from model.bar_files import CleanBars, DataError
 from model.covariates import NS_PER_MIN, SymbolVocab, future_covariates
-from model.normalization import Normalizer
+from model.normalization import Normalizer, Relative
 from model.volatility import TimeOfDayProfile, VolatilityScale, contiguous_returns
 
 NS_PER_DAY = 1440 * NS_PER_MIN
@@ -219,7 +219,7 @@ class Batch:
 
 class WindowData:
     """Model-ready tensors of a panel; `batch(ends)` gathers windows without copying the panel
-    per window (a month of 225-feature windows would not fit in memory materialized)."""
+    per window (a month of feature-row windows would not fit in memory materialized)."""
 
     def __init__(
         self,
@@ -292,15 +292,20 @@ def fit_profile(panel: Panel, train_end: int) -> TimeOfDayProfile:
 
 
 def fit_normalizer(panel: Panel, train_ends: np.ndarray, lookback: int) -> Normalizer:
-    """Normalization statistics from the input rows of training windows only; calendar
-    features whose cycle those rows do not span are left out (`Normalizer.ignored`): a month
-    of training has seen a day-of-month only up to its last training day."""
+    """Normalization statistics from the input rows of training windows only, the return-unit
+    features stated relative to the row's slow volatility (`Relative.of`); calendar features
+    whose cycle those rows do not span are left out (`Normalizer.ignored`): a month of training
+    has seen a day-of-month only up to its last training day."""
     from features.timefeat import CYCLE_DAYS
 
     rows = np.unique((train_ends[:, None] + np.arange(-lookback + 1, 1)).ravel())
     span_days = (panel.ts[rows].max() - panel.ts[rows].min()) / NS_PER_DAY
     uncovered = np.array([CYCLE_DAYS.get(n, 0) > span_days for n in panel.feature_names])
-    return Normalizer.fit(panel.features[rows], ignore=uncovered if len(uncovered) else None)
+    return Normalizer.fit(
+        panel.features[rows],
+        ignore=uncovered if len(uncovered) else None,
+        relative=Relative.of(panel.feature_names),
+    )
 
 
 def ignored_names(panel: Panel, ignored: np.ndarray) -> list[str]:

@@ -2,7 +2,7 @@
 
 Variable selection keeps the variable axis first, `(V, d, N)`, so every per-variable layer is one
 batched matmul over all V variables (`torch.baddbmm` on `(V, out, in)` weights): no Python loop
-over the 225 features, which is what makes pytorch-forecasting's TFT slow.
+over the engine's features, which is what makes pytorch-forecasting's TFT slow.
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ class VariableGRN(nn.Module):
     of the scalar (`w_in`) and the residual is the embedding itself (`w_skip`). The GRN's second
     linear layer and the GLU's are merged (a linear map of a linear map); the LayerNorm has no
     affine, as the linear `VariableSelection.combine` that follows absorbs it.
+
+    The residual's bias starts random like the first layer's: a LayerNorm of `x * w_skip` alone
+    is the same vector for every positive x (and its negative for every negative one), so with
+    a zero bias a variable's embedding would start blind to the size of its value, which is
+    what a volatility input carries.
     """
 
     def __init__(self, n_vars: int, dim: int, dropout: float) -> None:
@@ -75,7 +80,7 @@ class VariableGRN(nn.Module):
         self.w_in = _batched_weight(n_vars, dim, 1, fan_in=1)
         self.b_in = _batched_weight(n_vars, dim, 1, fan_in=1)
         self.w_skip = _batched_weight(n_vars, dim, 1, fan_in=1)
-        self.b_skip = nn.Parameter(torch.zeros(n_vars, dim, 1))
+        self.b_skip = _batched_weight(n_vars, dim, 1, fan_in=1)
         self.w_glu = _batched_weight(n_vars, 2 * dim, dim, fan_in=dim)  # rows: value, gate
         self.b_glu = nn.Parameter(torch.zeros(n_vars, 2 * dim, 1))
         self.dropout = nn.Dropout(dropout)
@@ -101,10 +106,10 @@ class VariableSelection(nn.Module):
     to `hidden` is linear, so it runs after the weighting as one `(V * var_dim, hidden)` matmul.
     """
 
-    # Variable-rows per block on CPU (256 rows of 225 variables): the (V, var_dim, rows)
+    # Variable-rows per block on CPU (256 rows of 227 variables): the (V, var_dim, rows)
     # intermediates then stay in cache, which is several times faster than streaming
     # whole-batch tensors through memory. A selection over few variables is split far less.
-    CPU_BLOCK_VALUES = 256 * 225
+    CPU_BLOCK_VALUES = 256 * 227
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from features.long_memory import EWMA_DAY, EWMA_WEEK
 from model.covariates import NS_PER_MIN
 from model.dataset import Panel, panel_from_arrays
 from model.volatility import (
@@ -56,6 +57,8 @@ def scale_inputs(ts: np.ndarray, close: np.ndarray) -> np.ndarray:
     """The feature engine's `SCALE_INPUTS` columns for contiguous bars."""
     r = np.r_[0.0, np.diff(np.log(close))]
     angle = 2 * np.pi * minute_of_day(ts) / MINUTES_PER_DAY
-    halflife = np.log(0.5) / np.log(SCALE_LAMBDA)
-    slow = np.sqrt(ewma_variance(r, halflife))
-    return np.stack([r, np.sin(angle), np.cos(angle), np.zeros(len(ts)), slow], axis=1)
+    slow, day, week = (
+        np.sqrt(ewma_variance(r, np.log(0.5) / np.log(decay)))
+        for decay in (SCALE_LAMBDA, EWMA_DAY, EWMA_WEEK)
+    )
+    return np.stack([r, np.sin(angle), np.cos(angle), np.zeros(len(ts)), slow, day, week], axis=1)

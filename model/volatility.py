@@ -23,14 +23,26 @@ MINUTES_PER_DAY = 1440
 PROFILE_BUCKET_MINUTES = 15
 SCALE_FEATURE = "ewma_vol_slow"  # sqrt(EWMA of r²), bias-corrected (FEATURES.md)
 SCALE_LAMBDA = EWMA_SLOW  # that feature's decay: the profile is averaged with the same weights
-# What the scale reads of each window row: the return, the minute of day, gaps, the slow EWMA.
-SCALE_INPUTS = ("ret_1", "tod_sin", "tod_cos", "bar_gap_log", SCALE_FEATURE)
+# What the scale reads of each window row: the return, the minute of day, gaps, the slow EWMA,
+# and (last row only) the day and week EWMAs, the slow components of a HAR model.
+SCALE_INPUTS = (
+    "ret_1",
+    "tod_sin",
+    "tod_cos",
+    "bar_gap_log",
+    SCALE_FEATURE,
+    "ewma_vol_day",
+    "ewma_vol_week",
+)
 SCALE_HALFLIFE = 30.0  # bars: an untrained checkpoint's
 # What `VolatilityScale.fit` chooses from: the blend's weight on the time-of-day EWMA (1: the
 # whole daily shape; a few weeks of bars overstate it) and both EWMAs' half-lives (bars).
 SCALE_WEIGHTS = (0.2, 0.4, 0.6, 0.8, 1.0)
 SCALE_HALFLIVES = (60.0, 120.0, 240.0)
 SCALE_FLAT_HALFLIVES = (10.0, 30.0, 60.0)
+# The long memory's weights in the daily-shaped level (day, week), a grid on the simplex with the
+# window's time-of-day EWMA taking the rest.
+SCALE_MEMORY = tuple((d / 10, w / 10) for d in range(0, 11, 2) for w in range(0, 11 - d, 2))
 SCALE_FLOOR = 0.1  # fraction of the median blended level on the windows the scale is fitted on
 
 
@@ -132,14 +144,17 @@ class VolatilityScale:
     volatility forecast per window and horizon, and this rescales them. It reads only the
     window's own feature rows (`SCALE_INPUTS`), so the worker computes it with no state of its
     own. It is the time-of-day x plain EWMA baseline's estimate (`model.baselines`) built from
-    the window: over its rows, an EWMA (half-life `halflife`) of squared returns divided by the
-    profile of their minute, and a plain EWMA (`flat_halflife`) of squared returns, both started
-    from the oldest row's slow EWMA (the former over the profile it averaged), blended
-    geometrically with weight `weight` on the former, each scaled forward over the h minutes
-    ahead by its own shape (the profile, or flat):
+    the window, with a HAR model's long memory: over its rows, an EWMA (half-life `halflife`) of
+    squared returns divided by the profile of their minute, and a plain EWMA (`flat_halflife`)
+    of squared returns, both started from the oldest row's slow EWMA (the former over the
+    profile it averaged); the former blended geometrically with the last row's day and week
+    EWMAs (whose windows span every minute of the day, so their level is the daily average the
+    profile is relative to), weights `memory`; and that daily-shaped level blended with the
+    plain one, weight `weight`, each scaled forward over the h minutes ahead by its own shape
+    (the profile, or flat):
 
         scale(t, h) = max(level(t), floor) * forward(t, h)
-        level = flat^(1 - weight) * tod^weight
+        level = flat^(1 - weight) * (tod^(1 - day_w - week_w) day^day_w week^week_w)^weight
         forward(t, h) = sqrt(h)^(1 - weight) * profile(t, h)^weight
     """
 
@@ -149,6 +164,7 @@ class VolatilityScale:
     weight: float = 1.0
     halflife: float = SCALE_HALFLIFE
     flat_halflife: float = SCALE_HALFLIFE
+    memory: tuple[float, float] = (0.0, 0.0)  # the day and week EWMAs' weights
     trailing: np.ndarray = field(init=False, repr=False)  # (1440,) from the profile
 
     def __post_init__(self) -> None:
@@ -165,40 +181,55 @@ class VolatilityScale:
     ) -> VolatilityScale:
         """From windows held out of the profile's fit (`inputs` `(n, lookback,
         len(SCALE_INPUTS))`, last bars' `ts_event`, labels `targets` `(n, horizon)`): the blend
-        weight and half-lives whose scale fits the labels best as a Gaussian's, its level left
+        weights and half-lives whose scale fits the labels best as a Gaussian's, its level left
         free (the head and the interval calibration set the level; what is chosen is how it
         moves)."""
         columns = tuple(feature_names.index(name) for name in SCALE_INPUTS)
-        fits = {
-            choice: cls(profile, columns, 0.0, *choice).misfit(inputs, ts_event, targets)
-            for choice in itertools.product(SCALE_WEIGHTS, SCALE_HALFLIVES, SCALE_FLAT_HALFLIVES)
+        base = cls(profile, columns, 0.0)
+        tod = {h: base.tod_variance(inputs, h) for h in SCALE_HALFLIVES}
+        flat = {h: base.flat_variance(inputs, h) for h in SCALE_FLAT_HALFLIVES}
+        forward = {
+            w: replace(base, weight=w).forward(ts_event, targets.shape[1]) for w in SCALE_WEIGHTS
         }
-        chosen = cls(profile, columns, 0.0, *min(fits, key=fits.__getitem__))
+        fits = {}
+        for w, h, f, memory in itertools.product(
+            SCALE_WEIGHTS, SCALE_HALFLIVES, SCALE_FLAT_HALFLIVES, SCALE_MEMORY
+        ):
+            candidate = replace(base, weight=w, memory=memory)
+            sigma = candidate.blend(inputs, tod[h], flat[f])[:, None] * forward[w]
+            fits[(w, h, f, memory)] = gaussian_misfit(sigma, targets)
+        w, h, f, memory = min(fits, key=fits.__getitem__)
+        chosen = replace(base, weight=w, halflife=h, flat_halflife=f, memory=memory)
         level = float(np.nanmedian(chosen.level(inputs)))
         if not level > 0:
             raise ValueError("the windows' returns are all 0: no volatility to scale by")
         return replace(chosen, floor=SCALE_FLOOR * level)
 
-    def misfit(self, inputs: np.ndarray, ts_event: np.ndarray, targets: np.ndarray) -> float:
-        """`gaussian_misfit` of this scale on the windows `inputs` ending at `ts_event`."""
-        sigma = self.level(inputs)[:, None] * self.forward(ts_event, targets.shape[1])
-        return gaussian_misfit(sigma, targets)
-
     def level(self, inputs: np.ndarray) -> np.ndarray:
-        """`(B,)` the windows' blended volatility, from `inputs` `(B, T, 5)`. Elementwise only,
-        so a window's value is the same whatever shares its batch."""
-        r, sin, cos, gap, slow = (inputs[..., i] for i in range(len(SCALE_INPUTS)))
+        """`(B,)` the windows' blended volatility, from `inputs` `(B, T, len(SCALE_INPUTS))`.
+        Elementwise only, so a window's value is the same whatever shares its batch."""
+        tod = self.tod_variance(inputs, self.halflife)
+        return self.blend(inputs, tod, self.flat_variance(inputs, self.flat_halflife))
+
+    def blend(self, inputs: np.ndarray, tod: np.ndarray, flat: np.ndarray) -> np.ndarray:
+        """`(B,)` the blended volatility from the windows' two EWMA variances."""
+        day, week = inputs[:, -1, 5] ** 2, inputs[:, -1, 6] ** 2
+        day_w, week_w = self.memory
+        daily = tod ** (1 - day_w - week_w) * day**day_w * week**week_w
+        return np.sqrt(flat ** (1 - self.weight) * daily**self.weight)
+
+    def tod_variance(self, inputs: np.ndarray, halflife: float) -> np.ndarray:
+        """`(B,)` EWMA of the window rows' squared returns over the profile of their minute."""
+        r, sin, cos, gap, slow = (inputs[..., i] for i in range(5))
         minute = np.rint(np.arctan2(sin, cos) * (MINUTES_PER_DAY / (2 * np.pi))).astype(np.int64)
         minute %= MINUTES_PER_DAY
-        start = slow[:, 0] ** 2
-        tod = window_ewma(
-            r**2 / self.profile.per_minute_square()[minute],
-            gap,
-            start / self.trailing[minute[:, 0]] ** 2,
-            self.halflife,
-        )
-        flat = window_ewma(r**2, gap, start, self.flat_halflife)
-        return np.sqrt(flat ** (1 - self.weight) * tod**self.weight)
+        start = slow[:, 0] ** 2 / self.trailing[minute[:, 0]] ** 2
+        square = r**2 / self.profile.per_minute_square()[minute]
+        return window_ewma(square, gap, start, halflife)
+
+    def flat_variance(self, inputs: np.ndarray, halflife: float) -> np.ndarray:
+        """`(B,)` EWMA of the window rows' squared returns."""
+        return window_ewma(inputs[..., 0] ** 2, inputs[..., 3], inputs[:, 0, 4] ** 2, halflife)
 
     def forward(self, ts_event: np.ndarray, horizon: int) -> np.ndarray:
         """`(B, horizon)` how each horizon's volatility grows from the level's."""
@@ -219,25 +250,32 @@ class VolatilityScale:
             "weight": self.weight,
             "halflife": self.halflife,
             "flat_halflife": self.flat_halflife,
+            "memory": list(self.memory),
             "floor": self.floor,
         }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> VolatilityScale:
         moves = [values.get(k) for k in ("weight", "halflife", "flat_halflife")]
-        if values.get("inputs") != list(SCALE_INPUTS) or not all(
-            isinstance(v, int | float) and v > 0 for v in moves
+        memory = values.get("memory")
+        if (
+            values.get("inputs") != list(SCALE_INPUTS)
+            or not all(isinstance(v, int | float) and v > 0 for v in moves)
+            or not (isinstance(memory, list) and len(memory) == 2)
+            or not (min(memory) >= 0 and sum(memory) <= 1)
         ):
             raise ValueError(
                 f"checkpoint scales by {values.get('inputs')!r} (blend weight, half-lives "
-                f"{moves}), this barcast by {list(SCALE_INPUTS)!r} with a positive weight and "
-                "half-lives; retrain the checkpoint"
+                f"{moves}, long-memory weights {memory}), this barcast by "
+                f"{list(SCALE_INPUTS)!r} with a positive weight and half-lives and two "
+                "long-memory weights summing to at most 1; retrain the checkpoint"
             )
         return cls(
             TimeOfDayProfile.from_dict(values["profile"]),
             tuple(int(c) for c in values["columns"]),
             float(values["floor"]),
             *(float(v) for v in moves),
+            (float(memory[0]), float(memory[1])),
         )
 
 

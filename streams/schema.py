@@ -138,7 +138,7 @@ def decode(data: bytes) -> Any:
 
 
 def encode_feature_values(values: np.ndarray) -> str:
-    """225 float64 as base64 of little-endian bytes: bit-exact, NaN-safe, ~3.2 kB."""
+    """N_FEATURES float64 as base64 of little-endian bytes: bit-exact, NaN-safe, ~3.2 kB."""
     return base64.b64encode(np.ascontiguousarray(values, dtype="<f8").tobytes()).decode("ascii")
 
 

@@ -19,7 +19,7 @@ EMBEDDED = "embedded"
 MIN_RECORD_BYTES, MAX_RECORD_BYTES = 65_536, 100_000_000
 # The feature set's width (features.registry, whose numba kernels settings must not import; a
 # test holds the two equal): the most historical features an explanation can name.
-N_FEATURES = 225
+N_FEATURES = 227
 # Settings that no longer exist, and what to do instead: refused rather than ignored, so that an
 # old environment does not silently run something other than it asks for.
 REMOVED = {

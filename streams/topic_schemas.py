@@ -90,7 +90,7 @@ FEATURES_FIELDS: dict[str, dict[str, Any]] = {
     "synthetic": _field({"type": "boolean"}, "the bar is a gap fill"),
     "values": _field(
         {"type": "string", "contentEncoding": "base64"},
-        "the 225 features as base64 of 225 little-endian float64 (bit-exact, NaN-safe; "
+        "the 227 features as base64 of 227 little-endian float64 (bit-exact, NaN-safe; "
         "`streams.schema.decode_feature_values`)",
     ),
 }

@@ -39,7 +39,7 @@ from benchmarks.pipeline.models import random_checkpoint
 from benchmarks.provenance import loadavg, run_metadata
 from model.serving.forecast_engine import ForecastEngine, WindowRequest, inference_threads
 from streams.runtime.stages.forecasts import explain_records
-from streams.settings import Settings
+from streams.settings import N_FEATURES, Settings
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "explain_cost.json"
 WINDOWS, HIDDEN, HEADS, TOP_K = 1000, 128, 8, 10
@@ -142,7 +142,7 @@ def run(rounds: int, device: str) -> dict[str, Any]:
             "predict_explained": ForecastEngine(path, device, explain=True),
         }
     lookback = engines["predict"].lookback
-    rows = np.random.default_rng(0).normal(size=(WINDOWS + lookback + rounds + 1, 225))
+    rows = np.random.default_rng(0).normal(size=(WINDOWS + lookback + rounds + 1, N_FEATURES))
     seconds, explanations, batch = measure(engines, rows, rounds, size)
     explaining = engines["predict_explained"]
     return {

@@ -4,7 +4,7 @@ benchmarks/features/series.py), fed minute by minute as a worker sees them.
 
 Rows, each a design difference stated in the table and the results file:
 
-(a) barcast `update_many` once per minute for all symbols (64 bars per call), all 225 features,
+(a) barcast `update_many` once per minute for all symbols (64 bars per call), all 227 features,
     against TA-Lib 0.8.2's streaming handles (`talib.stream`) ADX(14), RSI(14), EMA(12),
     MACD(12,26,9): four Python calls per bar per symbol, four indicators;
 (b) like for like in calls: barcast `update_many` with one symbol and one bar per call against
@@ -101,18 +101,19 @@ def month_rows(args: argparse.Namespace, bars: dict[str, np.ndarray]) -> dict[st
     )
     return {
         "per_minute": row(
-            f"update_many once per minute, {n} bars per call, 225 features",
+            f"update_many once per minute, {n} bars per call, {engine.N_FEATURES} features",
             TALIB,
             f"not like for like: barcast batches the {n} symbols' bars of a minute into one "
-            "call (its product path) and computes 225 features; TA-Lib has no batched "
+            f"call (its product path) and computes {engine.N_FEATURES} features; TA-Lib has no "
+            "batched "
             "streaming call and computes 4 indicators",
             (minute_ns, talib_ns),
         ),
         "one_bar_per_call": row(
-            "update_many with one symbol and one bar per call, 225 features",
+            f"update_many with one symbol and one bar per call, {engine.N_FEATURES} features",
             TALIB,
             "like for like in calls: one call for barcast's bar against TA-Lib's four for the "
-            "same bar; barcast still computes 225 features to TA-Lib's 4",
+            f"same bar; barcast still computes {engine.N_FEATURES} features to TA-Lib's 4",
             (bar_ns, talib_ns),
         ),
         "talipp": row(

@@ -1,7 +1,7 @@
 """TFT inference latency and training memory: barcast vs pytorch-forecasting, one run.
 
 Both models get the same hidden size, heads, LSTM layers, lookback, horizon, 3 quantiles and
-225 historical + 10 static (a symbol embedding + 9 reals) + 10 known-future inputs.
+227 historical + 10 static (a symbol embedding + 9 reals) + 10 known-future inputs.
 
 They are not the same architecture. Their variable selection differs: barcast's per-variable
 networks are `var_dim` (8) wide end to end, the variables are weighted in that space and

@@ -13,7 +13,7 @@ FEATURES_MD = REPO_ROOT / "FEATURES.md"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("features", help="inspect the 225-feature registry")
+    parser = subparsers.add_parser("features", help="inspect the feature registry")
     commands = parser.add_subparsers(dest="features_command", required=True)
     commands.add_parser(
         "list", help="print every feature: index, name, group, warm-up bars, formula"

@@ -116,7 +116,7 @@ def test_synthetic_gap_fills_are_finite_and_leave_volume_features_alone(
 def test_first_bars_of_a_series(sixe_bars: pd.DataFrame, n: int) -> None:
     cols = [sixe_bars[c].to_numpy()[:n] for c in COLUMNS]
     values, warm = engine.compute_batch(*cols)
-    assert values.shape == (n, 225) and not warm.any()
+    assert values.shape == (n, engine.N_FEATURES) and not warm.any()
     assert_finite_after_warmup(values, np.arange(n))
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import talib
 
-from features import core, cusum, engine, regime
+from features import core, cusum, engine, long_memory, regime
 
 COLUMNS = ("ts_event", "open", "high", "low", "close", "volume")
 INDEX = {name: i for i, name in enumerate(engine.FEATURE_NAMES)}
@@ -175,14 +175,25 @@ def test_transition_probabilities_match_decayed_counts(sixe_bars: pd.DataFrame) 
     assert ((values[w:, :3] > 0.0) & (values[w:, :3] < 1.0)).all()
 
 
-def test_the_slow_ewma_volatility_leaves_out_session_break_jumps(sixe_bars: pd.DataFrame) -> None:
-    """ewma_vol_slow is the level the TFT's volatility scale starts from: like the volatility
-    baselines (`model.volatility.contiguous_returns`), it folds only returns of consecutive
-    minutes, so the month's daily reopens and weekend gaps leave it as it was."""
+@pytest.mark.parametrize(
+    ("name", "decay"),
+    [
+        ("ewma_vol_slow", core.EWMA_SLOW),
+        ("ewma_vol_day", long_memory.EWMA_DAY),
+        ("ewma_vol_week", long_memory.EWMA_WEEK),
+    ],
+)
+def test_slow_ewma_volatilities_leave_out_session_break_jumps(
+    sixe_bars: pd.DataFrame, name: str, decay: float
+) -> None:
+    """ewma_vol_slow is the level the TFT's volatility scale starts from, and the day and week
+    EWMAs its long memory: like the volatility baselines (`model.volatility.contiguous_returns`),
+    they fold only returns of consecutive minutes, so the month's daily reopens and weekend gaps
+    leave them as they were."""
     from model.volatility import contiguous_returns
 
     bars = as_dict(sixe_bars)
-    got = batch(bars)[:, INDEX["ewma_vol_slow"]]
+    got = batch(bars)[:, INDEX[name]]
     r = contiguous_returns(bars["ts_event"], bars["close"])
     breaks = np.count_nonzero(np.isnan(r[1:]))
     assert breaks >= 20  # the month has its daily halts and weekends
@@ -190,9 +201,8 @@ def test_the_slow_ewma_volatility_leaves_out_session_break_jumps(sixe_bars: pd.D
     total = weight = 0.0
     for t, x in enumerate(r):
         if math.isfinite(x):
-            total = core.EWMA_SLOW * total + (1.0 - core.EWMA_SLOW) * x * x
-            weight = core.EWMA_SLOW * weight + (1.0 - core.EWMA_SLOW)
+            total = decay * total + (1.0 - decay) * x * x
+            weight = decay * weight + (1.0 - decay)
         ref[t] = math.sqrt(total / weight) if weight > 0.0 else 0.0
-    w = INDEX["ewma_vol_slow"]
-    warm = engine.WARMUPS[w]
+    warm = engine.WARMUPS[INDEX[name]]
     np.testing.assert_allclose(got[warm:], ref[warm:], rtol=1e-12)

@@ -1,4 +1,4 @@
-"""The feature registry: 225 unique names on the contract's group ranges, a fingerprint that
+"""The feature registry: 227 unique names on the contract's group ranges, a fingerprint that
 moves with every parameter, FEATURES.md in sync, and window sums that cover every read."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from streams.tools import features_cli as cli
 WINDOW_INDEX = {"W5": W5, "W10": W10, "W14": W14, "W20": W20, "W60": W60}
 
 
-def test_registry_has_225_unique_names_on_the_group_ranges() -> None:
+def test_registry_has_227_unique_names_on_the_group_ranges() -> None:
     features = registry.FEATURES
-    assert len(features) == 225
-    assert len(set(registry.FEATURE_NAMES)) == 225
-    assert [f.index for f in features] == list(range(225))
+    assert len(features) == 227
+    assert len(set(registry.FEATURE_NAMES)) == 227
+    assert [f.index for f in features] == list(range(227))
     for group, (lo, hi) in registry.GROUP_RANGES.items():
         assert {f.group for f in features[lo : hi + 1]} == {group}
     assert (registry.GROUP_RANGES["ADX family"]) == (211, 215)
@@ -37,7 +37,7 @@ def test_registry_has_225_unique_names_on_the_group_ranges() -> None:
 
 def test_check_rejects_a_broken_layout() -> None:
     features = registry.FEATURES
-    with pytest.raises(RuntimeError, match="225"):
+    with pytest.raises(RuntimeError, match="227"):
         registry.check(features[:-1])
     renamed = (*features[:-1], dataclasses.replace(features[-1], name=features[0].name))
     with pytest.raises(RuntimeError, match="duplicate"):

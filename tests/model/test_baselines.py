@@ -232,7 +232,7 @@ def test_the_tft_scale_takes_the_profile_weight_its_windows_follow() -> None:
         assert scale.weight in weights
         assert scale.halflife in SCALE_HALFLIVES and scale.flat_halflife in SCALE_FLAT_HALFLIVES
         again = VolatilityScale.from_dict(scale.to_dict())
-        moves = ("weight", "halflife", "flat_halflife", "floor")
+        moves = ("weight", "halflife", "flat_halflife", "memory", "floor")
         assert [getattr(again, k) for k in moves] == [getattr(scale, k) for k in moves]
         assert np.array_equal(
             again.scale(panel.ts[ends], inputs, 10), scale.scale(panel.ts[ends], inputs, 10)
@@ -245,7 +245,7 @@ def test_the_tft_scale_is_the_blended_baseline_computed_from_the_window() -> Non
     panel, _ = intraday_panel(days=3, seed=2)
     profile = fit_profile(panel, int(START + 2 * MINUTES_PER_DAY * NS_PER_MIN))
     scaled = scaled_panel(days=3, seed=2, daily=True)
-    scale = VolatilityScale(profile, (0, 1, 2, 3, 4), 0.0, 0.4, 10.0, 25.0)
+    scale = VolatilityScale(profile, tuple(range(7)), 0.0, 0.4, 10.0, 25.0)
     ends = np.arange(2000, len(scaled.ts) - 10, 97)
     ours = scale.scale(scaled.ts[ends], window_rows(scaled.features, 1000)[ends], 10)
     tod = baselines.ewma_sigma(scaled, ends, profile, 10.0)
@@ -265,16 +265,29 @@ def test_the_tft_scale_starts_from_the_oldest_rows_slow_level() -> None:
     minute = minute_of_day(panel.ts[np.array([300, 700]) - 59])
     trailing = profile.trailing_rms(SCALE_LAMBDA)[minute]
     for weight in (0.2, 1.0):
-        scale = VolatilityScale(profile, (0, 1, 2, 3, 4), 0.0, weight, 60.0, 10.0)
+        scale = VolatilityScale(profile, tuple(range(7)), 0.0, weight, 60.0, 10.0)
         expected = (
             np.array([2e-4, 5e-4]) ** (1 - weight) * (np.array([2e-4, 5e-4]) / trailing) ** weight
         )
         np.testing.assert_allclose(scale.level(inputs), expected, rtol=1e-9)
 
 
+def test_the_tft_scale_carries_the_long_memory_of_the_last_row() -> None:
+    """With all of the daily-shaped level on the day and week EWMAs, the level is their
+    geometric blend at the window's last row, whatever the window's own returns did."""
+    profile = fit_profile(intraday_panel(days=2)[0], int(START + MINUTES_PER_DAY * NS_PER_MIN))
+    panel = scaled_panel(days=1, seed=3, daily=True)
+    inputs = window_rows(panel.features, 60)[np.array([300, 700])].copy()
+    inputs[:, -1, 5], inputs[:, -1, 6] = [1e-4, 4e-4], [9e-4, 1e-4]
+    scale = VolatilityScale(profile, tuple(range(7)), 0.0, 1.0, 60.0, 10.0, (0.5, 0.5))
+    np.testing.assert_allclose(scale.level(inputs), [3e-4, 2e-4], rtol=1e-9)
+    inputs[:, :-1, 0] *= 10.0  # the window's returns: no effect on this blend
+    np.testing.assert_allclose(scale.level(inputs), [3e-4, 2e-4], rtol=1e-9)
+
+
 def test_a_scale_without_a_blend_is_refused_naming_the_fix() -> None:
     profile = fit_profile(intraday_panel(days=2)[0], int(START + MINUTES_PER_DAY * NS_PER_MIN))
-    saved = VolatilityScale(profile, (0, 1, 2, 3, 4), 1e-6).to_dict()
+    saved = VolatilityScale(profile, tuple(range(7)), 1e-6).to_dict()
     del saved["weight"]
     with pytest.raises(ValueError, match="retrain the checkpoint"):
         VolatilityScale.from_dict(saved)

@@ -24,7 +24,7 @@ from tests.checkpoints import untrained_model
 torch.set_num_threads(1)
 
 CONFIG = TFTConfig(
-    lookback=8, horizon=3, hidden=16, heads=2, lstm_layers=2, n_hist=225, var_dim=4, n_symbols=2
+    lookback=8, horizon=3, hidden=16, heads=2, lstm_layers=2, n_hist=227, var_dim=4, n_symbols=2
 )
 
 

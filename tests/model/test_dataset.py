@@ -30,7 +30,7 @@ from model.dataset import (
     panel_from_arrays,
     window_ends,
 )
-from model.normalization import Normalizer
+from model.normalization import Normalizer, Relative
 from model.synthetic import START_NS, synthetic_panel
 from model.volatility import TimeOfDayProfile, VolatilityScale
 
@@ -78,7 +78,7 @@ def test_planted_marker_never_reaches_validation() -> None:
     panel.features[:, 3] = np.arange(len(panel.ts))
     _, ends = splits(panel)
     normalizer = Normalizer(np.zeros(4), np.ones(4), clip=1e9)
-    volatility = VolatilityScale(TimeOfDayProfile.flat(), columns=(0, 1, 1, 2, 2), floor=1e-6)
+    volatility = VolatilityScale(TimeOfDayProfile.flat(), columns=(0, 1, 1, 2, 2, 2, 2), floor=1e-6)
     data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0, volatility)
     seen = {}
     for part in (Part.TRAIN, Part.VAL):
@@ -99,7 +99,7 @@ def test_a_batch_drops_its_symbols_all_together_or_not_at_all() -> None:
     dropped for some windows only would reach the rows its neighbours share."""
     panel = synthetic_panel(n_bars=600, n_features=4, horizon=HORIZON)
     normalizer = Normalizer(np.zeros(4), np.ones(4), clip=1e9)
-    volatility = VolatilityScale(TimeOfDayProfile.flat(), columns=(0, 1, 1, 2, 2), floor=1e-6)
+    volatility = VolatilityScale(TimeOfDayProfile.flat(), columns=(0, 1, 1, 2, 2, 2, 2), floor=1e-6)
     data = WindowData(panel, normalizer, SymbolVocab(("ES",)), LOOKBACK, HORIZON, 1.0, volatility)
     batch = data.batch(splits(panel)[1][Part.TRAIN][:8])  # consecutive windows: shared rows
     torch.manual_seed(0)
@@ -125,6 +125,39 @@ def test_normalizer_is_fitted_on_training_rows_only() -> None:
     assert normalizer.apply(np.full((1, 5), np.nan)).tolist() == [[0.0] * 5]
     restored = Normalizer.from_dict(normalizer.to_dict())
     np.testing.assert_array_equal(restored.apply(panel.features), z)
+
+
+def test_return_unit_features_are_stated_relative_to_the_rows_slow_volatility() -> None:
+    """A calm and a wild market, or ES and 6E, feed the network the same inputs when only the
+    size of the moves differs: every return-unit feature and the reference times k give the
+    same normalized row; the other features are left as they are."""
+    names = ("ewma_vol_week", "rv_5", "ret_1", "tod_sin")
+    rng = np.random.default_rng(3)
+    calm = np.column_stack(
+        [
+            rng.uniform(1e-4, 2e-4, 500),
+            rng.uniform(0.0, 3e-4, 500),
+            rng.normal(0.0, 1e-4, 500),
+            rng.uniform(-1.0, 1.0, 500),
+        ]
+    )
+    wild = calm * np.array([7.0, 7.0, 7.0, 1.0])
+    relative = Relative.of(names)
+    assert (relative.reference, relative.log_ratio.tolist(), relative.ratio.tolist()) == (
+        0,
+        [1, 0],
+        [2],
+    )
+    normalizer = Normalizer.fit(calm, relative=relative)
+    np.testing.assert_allclose(normalizer.apply(wild), normalizer.apply(calm), atol=1e-5)
+    assert normalizer.ignored.tolist() == [True, False, False, False]  # log(ref / ref) = 0
+    restored = Normalizer.from_dict(normalizer.to_dict())
+    np.testing.assert_array_equal(restored.apply(wild), normalizer.apply(wild))
+    before = {k: v for k, v in normalizer.to_dict().items() if k not in ("reference", "ratio")}
+    assert Normalizer.from_dict(before).relative.reference == -1  # a checkpoint saved before
+    flat = calm.copy()
+    flat[:, 1] = 0.0  # five bars without a move: the floor, not -inf
+    assert np.isfinite(normalizer.apply(flat)).all()
 
 
 def test_date_features_whose_cycle_training_does_not_span_are_left_out() -> None:

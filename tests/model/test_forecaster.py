@@ -43,7 +43,7 @@ def directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
         config=CONFIG,
         feature_fingerprint="fp",
         normalizer=Normalizer(rng.normal(size=40), rng.uniform(0.5, 2.0, size=40)),
-        volatility=VolatilityScale(TimeOfDayProfile.flat(), (0, 1, 2, 3, 4), floor=3e-4),
+        volatility=VolatilityScale(TimeOfDayProfile.flat(), tuple(range(7)), floor=3e-4),
         interval_scale=np.ones((CONFIG.horizon, 3)),
         vocab=SymbolVocab(("ES",)),
         persistence_quantiles=np.zeros((4, 3)),
@@ -76,7 +76,7 @@ def test_fp32_predictions_equal_the_model_on_normalized_inputs(directory: Path) 
             torch.from_numpy(meta.normalizer.apply(batch.features)),
             torch.from_numpy(future_covariates(batch.ts_event, CONFIG.horizon)),
         ).quantiles.numpy()
-    inputs = batch.features[:, :, :5]
+    inputs = batch.features[:, :, :7]
     expected = meta.to_returns(outputs.astype(np.float64), batch.ts_event, inputs)
     np.testing.assert_allclose(forecast.quantiles, expected, rtol=1e-6, atol=1e-12)
     assert forecast.quantiles.shape == (6, CONFIG.horizon, 3)
@@ -108,7 +108,7 @@ def replay(forecaster: Forecaster, bars: int = 30) -> tuple[np.ndarray, np.ndarr
         encoded_window = torch.cat(cache[-CONFIG.lookback :], dim=1)
         # in the model's own units: divided by each window's volatility scale
         scale = forecaster.meta.volatility.scale(
-            window.ts_event, window.features[:, :, :5], CONFIG.horizon
+            window.ts_event, window.features[:, :, :7], CONFIG.horizon
         )[..., None]
         cached.append(forecaster.predict_encoded(window, encoded_window).quantiles / scale)
         full.append(forecaster.predict(window).quantiles / scale)

@@ -67,15 +67,15 @@ def test_quantiles_never_cross_even_for_extreme_inputs(model: TemporalFusionTran
 
 
 def test_variable_selection_is_batched_not_a_loop_over_variables() -> None:
-    """The 225 per-variable GRNs are single (V, in, out) weight tensors, so the number of
+    """The 227 per-variable GRNs are single (V, in, out) weight tensors, so the number of
     modules and of parameter tensors does not grow with the number of variables."""
     small = TemporalFusionTransformer(TFTConfig(hidden=16, heads=4, n_hist=10, var_dim=4))
-    full = TemporalFusionTransformer(TFTConfig(hidden=16, heads=4, n_hist=225, var_dim=4))
+    full = TemporalFusionTransformer(TFTConfig(hidden=16, heads=4, n_hist=227, var_dim=4))
     assert len(list(small.modules())) == len(list(full.modules()))
     assert len(list(small.parameters())) == len(list(full.parameters()))
     grn = full.hist_selection.real_grn
     assert isinstance(grn, VariableGRN)
-    assert grn.w_in.shape == (225, 4, 1) and grn.w_glu.shape == (225, 8, 4)
+    assert grn.w_in.shape == (227, 4, 1) and grn.w_glu.shape == (227, 8, 4)
     assert not any(isinstance(m, nn.ModuleList | nn.ModuleDict) for m in full.modules())
 
 
@@ -164,3 +164,16 @@ def test_config_rejects_unusable_values() -> None:
     with pytest.raises(ConfigError, match="unknown"):
         TFTConfig.from_dict({"hidden": 16, "heads": 4, "bogus": 1})
     assert TFTConfig.from_dict(TFTConfig().to_dict()) == TFTConfig()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_variables_embedding_tells_the_size_of_its_value_from_the_start(seed: int) -> None:
+    """A volatility input says how big, not only which sign: at initialization the embeddings
+    of a small and a large value of a variable must point in clearly different directions (a
+    zero residual bias made them nearly one direction, mean cosine about 0.9)."""
+    torch.manual_seed(seed)
+    grn = VariableGRN(64, 8, dropout=0.0).eval()
+    small, large = torch.full((1, 64), 0.5), torch.full((1, 64), 4.0)
+    with torch.no_grad():
+        cos = nn.functional.cosine_similarity(grn(small)[:, :, 0], grn(large)[:, :, 0], dim=1)
+    assert cos.mean() < 0.75

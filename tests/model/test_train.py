@@ -52,10 +52,13 @@ QUIET = TrainConfig(
 
 
 def test_training_on_a_learnable_signal_cuts_the_loss_by_a_large_factor(tmp_path: Path) -> None:
+    # Eight epochs: after five, whether the factor is reached still depends on the initial
+    # weights' draw; after eight, every draw tried is well past it.
     panel = synthetic_panel(n_bars=2000, n_features=16)
-    metrics = train_on_panel(panel, tmp_path, TINY, QUIET, "synthetic", {"files": {}})
+    config = replace(QUIET, epochs=8)
+    metrics = train_on_panel(panel, tmp_path, TINY, config, "synthetic", {"files": {}})
     history = json.loads((tmp_path / "metrics.json").read_text())
-    assert len(history) == 5
+    assert len(history) == 8
     assert history[-1]["train_loss"] < history[0]["train_loss"] / 5
     assert history[-1]["val_loss"] < history[0]["val_loss"] / 2
     assert metrics["val_pinball"] == min(h["val_loss"] for h in history) > 0
@@ -155,7 +158,7 @@ def sixe_slice(sixe_csv: Path, path: Path, bars: int) -> Path:
     return path
 
 
-def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_225_features(
+def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_227_features(
     sixe_csv: Path, tmp_path: Path
 ) -> None:
     """The configuration that ran out of memory in the old report, on real bars through the
@@ -180,9 +183,9 @@ def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_225_features(
     )
     assert metrics["epochs_run"] == 1 and metrics["peak_memory_mb"] > 0
     model, meta, _ = checkpoint.load(tmp_path / "ckpt", FINGERPRINT)
-    assert meta.config.n_hist == N_FEATURES == 225
-    assert model.hist_selection.real_grn.w_glu.shape[0] == 225
-    assert model.hist_selection.combine.in_features == 225 * 8
+    assert meta.config.n_hist == N_FEATURES == 227
+    assert model.hist_selection.real_grn.w_glu.shape[0] == 227
+    assert model.hist_selection.combine.in_features == 227 * 8
 
 
 def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path) -> None:
@@ -241,7 +244,7 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
         assert result["mean_pinball"] > 0 and 0 < result["coverage_interval"] <= 1
         assert len(result["pinball_per_horizon"]) == 10
     assert report["attention_entropy"] > 0
-    assert report["importance"]["n_historical_inputs"] == 225
+    assert report["importance"]["n_historical_inputs"] == 227
     for name in ("calibration.png", "fan_chart.png"):
         assert (out / "evaluation" / name).stat().st_size > 1000
     args = parser.parse_args(["evaluate", "--checkpoint", str(tmp_path), "--data", str(data)])

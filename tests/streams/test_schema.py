@@ -39,7 +39,7 @@ FEATURES: s.FeaturesValue = {
     "fingerprint": "0123456789abcdef",
     "warm": True,
     "synthetic": False,
-    "values": s.encode_feature_values(np.arange(225, dtype=np.float64)),
+    "values": s.encode_feature_values(np.arange(227, dtype=np.float64)),
 }
 FORECAST: dict[str, Any] = {
     "symbol": "6EH4",

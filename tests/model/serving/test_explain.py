@@ -33,8 +33,8 @@ TOLERANCE = 3e-5  # incremental vs full encoding (1e-5 in forecasts) plus one ro
 
 @pytest.fixture(scope="module")
 def rows() -> np.ndarray:
-    """(symbols, bars, 225) feature rows: each symbol its own history."""
-    return np.random.default_rng(7).normal(size=(len(SYMBOLS), 120, 225))
+    """(symbols, bars, N_FEATURES) feature rows: each symbol its own history."""
+    return np.random.default_rng(7).normal(size=(len(SYMBOLS), 120, N_FEATURES))
 
 
 @pytest.fixture(scope="module")

@@ -95,7 +95,7 @@ def test_a_serving_size_forecast_is_exact_in_any_batch(tmp_path: Path) -> None:
     make_checkpoint(tmp_path / "a", hidden=64, heads=4)
     rng = np.random.default_rng(0)
     n, lookback = 64, 60
-    values = rng.normal(size=(n, lookback + 1, 225))
+    values = rng.normal(size=(n, lookback + 1, feature_engine.N_FEATURES))
     minute = 60_000_000_000
 
     def windows(step: int) -> list[WindowRequest]:
