@@ -67,7 +67,7 @@ def features_rows(r: dict[str, Any]) -> list[Row]:
     def cost(name: str) -> str:
         x = rows[name]
         return (
-            f"{x['barcast_ns_per_bar']:,.0f} ns/bar for 227 features vs "
+            f"{x['barcast_ns_per_bar']:,.0f} ns/bar for {r['features']} features vs "
             f"{x['anchor_ns_per_bar']:,.0f} ns for TA-Lib's four (TA-Lib / barcast "
             f"**{x['anchor_over_barcast']:.2f}x**)"
         )
