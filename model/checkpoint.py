@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from model.calibration import apply_interval_scale
+from model.calibration import apply_interval_scale, toward_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
@@ -47,17 +47,19 @@ class CheckpointMeta:
     persistence_quantiles: np.ndarray  # (horizon, n_quantiles) training label quantiles
     data: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    shrink: float = 1.0  # the network's share of each interval, the scale's Gaussian the rest
 
     def to_returns(
         self, outputs: np.ndarray, ts_event: np.ndarray, scale_inputs: np.ndarray
     ) -> np.ndarray:
         """Model outputs `(B, H, Q)` -> calibrated quantiles of the cumulative log return, for
         windows ending at `ts_event` whose raw feature rows hold `scale_inputs` (the
-        `volatility.columns` of every row, `(B, lookback, 5)`)."""
+        `volatility.columns` of every row, `(B, lookback, len(SCALE_INPUTS))`)."""
         c = self.config
         ts = np.asarray(ts_event, dtype=np.int64)
         scale = self.volatility.scale(ts, scale_inputs, c.horizon)
-        calibrated = apply_interval_scale(outputs, self.interval_scale, c.quantiles.index(0.5))
+        shrunk = toward_scale(outputs, self.shrink, c.quantiles)
+        calibrated = apply_interval_scale(shrunk, self.interval_scale, c.quantiles.index(0.5))
         return calibrated * scale[..., None]
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +71,7 @@ class CheckpointMeta:
             "normalization": self.normalizer.to_dict(),
             "volatility": self.volatility.to_dict(),
             "interval_scale": self.interval_scale.tolist(),
+            "shrink": self.shrink,
             "symbols": list(self.vocab.roots),
             "persistence_quantiles": self.persistence_quantiles.tolist(),
             "data": self.data,
@@ -87,6 +90,7 @@ class CheckpointMeta:
             persistence_quantiles=np.asarray(values["persistence_quantiles"], dtype=np.float64),
             data=values.get("data", {}),
             metrics=values.get("metrics", {}),
+            shrink=_shrink(values.get("shrink", 1.0)),
         )
 
 
@@ -246,3 +250,11 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _shrink(value: Any) -> float:
+    if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+        raise CheckpointError(
+            f"shrink {value!r} in {CONFIG} is not a share in [0, 1]; retrain the checkpoint"
+        )
+    return float(value)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from model import checkpoint, plots
 from model.bar_files import data_fingerprint, load_bars
-from model.calibration import fit_interval_scale
+from model.calibration import fit_interval_scale, fit_shrink, toward_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import (
@@ -130,10 +130,10 @@ def train_on_panel(
     model = TemporalFusionTransformer(config).to(device)
     history, best_state = fit(model, data, ends[Part.TRAIN], ends[Part.VAL], cfg, device)
     model.load_state_dict(best_state)
-    q, y = predict_windows(model, data, ends[Part.CALIB], cfg.batch_size * 4, device)
-    interval_scale = fit_interval_scale(q.numpy(), y.numpy(), c.quantiles)
+    shrink, interval_scale = calibrate(model, data, ends[Part.CALIB], cfg.batch_size * 4, device)
 
     metrics = run_metrics(history, model.n_params(), target_scale, interval_scale, device, cfg)
+    metrics["shrink"] = shrink
     meta = checkpoint.CheckpointMeta(
         config=config,
         feature_fingerprint=feature_fingerprint,
@@ -145,6 +145,7 @@ def train_on_panel(
         data=data_report
         | {"split": split.to_dict(), "windows": windows, "ignored_features": left_out},
         metrics=metrics,
+        shrink=shrink,
     )
     model_id = checkpoint.save(out_dir, model, meta)
     write_history(out_dir, history)
@@ -154,6 +155,25 @@ def train_on_panel(
         f"val pinball {metrics['val_pinball_bp']:.3f} bp",
     )
     return metrics | {"model_id": model_id}
+
+
+def calibrate(
+    model: TemporalFusionTransformer,
+    data: WindowData,
+    ends: np.ndarray,
+    batch_size: int,
+    device: torch.device,
+) -> tuple[float, np.ndarray]:
+    """On the calibration windows: the network's share of each interval against its scale's
+    Gaussian one (`fit_shrink`), then the interval scales of the quantiles so shrunk."""
+    quantiles = model.config.quantiles
+    q, y = (
+        x.numpy().astype(np.float64) for x in predict_windows(model, data, ends, batch_size, device)
+    )
+    unit = data.unit[torch.from_numpy(ends)].numpy().astype(np.float64)
+    shrink = fit_shrink(q, y, unit, quantiles)
+    shrunk = toward_scale(q / unit[..., None], shrink, quantiles) * unit[..., None]
+    return shrink, fit_interval_scale(shrunk, y, quantiles)
 
 
 def run_metrics(

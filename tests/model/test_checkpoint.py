@@ -6,6 +6,7 @@ import hashlib
 import json
 import pickle
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +134,25 @@ def test_refuses_a_missing_file(saved: tuple[Path, TemporalFusionTransformer, st
     (saved[0] / checkpoint.CONFIG).unlink()
     with pytest.raises(CheckpointError, match=r"config\.json is missing"):
         checkpoint.load(saved[0])
+
+
+def test_the_shrink_share_is_kept_and_applied_and_a_bad_one_refused(tmp_path: Path) -> None:
+    """The network's share of each interval travels with the checkpoint; serving applies it
+    before the interval scales; a share outside [0, 1] is refused naming the fix."""
+    torch.manual_seed(0)
+    model = untrained_model(CONFIG)
+    shrunk = replace(meta(), shrink=0.3)
+    checkpoint.save(tmp_path, model, shrunk)
+    _, loaded, _ = checkpoint.load(tmp_path)
+    assert loaded.shrink == 0.3
+    outputs = np.array([[[-3.0, 0.0, 0.5]] * CONFIG.horizon])
+    ts = np.array([1_705_000_000_000_000_000])
+    rows = np.full((1, CONFIG.lookback, 7), 1e-4)
+    assert not np.allclose(
+        loaded.to_returns(outputs, ts, rows), meta().to_returns(outputs, ts, rows)
+    )
+    config = json.loads((tmp_path / checkpoint.CONFIG).read_text())
+    config["shrink"] = 1.5
+    (tmp_path / checkpoint.CONFIG).write_text(json.dumps(config))
+    with pytest.raises(checkpoint.CheckpointError, match="retrain the checkpoint"):
+        checkpoint.load(tmp_path)

@@ -68,7 +68,7 @@ def test_environment_overrides_are_typed() -> None:
         ),
         ({"BARCAST_EXPLAIN": "sometimes"}, "BARCAST_EXPLAIN='sometimes' is not a boolean"),
         ({"BARCAST_EXPLAIN_TOP_K": "0"}, "BARCAST_EXPLAIN_TOP_K=0 is out of range; use 1-227"),
-        ({"BARCAST_EXPLAIN_TOP_K": "226"}, "BARCAST_EXPLAIN_TOP_K=226 is out of range"),
+        ({"BARCAST_EXPLAIN_TOP_K": "228"}, "BARCAST_EXPLAIN_TOP_K=228 is out of range"),
         ({"BARCAST_EXPLAIN_TOP_K": "ten"}, "BARCAST_EXPLAIN_TOP_K='ten' is not a number"),
         (
             {"BARCAST_SSL_CAFILE": "/no/such/ca.pem"},
