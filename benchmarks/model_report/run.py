@@ -38,6 +38,8 @@ NAMES = {
     "tod_ewma_gaussian": "time-of-day x plain EWMA (weight, half-lives fitted), Gaussian",
     "tod_ewma_gaussian_likelihood": "time-of-day x plain EWMA, Gaussian, by the TFT scale's rule",
     "volatility_scale_gaussian": "the TFT's volatility scale alone (no network), Gaussian",
+    "har_tod_gaussian": "intraday log-HAR with time of day (10 min, hour, day, week), Gaussian",
+    "har_tod_ewma_gaussian": "intraday log-HAR with time of day and two time-of-day EWMAs",
     "ewma_empirical": "EWMA, empirical residual quantiles",
     "ewma_gaussian": "EWMA, Gaussian",
     "rolling_quantiles": "rolling empirical quantiles (1 day)",

@@ -1,0 +1,129 @@
+"""The walk-forward protocol, its guard on held-out data, and its pooled figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.walk_forward.figures import markdown_table, pooled
+from benchmarks.walk_forward.protocol import Protocol, ProtocolError
+from benchmarks.walk_forward.run import PROTOCOL
+
+QUARTERS = ("2015Q1", "2016Q2", "2017Q3", "2018Q4", "2019Q1", "2020Q2", "2021Q3")
+
+
+def test_the_registered_protocol_is_the_one_the_issue_describes() -> None:
+    protocol = Protocol.load(PROTOCOL)
+    groups = {g: [f for f in protocol.folds if f.group == g] for g in ("es-24m", "es-6m", "lopo")}
+    assert [len(v) for v in groups.values()] == [7, 7, 3] and len(protocol.folds) == 17
+    for months in (24, 6):
+        for quarter, fold in zip(QUARTERS, groups[f"es-{months}m"], strict=True):
+            test = pd.Period(quarter, "Q")
+            d = fold.definition
+            assert d["test"] == [str(test.start_time.date()), str((test + 1).start_time.date())]
+            calib = pd.Timestamp(d["test"][0]) - pd.DateOffset(months=1)
+            val = calib - pd.DateOffset(months=1)
+            assert d["calib"][0] == str(calib.date()) and d["val"][0] == str(val.date())
+            assert d["train"][0] == str((val - pd.DateOffset(months=months)).date())
+            assert fold.split == "test" and fold.dates["test_start"] == d["test"][0]
+            assert fold.train[0].end == d["test"][0]  # training never reads the test quarter
+    for fold in groups["lopo"]:
+        tested = {s.source for s in fold.evaluate}
+        assert fold.split == "all" and len(tested) == 1
+        assert {s.source for s in fold.train} == {"ES", "6E", "BTC"} - tested
+    es = [s for f in protocol.folds for s in (*f.train, *f.evaluate) if s.source == "ES"]
+    assert max(pd.Timestamp(s.end) for s in es) == pd.Timestamp("2022-01-01")
+
+
+def protocol_file(tmp_path: Path, folds: list[dict[str, Any]]) -> Path:
+    values = json.loads(PROTOCOL.read_text()) | {"folds": folds}
+    path = tmp_path / "protocol.json"
+    path.write_text(json.dumps(values))
+    return path
+
+
+def dated(test: list[str], **changes: Any) -> dict[str, Any]:
+    return {
+        "name": "f",
+        "group": "g",
+        "sources": ["ES"],
+        "train": ["2021-01-01", "2021-07-01"],
+        "val": ["2021-07-01", "2021-08-01"],
+        "calib": ["2021-08-01", test[0]],
+        "test": test,
+    } | changes
+
+
+def test_a_fold_reaching_the_held_out_es_bars_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    Protocol.load(protocol_file(tmp_path, [dated(["2021-09-01", "2022-01-01"])]))
+    with pytest.raises(
+        ProtocolError, match=r"held-out bars .* end the fold's ranges by 2022-01-01"
+    ):
+        Protocol.load(protocol_file(tmp_path, [dated(["2021-09-01", "2022-01-02"])]))
+    open_range = {"name": "o", "group": "g", "train_sources": [{"source": "ES"}]}
+    with pytest.raises(ProtocolError, match="ES needs an explicit"):
+        Protocol.load(protocol_file(tmp_path, [open_range | {"test_sources": [{"source": "6E"}]}]))
+    with pytest.raises(ProtocolError, match="val ends 2021-08-01 but calib starts 2021-08-02"):
+        gap = dated(["2021-09-01", "2021-12-01"], calib=["2021-08-02", "2021-09-01"])
+        Protocol.load(protocol_file(tmp_path, [gap]))
+    with pytest.raises(ProtocolError, match="both trains and tests"):
+        same = {"train_sources": [{"source": "6E"}], "test_sources": [{"source": "6E"}]}
+        Protocol.load(protocol_file(tmp_path, [{"name": "s", "group": "g"} | same]))
+
+
+def fold_record(name: str, group: str, gain: float, coverage: float) -> dict[str, Any]:
+    tft = {"coverage_interval": coverage, "below_q10": 0.1, "below_q90": 0.9, "mean_pinball": 1}
+    comparison = {
+        "relative_gain": gain,
+        "tft_mean_pinball": 1.0,
+        "best_baseline": "har_tod_gaussian",
+        "best_baseline_mean_pinball": 1.0,
+        "dm_hln_p_value": 0.5,
+        "difference_bp": 0.0,
+        "bootstrap_ci95": [0.0, 0.0],
+    }
+    figures = {"forecasters": {"tft": tft}, "comparison": comparison}
+    return {"name": name, "group": group, "n_windows": 3 * 1380, "offline": figures}
+
+
+def test_pooled_figures_count_wins_and_check_the_issues_acceptance() -> None:
+    """Three folds in which the TFT's loss is the baseline's less 2 % (two of them) or plus
+    0.5 %: it wins two of three, its pooled interval excludes zero, its pooled gain passes 1 %;
+    one fold's interval coverage is out of the band."""
+    rng = np.random.default_rng(0)
+    folds, losses = {}, {}
+    for name, factor, coverage in (("a", 0.98, 0.80), ("b", 0.98, 0.81), ("c", 1.005, 0.75)):
+        base = np.repeat(rng.exponential(1.0, 60), 3 * 1380 // 60) + rng.exponential(1.0, 3 * 1380)
+        losses[name] = {
+            "offline": {
+                "tft": base * factor,
+                "har_tod_gaussian": base,
+                "ewma_gaussian": base * 1.1,
+            },
+            "served": {},
+        }
+        folds[name] = fold_record(name, "es", 1 - factor, coverage)
+    result = pooled(folds, losses)["es"]
+    offline = result["offline"]
+    assert offline["tft_wins"] == 2 and offline["n_folds"] == 3 and "served" not in result
+    assert offline["comparison"]["best_baseline"] == "har_tod_gaussian"
+    assert offline["n_windows"] == 3 * 3 * 1380
+    assert offline["comparison"]["bootstrap_ci95"][0] > 0
+    assert offline["comparison"]["relative_gain"] > 0.01
+    assert offline["comparison"]["confidence_set"]["included"] == ["tft"]
+    acceptance = result["acceptance"]
+    assert acceptance["milestone"] and acceptance["goal"]
+    assert not acceptance["calibrated_in_every_fold"]
+    assert acceptance["outside_band"] == ["c: coverage_interval 0.750"]
+    table = markdown_table({"folds": folds, "pooled": {"es": result}})
+    rows = table.splitlines()
+    assert len(rows) == 2 + 3 + 1 and rows[-1].startswith("| **es, pooled** (2 of 3 folds won)")
+    missing = pooled(folds, {k: v for k, v in losses.items() if k != "b"})["es"]
+    assert missing == {"folds": ["a", "b", "c"], "missing_losses": ["b"]}
