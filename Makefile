@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format clean bench-deps browser
+.PHONY: demo test test-fast install lint format clean bench-deps browser
 
 # Re-installs only when pyproject.toml changes, so a second run installs nothing.
 $(STAMP): pyproject.toml
@@ -23,6 +23,13 @@ test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -n 3 --dist load
+
+# The unit tests alone, one process per core: every test that starts the embedded broker or a
+# worker process is marked integration (tests/conftest.py fails one that is not).
+test-fast: $(STAMP) browser
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest -n 2 --dist load -m "not integration"
 
 # The live page's browser test (tests/streams/web/test_live_page.py) drives Debian's chromium headless;
 # installed here only when missing, and only as root (apt-get), else the package is named.

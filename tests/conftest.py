@@ -1,7 +1,9 @@
-"""Shared fixtures: the data directory (one setting), the real 6EH4 month, the embedded broker."""
+"""Shared fixtures: the data directory (one setting), the real 6EH4 month, the embedded broker;
+and the rule that only tests marked `integration` start the broker or a worker process."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +17,7 @@ from tests.checkpoints import torch_threads_of_a_worker
 from tests.worker import RESTARTS, release_workers
 
 RESTART_PROPERTY = "worker restart"  # a test report's user property
+BROKER_AND_WORKERS = ("tansu", "faust")  # the programs only integration tests may start
 SIXE_CSV = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
 
 
@@ -121,3 +124,38 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
         for line in lines:
             terminalreporter.line(line)
+
+
+def unmarked(item: pytest.Item, what: str) -> str:
+    return (
+        f"{item.nodeid} starts {what} but is not marked integration: mark it "
+        "(@pytest.mark.integration), so that `make test-fast` leaves it out"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture runs: a test that takes the broker must be an integration test."""
+    if "embedded_broker" in getattr(item, "fixturenames", ()) and not item.get_closest_marker(
+        "integration"
+    ):
+        pytest.fail(unmarked(item, "the embedded broker (fixture embedded_broker)"))
+
+
+@pytest.fixture(autouse=True)
+def _brokers_and_workers_only_in_integration_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test not marked integration that starts tansu or a faust worker, by any path, fails."""
+    if request.node.get_closest_marker("integration"):
+        return
+    popen = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen[bytes], args: object, *rest: object, **kw: object) -> None:
+        first = args[0] if isinstance(args, list | tuple) else str(args).split(" ")[0]
+        program = Path(str(first)).name
+        if program.startswith(BROKER_AND_WORKERS):
+            pytest.fail(unmarked(request.node, f"a {program} process"))
+        popen(self, args, *rest, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

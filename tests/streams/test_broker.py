@@ -17,6 +17,8 @@ from streams.broker import BrokerStartError, EmbeddedBroker
 from streams.kafka import BrokerUnavailable, wait_for_metadata
 from streams.settings import REPO_ROOT
 
+pytestmark = pytest.mark.integration  # each test starts the embedded broker
+
 
 def _alive(pid: int) -> bool:
     try:

@@ -32,6 +32,7 @@ from streams.settings import REPO_ROOT, Settings
 CHUNK = 7  # records per consume call in these tests: a changelog of 100 takes 15
 
 
+@pytest.mark.integration
 async def test_a_changelog_longer_than_a_chunk_restores_each_keys_latest_state(
     broker_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,6 +65,7 @@ async def test_a_changelog_longer_than_a_chunk_restores_each_keys_latest_state(
     assert restored.entries == latest
 
 
+@pytest.mark.integration
 async def test_a_changelog_topic_is_created_compacted_in_small_segments(
     broker_settings: Settings,
 ) -> None:
@@ -91,6 +93,7 @@ def test_the_runbook_alters_older_changelog_topics_to_the_segments_barcast_creat
     assert f"--add-config {sizes}" in runbook
 
 
+@pytest.mark.integration
 def test_a_range_ends_where_the_log_does_though_its_last_offsets_hold_no_record(
     broker: str,
     broker_settings: Settings,

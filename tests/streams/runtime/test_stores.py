@@ -228,6 +228,7 @@ def test_a_flush_uses_few_batches_and_ends_with_a_lone_record() -> None:
     assert len(sizes) == 5  # 199 records of ~4 kB in 256 kB batches, then the lone last one
 
 
+@pytest.mark.integration
 def test_the_high_watermark_covers_every_record_of_a_flush(
     broker: str, broker_settings: Settings
 ) -> None:

@@ -10,11 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import orjson
+import pytest
 
 from streams.broker import free_port
 from streams.kafka import ensure_topics
 from streams.settings import Settings
 from tests.kafka_io import produce
+
+pytestmark = pytest.mark.integration  # `barcast tail` against the embedded broker
 
 BARCAST = Path(sys.executable).with_name("barcast")
 

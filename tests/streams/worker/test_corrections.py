@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import orjson
 import pandas as pd
+import pytest
 
 from features.corrections import Status, correct_history
 from streams.kafka import ensure_topics, pipeline_topics
@@ -15,6 +16,8 @@ from streams.settings import Settings
 from tests.bar_streams import faulty_stream
 from tests.kafka_io import produce, read_topic
 from tests.worker import Worker
+
+pytestmark = pytest.mark.integration  # the embedded broker and real worker processes
 
 
 def test_every_bar_is_accounted_for(broker_settings: Settings, sixe_bars: pd.DataFrame) -> None:

@@ -24,6 +24,8 @@ from tests.bar_streams import expected_features, tiled_stream
 from tests.kafka_io import produce, read_topic
 from tests.worker import Worker
 
+pytestmark = pytest.mark.integration  # the embedded broker and real worker processes
+
 SYMBOLS = ["6EH4", "6EM4", "6EU4"]
 BARS_PER_SYMBOL = 1200
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import orjson
 import pandas as pd
+import pytest
 
 from features import engine
 from features.corrections import Status, correct_history
@@ -26,6 +27,8 @@ from tests.bar_streams import expected_features, tiled_stream
 from tests.kafka_io import produce
 from tests.topic_logs import CleanLog, DeadLetterLog, FeatureLog, wait_for_metric
 from tests.worker import Worker, tail
+
+pytestmark = pytest.mark.integration  # the embedded broker and real worker processes
 
 SYMBOLS = ["6EH4", "6EM4", "6EU4", "6EZ4"]
 BARS_PER_SYMBOL = 2500  # ~10k messages: long enough that both kills land mid-stream

@@ -23,6 +23,8 @@ from tests.kafka_io import produce
 from tests.topic_logs import DeadLetterLog
 from tests.worker import FAUST, Worker
 
+pytestmark = pytest.mark.integration  # real worker processes (most on the embedded broker)
+
 BAR = {
     "instrument_id": 42005804,
     "symbol": "6EH4",
