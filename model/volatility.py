@@ -9,6 +9,7 @@ the k bars ahead. Both the volatility baselines and the TFT's output scale are b
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -111,11 +112,11 @@ class TimeOfDayProfile:
 
     def trailing_rms(self, decay: float) -> np.ndarray:
         """(1440,) RMS profile under EWMA weights `decay**j` over the minutes up to each minute
-        of the day: the daily shape an EWMA of raw squared returns averages over."""
-        square = self.per_minute_square()
-        lags = np.arange(int(np.ceil(np.log(1e-4) / np.log(decay))))
-        weights = decay**lags / (decay**lags).sum()
-        return np.sqrt(sum(w * np.roll(square, j) for j, w in zip(lags, weights, strict=True)))
+        of the day: the daily shape an EWMA of raw squared returns averages over. Read-only:
+        computed once per profile and decay, since every scale built on the profile needs it
+        (`VolatilityScale.fit` builds dozens) and it sums thousands of shifted profiles."""
+        relative = np.ascontiguousarray(self.relative, dtype=np.float64)
+        return _trailing_rms(self.bucket_minutes, relative.tobytes(), decay)
 
     def to_dict(self) -> dict[str, Any]:
         return {"bucket_minutes": self.bucket_minutes, "relative": self.relative.tolist()}
@@ -130,6 +131,16 @@ class TimeOfDayProfile:
                 f"{bucket}-minute bucket; retrain the checkpoint"
             )
         return cls(bucket, relative)
+
+
+@functools.lru_cache(maxsize=64)
+def _trailing_rms(bucket_minutes: int, relative: bytes, decay: float) -> np.ndarray:
+    square = np.repeat(np.frombuffer(relative, dtype=np.float64) ** 2, bucket_minutes)
+    lags = np.arange(int(np.ceil(np.log(1e-4) / np.log(decay))))
+    weights = decay**lags / (decay**lags).sum()
+    trailing = np.sqrt(sum(w * np.roll(square, j) for j, w in zip(lags, weights, strict=True)))
+    trailing.flags.writeable = False
+    return trailing
 
 
 def ewma_variance(returns: np.ndarray, halflife: float) -> np.ndarray:
