@@ -84,9 +84,12 @@ def chunk_programs(
         # Expected: the deprecation, and shape-derived Python ints frozen into the trace.
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        # No check_trace: it reruns each program on these zeros against eager mode, twice the
+        # tracing's cost at every load and reload; the engine's tests hold the programs to eager
+        # mode on real windows, bit for bit.
         return ChunkPrograms(
-            torch.jit.trace(forward, (window, *state, future)),
-            torch.jit.trace(encode, (steps, selection)),
+            torch.jit.trace(forward, (window, *state, future), check_trace=False),
+            torch.jit.trace(encode, (steps, selection), check_trace=False),
             forward_rows,
             encode_rows,
         )
