@@ -19,7 +19,8 @@ from benchmarks.docs.sections import SECTIONS, stale, write
 from streams.metrics import Metrics
 from streams.settings import REPO_ROOT
 
-DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+INDEX = REPO_ROOT / "benchmarks" / "README.md"
+DOCS = [REPO_ROOT / "README.md", INDEX, *sorted((REPO_ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FOLDERS = "streams|features|model|benchmarks|deploy|tests|docs"
 PATH = re.compile(rf"`((?:{FOLDERS})/[\w./*-]*)`")
@@ -101,6 +102,13 @@ def test_every_path_the_docs_name_exists(doc: Path) -> None:
             continue  # a results file is there once its script has run
         pattern = re.sub(r"(?<![a-z])[A-Z]{2,}(?![a-z])", "*", path)  # NAME, TOPIC: a placeholder
         assert any(REPO_ROOT.glob(pattern.rstrip("/"))), f"{name} names {path}: no such file"
+
+
+def test_the_benchmarks_index_lists_every_benchmark() -> None:
+    folders = [p for p in (REPO_ROOT / "benchmarks").iterdir() if p.is_dir()]
+    benchmarks = [p.name for p in folders if (p / "run.py").exists() or any(p.glob("*.sh"))]
+    assert len(benchmarks) > 10
+    assert [name for name in benchmarks if f"| `{name}/` |" not in INDEX.read_text()] == []
 
 
 def test_every_metric_the_worker_exports_is_in_the_operations_doc() -> None:
