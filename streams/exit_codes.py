@@ -1,6 +1,6 @@
 """Every exit code of barcast's processes, the `barcast` commands' and the worker's, in one enum
-(the README's tables). A code that means the same for several commands has one member, and an
-alias where a command's own name for it reads better."""
+(docs/operations.md's tables). A code that means the same for several commands has one member,
+and an alias where a command's own name for it reads better."""
 
 from __future__ import annotations
 

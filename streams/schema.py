@@ -3,8 +3,8 @@ encode/decode pair per topic's key, value and headers. A decoder raises ValueErr
 is wrong with a record that is not of its topic (the caller dead-letters it).
 
 Pure: no Faust, no Kafka. Prices on `bars.raw` and `bars.clean` stay DBN fixed-point int64
-(features.bars). The JSON Schema of each topic's value, and the README's tables, are
-streams.topic_schemas.
+(features.bars). The JSON Schema of each topic's value, and the field tables of docs/topics.md,
+are streams.topic_schemas.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Every barcast setting, read from `BARCAST_*` environment variables in one place.
 
-`FIELDS` is the single source of truth: the README table, the deploy cross-check test and
-`Settings.from_env` are all derived from it, so a setting cannot exist in one and not the other.
+`FIELDS` is the single source of truth: the table in docs/operations.md, the deploy cross-check
+test and `Settings.from_env` are all derived from it, so a setting cannot exist in one and not
+the other.
 """
 
 from __future__ import annotations
@@ -330,7 +331,7 @@ def env_names() -> list[str]:
 
 
 def markdown_table() -> str:
-    """The README's settings table, generated so that it cannot drift from the code."""
+    """docs/operations.md's settings table, generated so that it cannot drift from the code."""
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for f in fields(Settings):
         default = f.default

@@ -1,8 +1,9 @@
 """The JSON Schema of every barcast topic's value, the files under deploy/schemas/topics/ and
-the README's "Topics and messages" tables, all from here (streams.schema holds the codecs).
+the field tables of docs/topics.md, all from here (streams.schema holds the codecs).
 
 `python -m streams.topic_schemas` rewrites the schema files and prints the tables; tests check
-that the files, the README and the messages the integration tests read agree with this module.
+that the files, docs/topics.md and the messages the integration tests read agree with this
+module.
 """
 
 from __future__ import annotations
@@ -314,7 +315,7 @@ def field_table(fields: dict[str, dict[str, Any]]) -> str:
 
 
 def markdown_tables() -> str:
-    """The README's topic tables (between its topics-table markers)."""
+    """docs/topics.md's field tables (between its topics-table markers)."""
     added = {name: spec for name, spec in CLEAN_FIELDS.items() if name not in RAW_FIELDS}
     sections = [
         ("bars.raw", "", RAW_FIELDS),

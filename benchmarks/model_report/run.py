@@ -8,9 +8,9 @@ figure.
 Trains into var/model_report/NAME (or reuses --checkpoint), runs `model.evaluate.evaluate` on
 the test split and writes benchmarks/results/NAME.json: the recipe, training metrics, every
 model and baseline figure, the bootstrap comparison, data fingerprint, commit and versions.
-The README's model table is `markdown_table` of benchmarks/results/model_report.json (a test
-checks it). `--set` overrides a recipe field (a TFTConfig or TrainConfig name) for an
-experiment; its results go to its own `--name`.
+The model table of the README and docs/model-report.md is `markdown_table` of
+benchmarks/results/model_report.json (a test checks it). `--set` overrides a recipe field (a
+TFTConfig or TrainConfig name) for an experiment; its results go to its own `--name`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def recipe_configs(recipe: dict[str, Any]) -> tuple[TFTConfig, TrainConfig]:
 
 
 def markdown_table(report: dict[str, Any]) -> str:
-    """The README's model table and its one-line verdict, from a results file."""
+    """The model table (README, docs/model-report.md) and its verdict, from a results file."""
     evaluation = report["evaluation"]
     rows = {"tft": evaluation["model"]} | evaluation["baselines"]
     lines = [

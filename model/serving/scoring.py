@@ -103,7 +103,7 @@ def forecast_fields(value: dict[str, Any]) -> ForecastFields:
         missing = {"symbol", "ts_event", "close", "horizons", "model_id", *QUANTILES} - set(value)
         raise ValueError(
             f"forecasts value of {value.get('symbol')!r} at {value.get('ts_event')!r} lacks "
-            f"{sorted(missing)}; the scoring stage reads the README's `forecasts` fields"
+            f"{sorted(missing)}; the scoring stage reads the `forecasts` fields of docs/topics.md"
         ) from None
 
 

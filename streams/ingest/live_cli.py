@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "ingest-live",
         help="stream Databento Live bars into bars.raw",
         description="Stream Databento Live OHLCV bars into Kafka with gap recovery. Needs "
-        f"{KEY_VARIABLE}. Runs until SIGINT/SIGTERM; exit codes are listed in the README.",
+        f"{KEY_VARIABLE}. Runs until SIGINT/SIGTERM; exit codes are listed in docs/operations.md.",
     )
     add_arguments(parser)
     parser.set_defaults(func=run)

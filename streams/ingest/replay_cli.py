@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "replay",
         help="replay DBN files into bars.raw",
         description="Replay Databento DBN files (v1-v3, .dbn/.dbn.zst, OHLCV schemas) into "
-        "Kafka. Prints a JSON summary line; exit codes are listed in the README.",
+        "Kafka. Prints a JSON summary line; exit codes are listed in docs/operations.md.",
     )
     add_arguments(parser)
     parser.set_defaults(func=run)
