@@ -1,37 +1,26 @@
-"""The runtime's stages, chained in memory without a broker, equal the pure engines; its stores
-are restored exactly as of a checkpoint's boundary (a flush that never
-completed is not restored, the one before it is), and their changelog flushes through the real
-broker end below the partition's high watermark, where a restore stops."""
+"""The runtime's stores (streams.runtime.stores) are restored exactly as of a commit's boundary
+(a flush that never completed is not restored, the one before it is), windows of another feature
+set or lookback start empty, and their changelog flushes through the real broker end below the
+partition's high watermark, where a restore stops."""
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
-import orjson
-import pandas as pd
 import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
 
-from features.corrections import correct_history
 from model.serving.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics
 from streams.runtime.commit import MARK, Committer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
-from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import Record
-from streams.runtime.stages.corrections import Corrections
-from streams.runtime.stages.features import Features
 from streams.runtime.stores import Changelog, StateStore, Store, WindowStore
-from streams.schema import DLQ_TOPIC
 from streams.settings import Settings
-from tests.bar_streams import expected_features, faulty_stream
 from tests.kafka_io import read_topic
 
 
@@ -257,48 +246,6 @@ def test_the_high_watermark_covers_every_record_of_a_flush(
     restored: list[Record] = []
     assert read_changelog(broker_settings, topic, 0, restored.extend) == len(records)
     assert [(r.key, r.value) for r in restored] == records
-
-
-def stages(io: MemoryChangelogs) -> tuple[Corrections, Features]:
-    """Role `stream`'s stages, as build_pipeline wires them, their stores in `io`."""
-    settings = Settings(role="stream")
-    runtime = Runtime(settings, Metrics(), "t", lambda topic: {0}, asyncio.sleep)
-    runtime.changelogs = io  # type: ignore[assignment]
-    pipeline = build_pipeline(settings, runtime)
-    assert pipeline.corrections is not None and pipeline.features is not None
-    return pipeline.corrections, pipeline.features
-
-
-def test_the_stages_chained_in_memory_equal_the_pure_engines(sixe_bars: pd.DataFrame) -> None:
-    """No broker, no Faust: raw records through corrections and features, in three batches."""
-    values = faulty_stream(sixe_bars, 600)
-    expected = correct_history(values)
-    raw = [Record("bars.raw", 0, i, 0.0, b"6EH4", v, []) for i, v in enumerate(values)]
-    corrections, features = stages(MemoryChangelogs())
-    clean, letters, rows = [], [], []
-    for start in range(0, len(raw), 250):
-        cleaned = corrections.run(raw[start : start + 250], now_ns=time.time_ns())
-        featured = features.run(cleaned.items)
-        clean += [o for o in cleaned.outputs if o.topic == "bars.clean"]
-        letters += [o for o in cleaned.outputs if o.topic == "bars.dlq"]
-        rows += featured.rows
-    assert [orjson.loads(o.value) for o in clean] == expected.clean
-    assert len(letters) == expected.stats.rejected
-    assert all(dict(o.headers)[DLQ_TOPIC] == b"bars.raw" for o in letters)
-    values_, warm = expected_features(expected.clean)
-    assert [r.values.tobytes() for r in rows] == [v.tobytes() for v in values_]  # type: ignore[union-attr]
-    assert [r.warm for r in rows] == list(warm)  # type: ignore[union-attr]
-    again = features.run(cleaned.items)  # a repeat, as an upstream restart re-publishes it
-    assert again.rows == [] and again.outputs == []
-
-
-def test_the_stages_import_no_faust_and_no_kafka_client() -> None:
-    stages = ("corrections", "features", "windows")
-    code = "import sys\n" + "".join(f"import streams.runtime.stages.{s}\n" for s in stages)
-    code += "print(sorted({m.split('.')[0] for m in sys.modules} & {'faust', 'mode', "
-    code += "'aiokafka', 'confluent_kafka'}))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
 
 
 def test_a_stored_window_of_another_feature_set_starts_empty_and_is_stored_anew() -> None:

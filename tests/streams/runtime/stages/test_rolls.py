@@ -17,7 +17,8 @@ from features.registry import FEATURE_NAMES
 from streams import schema
 from streams.runtime.records import Control, FeatureRow, Record
 from tests.roll_files import CONTINUOUS, NEW, OLD, SPREAD, roll_minute
-from tests.streams.runtime.test_stores import MemoryChangelogs, stages
+from tests.streams.runtime.stages.test_corrections_features import stages
+from tests.streams.runtime.test_stores import MemoryChangelogs
 
 DAY = 86_400 * 10**9
 
