@@ -1,5 +1,7 @@
-"""The scoring stage: records equal a hand computation and the training label rules, do not
-depend on how bars and forecasts interleave, and survive a state round trip exactly."""
+"""Scoring (model.serving.scoring and scoring_state; the stage that runs it in the worker is
+tests/streams/runtime/stages/test_scores.py's): records equal a hand computation and the
+training label rules, do not depend on how bars and forecasts interleave, and survive a state
+round trip exactly."""
 
 from __future__ import annotations
 
