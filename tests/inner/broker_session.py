@@ -7,11 +7,15 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from streams.broker import EmbeddedBroker
 
 # A shell's background job starts with SIGINT ignored, and Python then never turns it into
 # KeyboardInterrupt: the interrupt this session stands for would be lost.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+pytestmark = pytest.mark.integration  # the embedded broker it starts is the point
 
 
 def test_record_broker_pid(embedded_broker: EmbeddedBroker) -> None:
