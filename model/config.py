@@ -20,11 +20,11 @@ class TFTConfig:
     lstm_layers: int = 2
     n_hist: int = 227  # feature-engine columns per past bar
     n_static: int = 10  # static variables per symbol: the learned symbol embedding + 9 reals
-    n_future: int = 10  # known-future calendar variables per future bar
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
     n_symbols: int = 1  # rows of the symbol embedding; row 0 is "unknown symbol"
     var_dim: int = 8  # width of each variable's own embedding/GRN inside variable selection
     zero_median: bool = True  # forecast a median return of exactly 0, as a martingale's is
+    releases: bool = False  # known-future inputs include the release calendar (model.releases)
 
     def __post_init__(self) -> None:
         # JSON round trips turn the tuple into a list; the config must stay hashable.
@@ -35,6 +35,14 @@ class TFTConfig:
     def n_static_reals(self) -> int:
         return self.n_static - 1
 
+    @property
+    def n_future(self) -> int:
+        """Known-future variables per future bar: the calendar's, and the releases' if on."""
+        # numpy-free at import: `barcast --help` loads this module, not the covariates
+        from model.releases import future_names
+
+        return len(future_names(self.releases))
+
     def validate(self) -> None:
         positive = (
             "lookback",
@@ -43,7 +51,6 @@ class TFTConfig:
             "heads",
             "lstm_layers",
             "n_hist",
-            "n_future",
             "n_symbols",
             "var_dim",
         )
@@ -67,10 +74,13 @@ class TFTConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"n_future": self.n_future}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TFTConfig:
+        """A saved config; one saved before `releases` existed loads with it off."""
+        values = dict(values)
+        saved_width = values.pop("n_future", None)  # derived, saved for readers of the file
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -78,4 +88,11 @@ class TFTConfig:
                 f"unknown TFTConfig fields {unknown}; this checkpoint is from a "
                 "newer barcast, upgrade barcast to load it"
             )
-        return cls(**values)
+        config = cls(**values)
+        if saved_width is not None and saved_width != config.n_future:
+            raise ConfigError(
+                f"the checkpoint was trained with {saved_width} known-future inputs, this "
+                f"barcast builds {config.n_future} for releases={config.releases}; serve it with "
+                "the barcast it was trained with, or retrain"
+            )
+        return config

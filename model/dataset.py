@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from model.bar_files import CleanBars, DataError
-from model.covariates import NS_PER_MIN, SymbolVocab, future_covariates
+from model.covariates import NS_PER_MIN, SymbolVocab
 from model.normalization import Normalizer, Relative
+from model.releases import ReleaseCalendar, known_future
 from model.volatility import TimeOfDayProfile, VolatilityScale, contiguous_returns
 
 NS_PER_DAY = 1440 * NS_PER_MIN
@@ -230,11 +231,12 @@ class WindowData:
         horizon: int,
         target_scale: float,
         volatility: VolatilityScale,
+        calendar: ReleaseCalendar | None = None,
     ) -> None:
         self.panel = panel
         self.lookback, self.horizon, self.target_scale = lookback, horizon, target_scale
         self.features = torch.from_numpy(normalizer.apply(panel.features))
-        self.future = torch.from_numpy(future_covariates(panel.ts, horizon))
+        self.future = torch.from_numpy(known_future(panel.ts, horizon, calendar))
         self.targets = torch.from_numpy((panel.targets / target_scale).astype(np.float32))
         inputs = window_rows(panel.features[:, list(volatility.columns)], lookback)
         unit = volatility.scale(panel.ts, inputs, horizon) / target_scale

@@ -36,7 +36,7 @@ from model.bar_files import data_fingerprint, load_bars
 from model.calibrated_baselines import calibrated_forecasts
 from model.calibration import apply_interval_scale
 from model.comparison import compare, window_losses
-from model.covariates import FUTURE_NAMES, STATIC_NAMES
+from model.covariates import STATIC_NAMES
 from model.dataset import (
     Panel,
     Part,
@@ -50,6 +50,7 @@ from model.dataset import (
 from model.explain import explain_windows
 from model.forecaster import Forecaster
 from model.metrics import coverage, summarize
+from model.releases import future_names
 from model.volatility import TimeOfDayProfile
 
 if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
@@ -241,7 +242,7 @@ def importance(
         "importance": {
             "historical": _ranked(FEATURE_NAMES, explain["hist"]),
             "static": _ranked(STATIC_NAMES, explain["static"]),
-            "future": _ranked(FUTURE_NAMES, explain["future"]),
+            "future": _ranked(future_names(forecaster.config.releases), explain["future"]),
             "n_historical_inputs": len(explain["hist"]),
         },
     }

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from model import checkpoint
-from model.covariates import future_covariates
+from model.releases import known_future, release_calendar
 from model.tft import StaticContext, TemporalFusionTransformer, TFTOutput
 
 
@@ -68,6 +68,7 @@ class Forecaster:
         self.device = resolve_device(device)
         self.precision = "bf16" if self.device.type == "cuda" else "fp32"
         self.model: TemporalFusionTransformer = model.to(self.device).eval()
+        self.calendar = release_calendar(self.config.releases)  # what it was trained with
         self._statics: dict[str, tuple[int, np.ndarray]] = {}
 
     @property
@@ -147,5 +148,6 @@ class Forecaster:
         return self.model.static_context(ids, reals.to(self.device))
 
     def _future(self, ts_event: np.ndarray) -> torch.Tensor:
-        future = future_covariates(np.asarray(ts_event, dtype=np.int64), self.config.horizon)
+        ts = np.asarray(ts_event, dtype=np.int64)
+        future = known_future(ts, self.config.horizon, self.calendar)
         return torch.from_numpy(future).to(self.device)

@@ -44,6 +44,7 @@ from model.dataset import (
 from model.forecaster import autocast_for, resolve_device
 from model.guards import TrainingError, check_epoch, check_weights_moved
 from model.memory import peak_memory_mb
+from model.releases import release_calendar
 from model.tft import TemporalFusionTransformer, TFTOutput
 from model.volatility import SCALE_INPUTS, VolatilityScale
 
@@ -121,7 +122,10 @@ def train_on_panel(
     volatility = fit_volatility(panel, split, chosen_on, c.lookback)
     vocab = SymbolVocab.from_symbols(panel.symbols)
     config = replace(c, n_symbols=vocab.size, n_hist=panel.features.shape[1])
-    data = WindowData(panel, normalizer, vocab, c.lookback, c.horizon, target_scale, volatility)
+    calendar = release_calendar(c.releases)
+    data = WindowData(
+        panel, normalizer, vocab, c.lookback, c.horizon, target_scale, volatility, calendar
+    )
     windows = {p.name.lower(): len(e) for p, e in ends.items()}
     left_out = ignored_names(panel, normalizer.ignored)
     _log(cfg, f"windows {windows}; left out (constant, or a date cycle not spanned): {left_out}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
+from model.releases import RELEASE_NAMES
 from model.serving.explain import RECENT, TOP_LAGS
 from model.serving.scoring import Unscored
 from streams.schema import (
@@ -144,10 +145,10 @@ SCORE_FIELDS: dict[str, dict[str, Any]] = {
 NUMBER = {"type": "number"}
 
 
-def _weights_of(names: tuple[str, ...]) -> dict[str, Any]:
+def _weights_of(names: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": dict.fromkeys(names, NUMBER),
+        "properties": dict.fromkeys(names + optional, NUMBER),
         "required": list(names),
         "additionalProperties": False,
     }
@@ -182,8 +183,9 @@ EXPLAIN_FIELDS: dict[str, dict[str, Any]] = {
     "historical_top_k": _field(NUMBER, "their weights' sum (all features' sum to 1)"),
     "static": _field(_weights_of(STATIC_NAMES), "static variable-selection weight per variable"),
     "future": _field(
-        _weights_of(FUTURE_NAMES),
-        "known-future variable-selection weight per calendar variable, averaged over the horizon",
+        _weights_of(FUTURE_NAMES, RELEASE_NAMES),
+        "known-future variable-selection weight per calendar variable, averaged over the horizon "
+        "(the release calendar's too, from a model trained with it)",
     ),
     "attention": _field(
         _object(ATTENTION_FIELDS, list(ATTENTION_FIELDS), False),

@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from features import engine as feature_engine
-from model.covariates import future_covariates
 from model.forecaster import Forecaster, autocast_for
+from model.releases import future_names, known_future
 from model.serving.explain import ExplainArrays, explanations
 from model.serving.programs import ChunkPrograms, chunk_programs
 from model.tft import StaticContext, TemporalFusionTransformer
@@ -225,7 +225,10 @@ class ForecastEngine:
         cached by `predict`, which keeps none, has its window encoded again once)."""
         run = self._pass(batch, incremental, explain=True)
         assert run.arrays is not None
-        return self._returns(batch, run.quantiles), explanations(run.arrays, top_k)
+        names = future_names(self.served.forecaster.config.releases)
+        return self._returns(batch, run.quantiles), explanations(
+            run.arrays, top_k, future_names=names
+        )
 
     def _pass(self, batch: list[WindowRequest], incremental: bool, explain: bool) -> _Pass:
         served = self.served
@@ -236,7 +239,8 @@ class ForecastEngine:
             encoded, weights = self._windows(served, programs, batch, incremental, explain)
             ts = np.array([r.ts_event for r in batch])
             unique, inverse = np.unique(ts, return_inverse=True)  # a burst shares one minute
-            future = future_covariates(unique, self.horizon)[inverse]
+            calendar = served.forecaster.calendar
+            future = known_future(unique, self.horizon, calendar)[inverse]
             out = _chunked(
                 programs.forward_rows,
                 lambda e, f, *s: programs.forward(e, *s[:4], f),

@@ -78,6 +78,12 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     for name in ("lookback", "horizon", "hidden", "heads", "lstm_layers", "var_dim"):
         train.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     train.add_argument("--dropout", type=float, default=defaults.dropout)
+    train.add_argument(
+        "--releases",
+        action="store_true",
+        help="known-future inputs include the release calendar (FOMC, ECB; model/releases.csv); "
+        "off by default: not yet evaluated",
+    )
     train.set_defaults(func=run_train)
 
 
