@@ -8,7 +8,9 @@ the cumulative log return, NaN where a baseline has too little history.
 - time-of-day EWMA: the same EWMA on returns divided by the training time-of-day profile, scaled
   forward by the profile of the k minutes ahead, so it knows the US open is coming; geometrically
   blended with the plain EWMA at a half-life of its own (`profile_blend`: a slow daily-shaped
-  level and a fast plain one), the weight and both half-lives chosen on the calibration split.
+  level and a fast plain one), the weight and both half-lives chosen on the calibration split;
+- with a release calendar, a forecast's variance at the minutes of known releases scaled by a
+  factor (`release_scaled`), as a quant would widen a volatility forecast over an FOMC statement.
 
 Each is then calibrated like the TFT (`model.calibration`) by `model.evaluate`.
 """
@@ -81,6 +83,18 @@ def profile_blend(flat: np.ndarray, tod: np.ndarray, weight: float) -> np.ndarra
     profile's shape taken to the power `weight`, for when a few weeks of training bars overstate
     (or the day at hand does not follow) the daily shape; 1 is the time-of-day EWMA itself."""
     return flat ** (1.0 - weight) * tod**weight
+
+
+def release_scaled(q: np.ndarray, at: np.ndarray, factor: float) -> np.ndarray:
+    """Zero-median quantiles `q` `(n, H, Q)` of the cumulative return with the variance of each
+    minute flagged in `at` `(n, H)` times `factor`. A minute's variance is its increment of the
+    squared q10-q90 spread, which a variance adding up over the minutes (every EWMA and HAR
+    here) makes proportional to the cumulative variance."""
+    spread = (q[..., -1] - q[..., 0]) ** 2
+    step = np.diff(spread, axis=1, prepend=0.0).clip(min=0.0)
+    total, scaled = np.cumsum(step, axis=1), np.cumsum(step * (1 + (factor - 1) * at), axis=1)
+    ratio = np.sqrt(np.divide(scaled, total, out=np.ones_like(total), where=total > 0))
+    return q * ratio[..., None]
 
 
 def gaussian(sigma: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:

@@ -2,9 +2,12 @@
 the same calibration windows: the TFT (its interval scale fitted here, not the checkpoint's),
 the TFT's volatility scale alone, persistence, rolling quantiles, each EWMA with its half-lives
 and blend chosen there, and the intraday HARs (`model.har`) fitted there; where the validation
-windows are given, the blend is also chosen by the TFT scale's own rule. The calibration windows
-are those of the calibration period where every forecaster is defined (enough history for the
-slowest), so no forecaster is calibrated on windows another could not be."""
+windows are given, the blend is also chosen by the TFT scale's own rule; for a checkpoint trained
+with the release calendar, the time-of-day EWMA and HARs are also offered with their variance at
+known release minutes scaled by a factor chosen there (`offer_releases`), so the baselines know
+what the TFT knows. The calibration windows are those of the calibration period where every
+forecaster is defined (enough history for the slowest), so no forecaster is calibrated on windows
+another could not be."""
 
 from __future__ import annotations
 
@@ -19,11 +22,14 @@ from model.calibration import apply_interval_scale, fit_interval_scale
 from model.checkpoint import CheckpointMeta
 from model.dataset import Panel, window_rows
 from model.metrics import pinball_per_window
+from model.releases import release_calendar
 from model.volatility import TimeOfDayProfile, gaussian_misfit
 
 HALFLIVES = (10, 20, 30, 60, 120, 240)  # bars; each EWMA baseline keeps its best on calibration
 BLEND_WEIGHTS = (0.2, 0.4, 0.6, 0.8)  # the time-of-day EWMA's below 1 (baselines.profile_blend)
 HARS = {"har_tod_gaussian": False, "har_tod_ewma_gaussian": True}  # with time-of-day EWMAs?
+RELEASE_BASELINES = ("tod_ewma_gaussian", *HARS)  # those given the release calendar
+RELEASE_FACTORS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # a release minute's variance multiplier
 
 
 def calibrated_forecasts(
@@ -68,6 +74,10 @@ def calibrated_forecasts(
     for label, profile in profiles.items():
         offer_hars(best, panel, fit_ends, ends, profile, {"profile": label})
         offer_ewmas(best, panel, fit_ends, ends, select_ends, profile, {"profile": label})
+    calendar = release_calendar(meta.config.releases)
+    if calendar is not None:
+        rows = np.concatenate([fit_ends, ends])
+        offer_releases(best, calendar.at_minutes(panel.ts[rows], panel.targets.shape[1]))
     forecasts, fitted = best.results(quantiles.index(0.5))
     return forecasts, fitted, fit_ends
 
@@ -134,6 +144,18 @@ def offer_ewmas(
         best.offer("tod_ewma_gaussian_likelihood", likeliest[1], likeliest[2])
 
 
+def offer_releases(best: Calibrated, at: np.ndarray) -> None:
+    """Each of `RELEASE_BASELINES`' best, its variance at the release minutes `at` `(n, H)` (of
+    the calibration windows, then the scored ones) scaled by each of `RELEASE_FACTORS`, as
+    `NAME_releases`; a factor of 1 is the baseline itself, so the calendar can only help it on
+    the calibration windows."""
+    for name in RELEASE_BASELINES:
+        choice, q = best.candidate(name)
+        for factor in RELEASE_FACTORS:
+            scaled = baselines.release_scaled(q, at, factor)
+            best.offer(f"{name}_releases", choice | {"release_factor": factor}, scaled)
+
+
 class Calibrated:
     """Each baseline's best candidate so far by calibrated pinball on the calibration windows
     (the first of equals), calibrated as it is offered: only the best is kept in memory."""
@@ -147,12 +169,18 @@ class Calibrated:
         n_fit = len(self.y_fit)
         scale, fit_loss = calibrate(q[:n_fit], self.y_fit, self.quantiles)
         if name not in self.best or fit_loss < self.best[name][0]:
-            self.best[name] = (fit_loss, choice, scale, q[n_fit:])
+            self.best[name] = (fit_loss, choice, scale, q)
+
+    def candidate(self, name: str) -> tuple[dict[str, Any], np.ndarray]:
+        """The best candidate of `name` so far: its settings and uncalibrated quantiles."""
+        _, choice, _, q = self.best[name]
+        return choice, q
 
     def results(self, median: int) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
         out, fitted = {}, {}
+        n_fit = len(self.y_fit)
         for name, (fit_loss, choice, scale, q) in self.best.items():
-            out[name] = apply_interval_scale(q, scale, median)
+            out[name] = apply_interval_scale(q[n_fit:], scale, median)
             fitted[name] = {
                 "interval_scale": scale.tolist(),
                 "calibration_pinball": fit_loss,

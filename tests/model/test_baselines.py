@@ -19,6 +19,7 @@ from model.calibration import apply_interval_scale, fit_interval_scale
 from model.covariates import NS_PER_MIN
 from model.dataset import Panel, fit_profile, panel_from_arrays, window_rows
 from model.metrics import coverage, pinball_per_window
+from model.releases import ReleaseCalendar
 from model.significance import block_bootstrap
 from model.synthetic import scale_inputs
 from model.volatility import (
@@ -50,10 +51,12 @@ def test_interval_scale_recovers_a_known_miscalibration() -> None:
     assert np.allclose(inside, 0.8, atol=0.015)
 
 
-def intraday_panel(days: int, seed: int = 0, daily: bool = True) -> tuple[Panel, np.ndarray]:
+def intraday_panel(
+    days: int, seed: int = 0, daily: bool = True, shock_minute: int | None = None
+) -> tuple[Panel, np.ndarray]:
     """Gaussian 1-minute returns whose volatility follows a known daily shape (quiet nights, a
-    busy US morning; none if not `daily`) times a slowly cycling level; returns the panel and
-    the true shape."""
+    busy US morning; none if not `daily`) times a slowly cycling level, and 8 times that at
+    `shock_minute` of each day (a release); returns the panel and the true shape."""
     rng = np.random.default_rng(seed)
     n = days * MINUTES_PER_DAY
     ts = START + np.arange(n, dtype=np.int64) * NS_PER_MIN
@@ -61,6 +64,7 @@ def intraday_panel(days: int, seed: int = 0, daily: bool = True) -> tuple[Panel,
     shape = 0.5 + 2.5 * np.exp(-(((np.arange(MINUTES_PER_DAY) - 8.5 * 60) / 90.0) ** 2))
     level = np.exp(0.2 * np.sin(np.arange(n) / (3 * MINUTES_PER_DAY)))
     r = 1e-4 * level * (shape[minute] if daily else 1.0) * rng.standard_normal(n)
+    r[minute == shock_minute] *= 8.0
     close = 100 * np.exp(np.cumsum(r))
     rows = [(ts, close, np.zeros((n, 1)), np.ones(n, dtype=bool))]
     return panel_from_arrays(["6EH4"], rows, 10), shape
@@ -127,7 +131,7 @@ def test_the_blend_chosen_by_likelihood_on_the_selection_windows_is_the_datas() 
         volatility=SimpleNamespace(  # the checkpoint's own scale: not what this test is about
             profile=profile, columns=(0,), scale=lambda ts, inputs, h: np.ones((len(ts), h))
         ),
-        config=SimpleNamespace(quantiles=QUANTILES, lookback=60, horizon=10),
+        config=SimpleNamespace(quantiles=QUANTILES, lookback=60, horizon=10, releases=False),
     )
     for daily, weights in ((True, (0.8, 1.0)), (False, (0.0, min(BLEND_WEIGHTS)))):
         data, _ = intraday_panel(days=16, seed=1, daily=daily)
@@ -307,7 +311,7 @@ def test_a_profile_fitted_on_the_calibration_bars_wins_where_the_checkpoints_is_
             columns=(0,),
             scale=lambda ts, inputs, h: np.ones((len(ts), h)),
         ),
-        config=SimpleNamespace(quantiles=QUANTILES, lookback=60, horizon=10),
+        config=SimpleNamespace(quantiles=QUANTILES, lookback=60, horizon=10, releases=False),
     )
     profiles = {
         "checkpoint": TimeOfDayProfile.flat(),
@@ -317,3 +321,53 @@ def test_a_profile_fitted_on_the_calibration_bars_wins_where_the_checkpoints_is_
     for name in ("tod_ewma_gaussian", "har_tod_gaussian", "har_tod_ewma_gaussian"):
         assert fitted[name]["profile"] == "calibration bars", (name, fitted[name])
     assert "profile" not in fitted["ewma_gaussian"]
+
+
+def test_release_scaling_multiplies_the_variance_of_the_flagged_minutes() -> None:
+    """On Gaussian quantiles of a variance adding up over the minutes, the scaled forecast is
+    the Gaussian of the variance with the flagged minute's share multiplied, exactly."""
+    per_minute = np.array([1.0, 2.0, 1.0, 3.0]) * 1e-8
+    sigma = np.sqrt(np.cumsum(per_minute))[None, :]
+    at = np.array([[False, True, False, False]])
+    scaled = baselines.release_scaled(baselines.gaussian(sigma, QUANTILES), at, 5.0)
+    expected = np.sqrt(np.cumsum(per_minute * np.where(at[0], 5.0, 1.0)))[None, :]
+    assert np.allclose(scaled, baselines.gaussian(expected, QUANTILES), rtol=1e-12)
+    same = baselines.release_scaled(baselines.gaussian(sigma, QUANTILES), at, 1.0)
+    assert np.allclose(same, baselines.gaussian(sigma, QUANTILES), rtol=1e-12)
+
+
+def test_baselines_given_the_release_calendar_widen_at_releases_chosen_on_calibration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """For a checkpoint trained with releases, the time-of-day EWMA and HARs are offered with
+    their variance at known release minutes scaled, the factor chosen on the calibration
+    windows: with returns 8 times as volatile at a daily release, a factor above 1 wins there
+    and the scored windows facing a release lose less."""
+    shock = 13 * 60 + 30
+    data, _ = intraday_panel(days=10, seed=3, shock_minute=shock)
+    released = data.ts[minute_of_day(data.ts) == shock]
+    calendar = ReleaseCalendar(released, np.zeros(len(released), np.int8), released - 10**15)
+    monkeypatch.setattr(
+        "model.calibrated_baselines.release_calendar", lambda on: calendar if on else None
+    )
+    fit = np.arange(2 * MINUTES_PER_DAY, 6 * MINUTES_PER_DAY)
+    ends = np.arange(6 * MINUTES_PER_DAY, 10 * MINUTES_PER_DAY - 10)
+    profile = fit_profile(data, int(data.ts[fit[0]]))
+    meta = SimpleNamespace(
+        persistence_quantiles=np.zeros((10, 3)),
+        volatility=SimpleNamespace(
+            profile=profile, columns=(0,), scale=lambda ts, inputs, h: np.ones((len(ts), h))
+        ),
+        config=SimpleNamespace(quantiles=QUANTILES, lookback=60, horizon=10, releases=True),
+    )
+    out, fitted, _ = calibrated_forecasts(data, ends, fit, meta, 1380)  # type: ignore[arg-type]
+    facing = calendar.at_minutes(data.ts[ends], 10).any(axis=1)
+    y = data.targets[ends]
+    for name in ("tod_ewma_gaussian", "har_tod_gaussian", "har_tod_ewma_gaussian"):
+        assert fitted[f"{name}_releases"]["release_factor"] > 1, fitted[f"{name}_releases"]
+        with_calendar = pinball_per_window(y, out[f"{name}_releases"], QUANTILES)[facing]
+        without = pinball_per_window(y, out[name], QUANTILES)[facing]
+        assert with_calendar.mean() < without.mean(), name
+    meta.config.releases = False
+    plain, _, _ = calibrated_forecasts(data, ends, fit, meta, 1380)  # type: ignore[arg-type]
+    assert not any(name.endswith("_releases") for name in plain)
