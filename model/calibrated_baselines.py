@@ -23,6 +23,7 @@ from model.checkpoint import CheckpointMeta
 from model.dataset import Panel, window_rows
 from model.metrics import pinball_per_window
 from model.releases import release_calendar
+from model.serving.baselines import TOD_EWMA, VOLATILITY_SCALE
 from model.volatility import TimeOfDayProfile, gaussian_misfit
 
 HALFLIVES = (10, 20, 30, 60, 120, 240)  # bars; each EWMA baseline keeps its best on calibration
@@ -108,6 +109,32 @@ def offer_hars(
         model = har.HAR.fit(names, values[:n_fit], forward[:n_fit], panel.targets[fit_ends])
         sigma = model.sigma(values, forward)
         best.offer(name, model.to_dict() | label, baselines.gaussian(sigma, best.quantiles))
+
+
+def fit_served(
+    panel: Panel, fit_ends: np.ndarray, meta: CheckpointMeta
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """The worker's shadow baselines (model.serving.baselines) calibrated as
+    `calibrated_forecasts` calibrates them, on the calibration windows `fit_ends` where both are
+    defined: the checkpoint's volatility scale alone, and the time-of-day EWMA blend with its
+    half-lives and weight chosen there. Each one's fit as `evaluate` reports it, and how many
+    windows it was fitted on."""
+    quantiles, profile = meta.config.quantiles, meta.volatility.profile
+    scale = scale_alone(panel, fit_ends, meta)
+    slowest = baselines.ewma_sigma(panel, fit_ends, profile, max(HALFLIVES))
+    defined = np.isfinite(scale).all(axis=1) & np.isfinite(slowest).all(axis=1)
+    if not defined.any():
+        raise ValueError(
+            f"none of the {len(fit_ends)} calibration windows has {max(HALFLIVES)} returns of "
+            "history before it: the shadow baselines cannot be calibrated; give more data"
+        )
+    ends = fit_ends[defined]
+    best = Calibrated(panel.targets[ends], quantiles)
+    best.offer(VOLATILITY_SCALE, {}, baselines.gaussian(scale[defined], quantiles))
+    for choice, sigma in volatility_candidates(panel, ends, profile):
+        if choice["profile_weight"] > 0:  # the time-of-day family
+            best.offer(TOD_EWMA, choice, baselines.gaussian(sigma, quantiles))
+    return best.results(quantiles.index(0.5))[1], len(ends)
 
 
 def offer_ewmas(

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from model import checkpoint, plots
 from model.bar_files import data_fingerprint, load_bars
+from model.calibrated_baselines import fit_served
 from model.calibration import fit_interval_scale, fit_shrink, toward_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
@@ -45,6 +46,7 @@ from model.forecaster import autocast_for, resolve_device
 from model.guards import TrainingError, check_epoch, check_weights_moved
 from model.memory import peak_memory_mb
 from model.releases import release_calendar
+from model.serving import baselines as served_baselines
 from model.tft import TemporalFusionTransformer, TFTOutput
 from model.volatility import SCALE_INPUTS, VolatilityScale
 
@@ -151,6 +153,10 @@ def train_on_panel(
         metrics=metrics,
         shrink=shrink,
     )
+    fitted, n_windows = fit_served(panel, ends[Part.CALIB], meta)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    calibrated_on = {"source": "the checkpoint's calibration split", "n_windows": n_windows}
+    served_baselines.save(out_dir, fitted, calibrated_on)  # before config.json: it completes one
     model_id = checkpoint.save(out_dir, model, meta)
     write_history(out_dir, history)
     _log(

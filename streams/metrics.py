@@ -99,6 +99,45 @@ class ScoringMetrics:
                 self.pinball.labels(horizon=str(horizon), quantile=name).set(figure)
 
 
+class SkillMetrics:
+    """`barcast_forecast_skill{horizon,baseline}`: 1 - pinball(model) / pinball(baseline) over
+    the rolling window of the symbols the worker holds, and its moving-block bootstrap interval
+    (`_lower`, `_upper`; model.serving.skill); `barcast_forecast_source_symbols{source}`: how
+    many symbols serve the model's forecasts, how many a baseline's."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        what = "the model's rolling skill over a shadow baseline, 1 - pinball(model) / "
+        self.skill, self.lower, self.upper = (
+            Gauge(
+                f"barcast_forecast_skill{suffix}",
+                f"{bound}{what}pinball(baseline), over the last BARCAST_SCORE_WINDOW scored "
+                "forecasts of each symbol the worker holds.",
+                ["horizon", "baseline"],
+                registry=registry,
+            )
+            for suffix, bound in (
+                ("", "The "),
+                ("_lower", "Lower end of the 90 % block-bootstrap interval of "),
+                ("_upper", "Upper end of the 90 % block-bootstrap interval of "),
+            )
+        )
+        self.sources = Gauge(
+            "barcast_forecast_source_symbols",
+            "Symbols whose forecasts come from each source (`model`, or a baseline's name).",
+            ["source"],
+            registry=registry,
+        )
+
+    def set(self, skill: dict[tuple[int, str], Any], sources: dict[str, int]) -> None:
+        for (horizon, baseline), found in skill.items():
+            labels = {"horizon": str(horizon), "baseline": baseline}
+            self.skill.labels(**labels).set(found.skill)
+            self.lower.labels(**labels).set(found.lower)
+            self.upper.labels(**labels).set(found.upper)
+        for source, count in sources.items():
+            self.sources.labels(source=source).set(count)
+
+
 class Metrics:
     """Every barcast metric, typed, in a registry of its own; `render()` is the `/metrics` body."""
 
@@ -112,6 +151,10 @@ class Metrics:
         # worker's forecast stage points `scoring_figures` at them (other roles export none).
         self.scoring = ScoringMetrics(self.registry)
         self.scoring_figures: Callable[[], dict[tuple[int, str], float]] = dict
+        # Likewise the shadow baselines' skill and each source's symbols
+        self.skill = SkillMetrics(self.registry)
+        self.skill_figures: Callable[[], dict[tuple[int, str], Any]] = dict
+        self.source_counts: Callable[[], dict[str, int]] = dict
         for stage, outcomes in BAR_OUTCOMES.items():
             for outcome in outcomes:
                 self.bars.labels(stage=stage.value, outcome=outcome.value)
@@ -237,6 +280,7 @@ class Metrics:
 
     def render(self) -> bytes:
         self.scoring.set(self.scoring_figures())
+        self.skill.set(self.skill_figures(), self.source_counts())
         return generate_latest(_WithoutCreated(self.registry))
 
     def _lag_labels(self) -> set[tuple[str, str]]:

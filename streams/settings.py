@@ -133,6 +133,22 @@ class Settings:
             "(online conformal quantile tracking); `false` publishes the checkpoint's quantiles."
         },
     )
+    shadow_baselines: bool = field(
+        default=True,
+        metadata={
+            "doc": "Form and score the baselines (the checkpoint's volatility scale alone, the "
+            "time-of-day EWMA blend) beside every forecast: their pinball on "
+            "`forecasts.scores`, the `barcast_forecast_skill` gauges; needs online scoring."
+        },
+    )
+    serve: str = field(
+        default="auto",
+        metadata={
+            "doc": "What each symbol's published forecasts come from: `model`, `baseline` (the "
+            "best baseline's), or `auto`: the model's, the best baseline's while the model's "
+            "rolling skill interval lies wholly below zero (every forecast names its `source`)."
+        },
+    )
     explain: bool = field(
         default=False,
         metadata={
@@ -237,6 +253,7 @@ class Settings:
             "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
             "key_by": ("raw", "continuous"),
             "follow": ("all", "lead"),
+            "serve": ("model", "baseline", "auto"),
         }
         if not self.embedded:
             broker_list(self.broker)  # raises on a malformed value, naming the accepted forms
@@ -259,6 +276,16 @@ class Settings:
             raise SettingError(
                 f"{PREFIX}ONLINE_CALIBRATION=true calibrates from the scores, which "
                 f"{PREFIX}ONLINE_SCORING=false turns off; set both to false, or scoring to true"
+            )
+        if self.shadow_baselines and not self.online_scoring:
+            raise SettingError(
+                f"{PREFIX}SHADOW_BASELINES=true scores the baselines beside the model, which "
+                f"{PREFIX}ONLINE_SCORING=false turns off; set it to false too, or scoring to true"
+            )
+        if self.serve != "model" and not self.shadow_baselines:
+            raise SettingError(
+                f"{PREFIX}SERVE={self.serve} serves a baseline when it is better, which needs "
+                f"the baselines scored: set {PREFIX}SHADOW_BASELINES=true, or {PREFIX}SERVE=model"
             )
         if self.ssl_cafile and not Path(self.ssl_cafile).is_file():
             raise SettingError(

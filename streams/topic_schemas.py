@@ -16,6 +16,7 @@ from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from model.releases import RELEASE_NAMES
 from model.serving.explain import RECENT, TOP_LAGS
 from model.serving.scoring import Unscored
+from model.serving.skill import TRACKS
 from streams.schema import (
     CONTROL_KEY,
     DLQ_MESSAGE,
@@ -112,6 +113,13 @@ FORECAST_FIELDS: dict[str, dict[str, Any]] = {
     "fingerprint": _field({"type": "string"}, "the feature set's fingerprint"),
     "batch_size": _field(INT, "how many windows the model ran at once (this delivery's)"),
     "latency_ms": _field({"type": "number"}, "bar entering barcast to forecast published"),
+    "source": _field(
+        {"enum": list(TRACKS)},
+        "what made the quantiles: `model` (the checkpoint `model_id`), or a shadow baseline of "
+        "it served in the model's place (`BARCAST_SERVE`): `volatility_scale` (the "
+        "checkpoint's volatility scale alone) or `tod_ewma` (the time-of-day EWMA blend), each "
+        "calibrated as the model's",
+    ),
     "schema_version": _field(INT, "2 with online calibration on; absent without"),
 }
 OPTIONAL_FORECAST_FIELDS = ("schema_version", "raw_symbol")
@@ -141,7 +149,22 @@ SCORE_FIELDS: dict[str, dict[str, Any]] = {
     "inside": _field(BOOLS, "q10 <= realized <= q90, per horizon"),
     "below_q10": _field(BOOLS, "realized < q10, per horizon"),
     "above_q90": _field(BOOLS, "realized > q90, per horizon"),
+    "source": _field(
+        {"enum": list(TRACKS)},
+        "with shadow baselines on: the `source` of the forecast `forecasts` published for this "
+        "bar (the fields above score the model's forecast whatever was published)",
+    ),
+    "baselines": _field(
+        {
+            "type": ["object", "null"],
+            "additionalProperties": {"type": ["object", "null"], "additionalProperties": FLOATS},
+        },
+        "with shadow baselines on: each baseline's pinball, as `pinball` holds the model's, "
+        "on the same bars (null for one not defined yet: its EWMAs warming up); null when "
+        "unscored",
+    ),
 }
+OPTIONAL_SCORE_FIELDS = ("source", "baselines")
 NUMBER = {"type": "number"}
 
 
@@ -266,7 +289,7 @@ TOPICS: dict[str, tuple[str, dict[str, Any]]] = {
     "forecasts": ("the quantile forecast of one window", FORECAST_VALUE),
     "forecasts.scores": (
         "the score of one forecast once the bars of its horizons are in (key = symbol)",
-        _object(SCORE_FIELDS, list(SCORE_FIELDS), False),
+        _object(SCORE_FIELDS, [n for n in SCORE_FIELDS if n not in OPTIONAL_SCORE_FIELDS], False),
     ),
     "forecasts.explain": (
         "with `BARCAST_EXPLAIN=true`, what explains one forecast, from the forward pass that "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ from model.covariates import SymbolVocab
 from model.normalization import Normalizer
 from model.serving.forecast_engine import inference_threads
 from model.tft import TemporalFusionTransformer
+
+SCALE_FLOOR = 1e-6  # log return per minute: below 6E's quietest minutes (an untrained one's is not)
 
 
 def untrained_model(config: TFTConfig) -> TemporalFusionTransformer:
@@ -35,16 +38,34 @@ def make_checkpoint(
     heads: int = 2,
     fingerprint: str | None = None,
     symbols: tuple[str, ...] = ("6EH4", "ESU4", "NQU4"),
+    median_shift: float | None = None,
 ) -> str:
-    """Write a randomly initialised TFT checkpoint; returns its model id."""
+    """Write a randomly initialised TFT checkpoint; returns its model id. With `median_shift`,
+    its head is a new model's instead (Gaussian quantiles of its volatility scale whatever the
+    input: the `volatility_scale` baseline's forecast, as good) with the median moved by that
+    many units of the scale (0: that forecast itself)."""
     torch.manual_seed(seed)
     vocab = SymbolVocab.from_symbols(list(symbols))
-    config = TFTConfig(hidden=hidden, heads=heads, var_dim=4, n_symbols=vocab.size, dropout=0.0)
-    model = untrained_model(config)
+    config = TFTConfig(
+        hidden=hidden,
+        heads=heads,
+        var_dim=4,
+        n_symbols=vocab.size,
+        dropout=0.0,
+        zero_median=median_shift is None or median_shift == 0,
+    )
+    if median_shift is None:
+        model = untrained_model(config)
+    else:
+        model = TemporalFusionTransformer(config).eval()
+        with torch.no_grad():
+            model.head.proj.bias[model.head.median] = median_shift
     rng = np.random.default_rng(seed)
     normalizer = Normalizer.fit(rng.normal(size=(64, config.n_hist)))
     fingerprint = fingerprint or feature_engine.FINGERPRINT
     meta = checkpoint.untrained_meta(config, vocab, normalizer, fingerprint)
+    if median_shift is not None:  # a scale that follows the market: the floor below its quiet
+        meta = replace(meta, volatility=replace(meta.volatility, floor=SCALE_FLOOR))
     return checkpoint.save(directory, model, meta)
 
 

@@ -42,6 +42,7 @@ off, `apply` returns its input unchanged.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,28 +94,43 @@ class SymbolCalibration:
         """The `forecasts` value with calibrated quantiles, the raw ones and `schema_version`."""
         if not config.enabled:
             return value
-        if value["model_id"] != self.model_id:  # another checkpoint: its own calibration
-            self.model_id, self.since = value["model_id"], int(value["ts_event"])
-            self.log_scale, self.n, self.waiting = [], 0, []
-        self._catch_up(int(value["ts_event"]), config)
-        horizons = len(value["horizons"])
-        self.log_scale += [[0.0, 0.0] for _ in range(horizons - len(self.log_scale))]
-        # Plain floats, not numpy: numpy's per-call cost dominates on a handful of horizons.
+        lower, upper = self.calibrate(
+            value["model_id"], int(value["ts_event"]), value["q50"], value[LOWER], value[UPPER],
+            config,
+        )  # fmt: skip
         close, exp = value["close"], math.exp
-        lower, upper, price_lower, price_upper = [], [], [], []
-        for (a, b), m, low, high in zip(
-            self.log_scale[:horizons], value["q50"], value[LOWER], value[UPPER], strict=True
-        ):
-            low, high = m + exp(a) * (low - m), m + exp(b) * (high - m)
-            lower.append(low)
-            upper.append(high)
-            price_lower.append(close * exp(low))
-            price_upper.append(close * exp(high))
         out = value | {LOWER: lower, UPPER: upper}
-        out |= {"price_" + LOWER: price_lower, "price_" + UPPER: price_upper}
+        out["price_" + LOWER] = [close * exp(q) for q in lower]
+        out["price_" + UPPER] = [close * exp(q) for q in upper]
         out.update({"raw_" + name: value[name] for name in QUANTILES})
         out["schema_version"] = SCHEMA_VERSION
         return out
+
+    def calibrate(
+        self,
+        model_id: str,
+        ts_event: int,
+        median: Sequence[float],
+        lower: Sequence[float],
+        upper: Sequence[float],
+        config: CalibrationConfig,
+    ) -> tuple[list[float], list[float]]:
+        """A forecast's q10 and q90 per horizon calibrated (the scores due by `ts_event` in);
+        another `model_id` than the last one's starts the symbol afresh."""
+        if model_id != self.model_id:  # another checkpoint: its own calibration
+            self.model_id, self.since = model_id, ts_event
+            self.log_scale, self.n, self.waiting = [], 0, []
+        self._catch_up(ts_event, config)
+        horizons = len(median)
+        self.log_scale += [[0.0, 0.0] for _ in range(horizons - len(self.log_scale))]
+        # Plain floats, not numpy: numpy's per-call cost dominates on a handful of horizons.
+        exp, calibrated_lower, calibrated_upper = math.exp, [], []
+        for (a, b), m, low, high in zip(
+            self.log_scale[:horizons], median, lower, upper, strict=True
+        ):
+            calibrated_lower.append(m + exp(a) * (low - m))
+            calibrated_upper.append(m + exp(b) * (high - m))
+        return calibrated_lower, calibrated_upper
 
     def _catch_up(self, ts: int, config: CalibrationConfig) -> None:
         top = MAX_LOG_SCALE

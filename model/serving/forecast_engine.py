@@ -20,8 +20,10 @@ import torch
 from torch import Tensor
 
 from features import engine as feature_engine
+from model.checkpoint import CheckpointError
 from model.forecaster import Forecaster, autocast_for
 from model.releases import future_names, known_future
+from model.serving.baselines import BaselineSpec, ShadowBaselines
 from model.serving.explain import ExplainArrays, explanations
 from model.serving.programs import ChunkPrograms, chunk_programs
 from model.tft import StaticContext, TemporalFusionTransformer
@@ -70,6 +72,9 @@ class WindowRequest:
     close: float
     received_ns: int
     raw_symbol: str | None = None  # the bar's contract, when keyed by a continuous symbol
+    # The symbol's shadow EWMA variances with this row in (model.serving.baselines; None: not
+    # defined yet, or no baselines scored)
+    variances: tuple[float, float] | None = None
 
 
 @dataclass(slots=True)
@@ -99,6 +104,7 @@ class Served:
     forecaster: Forecaster
     path: Path
     programs: ChunkPrograms
+    baselines: ShadowBaselines  # the checkpoint's shadow baselines
     cache: dict[str, _Cached] = field(default_factory=dict)
     static: dict[str, StaticContext] = field(default_factory=dict)
     explaining: ChunkPrograms | None = None  # `programs` that also return explain outputs
@@ -165,7 +171,12 @@ class ForecastEngine:
         )
         rows = (FORWARD_ROWS[forecaster.device.type], ENCODE_ROWS) if self.padded else (1, 1)
         programs = chunk_programs(forecaster.model, forecaster.device, forecaster.precision, *rows)
-        served = Served(forecaster, path, programs)
+        meta = forecaster.meta
+        try:
+            spec = BaselineSpec.load(path, meta.config.horizon, len(meta.config.quantiles))
+        except ValueError as exc:
+            raise CheckpointError(str(exc)) from None
+        served = Served(forecaster, path, programs, ShadowBaselines(meta, spec))
         if self.explain:
             self._explaining(served)
         return served
@@ -229,6 +240,15 @@ class ForecastEngine:
         return self._returns(batch, run.quantiles), explanations(
             run.arrays, top_k, future_names=names
         )
+
+    def shadow(self, batch: list[WindowRequest]) -> dict[str, np.ndarray]:
+        """Each shadow baseline's quantiles `(B, H, Q)` of the batch's windows, NaN where one is
+        not defined (model.serving.baselines)."""
+        meta, nan = self.served.forecaster.meta, (np.nan, np.nan)
+        inputs = np.stack([r.values[:, list(meta.volatility.columns)] for r in batch])
+        ts = np.array([r.ts_event for r in batch])
+        variances = np.array([nan if r.variances is None else r.variances for r in batch])
+        return self.served.baselines.forecast(ts, inputs, variances)
 
     def _pass(self, batch: list[WindowRequest], incremental: bool, explain: bool) -> _Pass:
         served = self.served

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from model.serving.explain import SCHEMA_VERSION
+from model.serving.skill import MODEL
 
 if TYPE_CHECKING:
     from model.serving.forecast_engine import ForecastEngine, WindowRequest
@@ -42,6 +43,7 @@ def forecast_value(
         fingerprint=engine.fingerprint,
         batch_size=batch_size,
         latency_ms=(now_ns - request.received_ns) / 1e6,
+        source=MODEL,  # or a shadow baseline's name, where it serves (model.serving.shadow)
     )
     return value
 

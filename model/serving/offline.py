@@ -2,7 +2,8 @@
 
 The same corrections, feature engine, window rule and batch-invariant inference the streaming
 worker runs, in one process: the reference the end-to-end tests hold the worker to, and a way
-to backtest a checkpoint on history without a broker.
+to backtest a checkpoint on history without a broker; `served_history` adds the worker's
+scoring, online calibration and shadow baselines, and so what it publishes.
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ import numpy as np
 from features import engine as feature_engine
 from features.bars import PRICE_SCALE, engine_columns
 from features.corrections import correct_history
+from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.messages import forecast_value
+from model.serving.scoring import Decided, LabelBar, ScoreValue, score_all
+from model.serving.scoring_state import SymbolScoring
+from model.serving.shadow import DEFAULT_WINDOW, Pending, SymbolShadow
+from model.serving.skill import ServeMode
 
 Key = tuple[str, int]  # (symbol, ts_event)
 DELIVERY = ("batch_size", "latency_ms")  # a `forecasts` value's fields of one delivery
@@ -84,3 +90,95 @@ def forecast_values(
         value = forecast_value(engine, request, quantiles, 0, 0)
         out.append({name: v for name, v in value.items() if name not in DELIVERY})
     return out
+
+
+def served_history(
+    values: Iterable[bytes | dict[str, Any]],
+    engine: ForecastEngine,
+    config: CalibrationConfig | None = None,
+    mode: ServeMode = ServeMode.AUTO,
+    window: int = DEFAULT_WINDOW,
+) -> tuple[list[dict[str, Any]], dict[Key, ScoreValue]]:
+    """What the worker with shadow baselines publishes for this history: every `forecasts`
+    value (the model's or a baseline's, calibrated; without `DELIVERY`'s fields), in key order,
+    and every `forecasts.scores` value by key, from the whole history in one process. Per
+    symbol, in the worker's order: each row into the baselines' EWMAs; the forecast of bar t
+    calibrated and chosen with every score the bars before t decided; then bar t, then that
+    forecast into the scoring state, and what they decide scored."""
+    config = config or CalibrationConfig()
+    model = forecast_history(values, engine)
+    published: list[dict[str, Any]] = []
+    scores: dict[Key, ScoreValue] = {}
+    for symbol, bars in clean_history(values).items():
+        requests = {r.ts_event: r for r in window_requests(symbol, bars, engine.lookback)}
+        state = _SymbolReplay(engine, config, mode, window)
+        for request, raw in state.baselines(bars, list(requests.values())):
+            requests[request.ts_event] = request
+            state.raw[request.ts_event] = raw
+        for bar in bars:
+            ts = int(bar["ts_event"])
+            if ts in requests:
+                value = forecast_value(engine, requests[ts], model[(symbol, ts)], 0, 0)
+                value = {name: v for name, v in value.items() if name not in DELIVERY}
+                published.append(state.forecast(value))
+            scores |= state.bar(LabelBar.from_clean(bar), ts in requests)
+    return sorted(published, key=lambda v: (v["symbol"], v["ts_event"])), scores
+
+
+class _SymbolReplay:
+    """One symbol's scoring, calibration and shadow states, stepped as the worker steps them."""
+
+    def __init__(
+        self, engine: ForecastEngine, config: CalibrationConfig, mode: ServeMode, window: int
+    ) -> None:
+        self.engine, self.config, self.mode = engine, config, mode
+        self.scoring, self.calibration = SymbolScoring(window), SymbolCalibration()
+        self.shadow = SymbolShadow(window)
+        self.raw: dict[int, dict[str, np.ndarray]] = {}
+        self.waiting: tuple[dict[str, Any], Pending] | None = None
+
+    def baselines(
+        self, bars: list[dict[str, Any]], requests: list[WindowRequest]
+    ) -> Iterable[tuple[WindowRequest, dict[str, np.ndarray]]]:
+        """Every row into the EWMAs; the requests with their variances, and each one's baselines."""
+        engine, by_ts = self.engine, {r.ts_event: r for r in requests}
+        values, _ = feature_engine.compute_batch(*engine_columns(bars))
+        for bar, row in zip(bars, values, strict=True):
+            ts = int(bar["ts_event"])
+            variances = self.shadow.row(engine.served.baselines, engine.model_id, ts, row)
+            if ts in by_ts:
+                by_ts[ts].variances = variances
+        for start in range(0, len(requests), 256):
+            chunk = requests[start : start + 256]
+            quantiles = engine.shadow(chunk)
+            for i, request in enumerate(chunk):
+                yield request, {name: q[i] for name, q in quantiles.items()}
+
+    def forecast(self, value: dict[str, Any]) -> dict[str, Any]:
+        calibrated = self.calibration.apply(value, self.config)
+        raw = self.raw.pop(int(value["ts_event"]))
+        out, pending = self.shadow.forecast(calibrated, raw, self.config, self.mode)
+        self.waiting = calibrated, pending
+        return out
+
+    def bar(self, bar: LabelBar, requested: bool) -> dict[Key, ScoreValue]:
+        decided = self.scoring.add_bar(bar)
+        out = self._score(decided)
+        if requested:
+            assert self.waiting is not None
+            (value, pending), self.waiting = self.waiting, None
+            last = self.scoring.last_forecast_ts
+            decided = self.scoring.add_forecast(value)
+            if self.scoring.last_forecast_ts != last:
+                self.shadow.pending.append(pending)
+            out |= self._score(decided)
+        return out
+
+    def _score(self, decided: list[Decided]) -> dict[Key, ScoreValue]:
+        out = {}
+        for d, record in zip(decided, score_all(decided), strict=True):
+            pending, baselines = self.shadow.decided(d)
+            self.calibration.update(record)
+            self.shadow.scored(record, pending, score_all(baselines), self.mode)
+            out[(record["symbol"], record["ts_event"])] = record
+        return out

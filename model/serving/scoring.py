@@ -36,7 +36,7 @@ class Unscored(StrEnum):
     OUTAGE = "outage"  # a minute of the label has no bar: live ingest lost it (an outage)
 
 
-class ScoreValue(TypedDict):
+class _ScoreFields(TypedDict):
     """The `forecasts.scores` value (key = symbol); the metric fields are null when unscored."""
 
     symbol: str
@@ -51,13 +51,23 @@ class ScoreValue(TypedDict):
     above_q90: list[bool] | None
 
 
+class ScoreValue(_ScoreFields, total=False):
+    """With shadow baselines (model.serving.shadow), the worker sets these too; records of a
+    barcast before them, or of a worker without them, lack them."""
+
+    source: str  # what `forecasts` published for this bar (`model`, a baseline's name)
+    # each shadow baseline's pinball as `pinball` holds the model's (None: it had no forecast);
+    # None when unscored
+    baselines: dict[str, dict[str, list[float]] | None] | None
+
+
 def encode_score(value: ScoreValue) -> bytes:
     return orjson.dumps(value)
 
 
 def decode_score(data: bytes) -> ScoreValue:
     value = orjson.loads(data)
-    missing = set(ScoreValue.__annotations__) - set(value)
+    missing = ScoreValue.__required_keys__ - set(value)
     if missing:
         raise ValueError(f"forecasts.scores record lacks {sorted(missing)}: {data[:200]!r}")
     return value  # type: ignore[no-any-return]

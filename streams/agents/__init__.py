@@ -140,6 +140,8 @@ def attach_forecasting(app: BarcastApp, stage: Forecasting, watcher: CheckpointW
     if settings.explain:
         raw_topic(app, settings.topic_explain)
     app.metrics.scoring_figures = stage.scoring.figures
+    app.metrics.skill_figures = stage.scoring.skill
+    app.metrics.source_counts = stage.scoring.sources
 
     @app.task
     async def flush_on_delay() -> None:

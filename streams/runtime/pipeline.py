@@ -16,11 +16,19 @@ from features.engine import FINGERPRINT, N_FEATURES
 from model.config import TFTConfig
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.scoring_state import SymbolScoring
+from model.serving.skill import ServeMode
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.scores import Scoring
-from streams.runtime.stores import Changelog, StateStore, Store, StoreName, WindowStore
+from streams.runtime.stores import (
+    Changelog,
+    ShadowStore,
+    StateStore,
+    Store,
+    StoreName,
+    WindowStore,
+)
 
 if TYPE_CHECKING:
     from model.serving.forecast_engine import ForecastEngine
@@ -90,9 +98,13 @@ def build_scoring(settings: Settings, changelog: Callable[[str], Changelog]) -> 
     scores = state_store(changelog, StoreName.SCORING, SymbolScoring, decode, new)
     calibrations = state_store(changelog, StoreName.CALIBRATION, SymbolCalibration)
     calibration = CalibrationConfig(enabled=settings.online_calibration)
-    return Scoring(
-        scores, calibrations, calibration, settings.topic_scores, settings.online_scoring
+    shadows = (
+        ShadowStore(changelog(StoreName.SHADOW), window) if settings.shadow_baselines else None
     )
+    return Scoring(
+        scores, calibrations, calibration, settings.topic_scores, settings.online_scoring,
+        shadows, ServeMode(settings.serve),
+    )  # fmt: skip
 
 
 def state_store(

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
+from model.serving.shadow import SymbolShadow
 from model.serving.windows import SymbolWindow, meta_key, meta_layout, slot_key
 
 log = logging.getLogger("barcast.runtime")
@@ -32,6 +33,7 @@ class StoreName(StrEnum):
     SCORING = "scoring-state"
     CALIBRATION = "calibration-state"
     FORECAST_WINDOWS = "forecast-window-slots"
+    SHADOW = "shadow-state"
 
 
 def marks_name(topic: str) -> str:
@@ -236,4 +238,57 @@ class WindowStore(Store[SymbolWindow]):
             slot = window.slot_of(row)
             put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
         put(meta_key(key), partition, offset, window.meta_bytes(self.fingerprint))
+        self.flushed[key] = window.count
+
+
+class ShadowStore(StateStore[SymbolShadow]):
+    """Per-symbol shadow states (model.serving.shadow), each one's skill window stored slot by
+    slot under keys of its own: a scored forecast writes its slot and the state, not the
+    whole window (`window_size` forecasts x horizons x tracks). A window stored with another
+    size (BARCAST_SCORE_WINDOW changed) keeps its newest forecasts that fit."""
+
+    def __init__(self, changelog: Changelog, window_size: int) -> None:
+        super().__init__(
+            changelog, SymbolShadow.from_bytes, SymbolShadow.to_bytes,
+            lambda: SymbolShadow(window_size),
+        )  # fmt: skip
+        self.window_size = window_size
+        self.flushed: dict[bytes, int] = {}  # key -> window rows at its last flush
+
+    def read(self, key: bytes) -> SymbolShadow:
+        state = self.states.get(key)
+        if state is not None:
+            return state
+        entry = self.changelog.entries.get(key)
+        if entry is None:
+            state = self.new()
+        else:
+            state = self.decode(entry[2])
+            window, entries = state.window, self.changelog.entries
+            horizons = window.losses.shape[1]
+            for row in window.rows():
+                slot = window.slot_of(row)
+                window.load_slot(slot, entries[slot_key(key, slot)][2], horizons)
+        self.flushed[key] = state.window.count
+        if state.window_size != self.window_size:
+            state.resize(self.window_size)
+            self.flushed[key] = 0  # every slot again, in the new size's places
+        self.states[key] = state
+        return state
+
+    def symbols_in(self, partition: int) -> list[bytes]:
+        """Keys of symbols' states from source partition `partition`."""
+        return [key for key in self.keys_in(partition) if b"\x00" not in key]
+
+    def forget(self) -> None:
+        super().forget()
+        self.flushed.clear()
+
+    def _put(self, key: bytes, partition: int, offset: int) -> None:
+        state, put = self.states[key], self.changelog.put
+        window = state.window
+        for row in range(max(self.flushed.get(key, 0), window.rows().start), window.count):
+            slot = window.slot_of(row)
+            put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
+        put(key, partition, offset, self.encode(state))
         self.flushed[key] = window.count

@@ -46,6 +46,10 @@ EXPORTED = {
     "barcast_fetch_max_wait_ms": "gauge",
     "barcast_forecast_coverage": "gauge",
     "barcast_forecast_pinball": "gauge",
+    "barcast_forecast_skill": "gauge",
+    "barcast_forecast_skill_lower": "gauge",
+    "barcast_forecast_skill_upper": "gauge",
+    "barcast_forecast_source_symbols": "gauge",
 }
 
 

@@ -56,6 +56,7 @@ FORECAST: dict[str, Any] = {
     "fingerprint": "0123456789abcdef",
     "batch_size": 3,
     "latency_ms": 1.5,
+    "source": "model",
 }
 SCORE: dict[str, Any] = {
     "symbol": "6EH4",
@@ -93,6 +94,12 @@ UNSCORED = {
     **SCORE,
     **dict.fromkeys(("realized", "pinball", "inside", "below_q10", "above_q90")),
     "unscored": "gap_fill",
+}
+
+SHADOWED = {  # with shadow baselines, one warming up
+    **SCORE,
+    "source": "tod_ewma",
+    "baselines": {"volatility_scale": SCORE["pinball"], "tod_ewma": None},
 }
 
 
@@ -186,6 +193,9 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("forecasts.scores", UNSCORED),
         ("forecasts.explain", EXPLANATION),
         ("forecasts", {**FORECAST, "raw_q10": [0.0, 0.0], "schema_version": 2}),  # calibrated
+        ("forecasts", {**FORECAST, "source": "tod_ewma"}),  # a baseline served
+        ("forecasts.scores", SHADOWED),
+        ("forecasts.scores", {**UNSCORED, "source": "volatility_scale", "baselines": None}),
         *((topic, control) for topic in ("bars.raw", "bars.clean", "features")),
         *((topic, outage) for topic in ("bars.raw", "bars.clean", "features")),
     ]:
@@ -199,6 +209,9 @@ def test_schemas_take_what_barcast_writes_and_refuse_the_rest() -> None:
         ("forecasts", {key: v for key, v in FORECAST.items() if key != "model_id"}),
         ("forecasts.scores", {**SCORE, "unscored": "unknown"}),
         ("forecasts.scores", {key: v for key, v in SCORE.items() if key != "inside"}),
+        ("forecasts", {key: v for key, v in FORECAST.items() if key != "source"}),
+        ("forecasts", {**FORECAST, "source": "har"}),
+        ("forecasts.scores", {**SHADOWED, "baselines": {"tod_ewma": {"q10": "x"}}}),
         ("features", {**control, "control": "other"}),
         ("bars.raw", {**control, "end": 1}),
         ("bars.raw", {**outage, "end": "later"}),

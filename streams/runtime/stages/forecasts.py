@@ -17,7 +17,7 @@ import time
 from asyncio import Future
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -41,6 +41,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("barcast.forecast")
 BACKLOG_BATCHES = 4
+
+
+class Predicted(NamedTuple):
+    """What the inference thread makes of a batch."""
+
+    quantiles: np.ndarray
+    explanations: list[dict[str, Any]]
+    baselines: dict[str, np.ndarray] | None
 
 
 class Forecasting:
@@ -71,7 +79,7 @@ class Forecasting:
         for item in items:
             if isinstance(item, FeatureRow):
                 request = slide(self.windows, item, serving)
-                self.scoring.bar(item, request is not None)
+                self.scoring.bar(item, request, self.engine)
                 if request is not None:
                     self.batcher.add(request)
             elif isinstance(item, Control):
@@ -96,10 +104,10 @@ class Forecasting:
             running = self._infer()
             while running is not None:
                 batch, inference = running
-                quantiles, explanations = await inference
+                quantiles, explanations, baselines = await inference
                 running = self._infer()
                 self.runtime.worked = time.monotonic()
-                sends += await self._publish(batch, quantiles, explanations)
+                sends += await self._publish(batch, quantiles, explanations, baselines)
                 received += [request.received_ns for request in batch]
             if sends:
                 finishing = self._finish(self.finishing, sends, received)
@@ -112,9 +120,10 @@ class Forecasting:
         batch, loop = self.batcher.take(), asyncio.get_running_loop()
         return batch, loop.run_in_executor(self.executor, self._predict, batch)
 
-    def _predict(self, batch: list[WindowRequest]) -> tuple[np.ndarray, list[dict[str, Any]]]:
-        """In the inference thread: the batch's quantiles, and with BARCAST_EXPLAIN their
-        explanations from the same forward pass (none without)."""
+    def _predict(self, batch: list[WindowRequest]) -> Predicted:
+        """In the inference thread: the batch's quantiles, with BARCAST_EXPLAIN their
+        explanations from the same forward pass (none without), and its shadow baselines'
+        quantiles (None without)."""
         started, settings, metrics = time.perf_counter(), self.settings, self.runtime.metrics
         if settings.explain:
             out = self.engine.predict_explained(batch, self.incremental, settings.explain_top_k)
@@ -122,17 +131,22 @@ class Forecasting:
             out = self.engine.predict(batch, self.incremental), []
         metrics.inference_seconds.observe(time.perf_counter() - started)
         metrics.batch_size.observe(len(batch))
-        return out
+        baselines = self.engine.shadow(batch) if self.scoring.shadows is not None else None
+        return Predicted(*out, baselines)
 
     async def _publish(
-        self, batch: list[WindowRequest], quantiles: np.ndarray, explanations: list[dict[str, Any]]
+        self,
+        batch: list[WindowRequest],
+        quantiles: np.ndarray,
+        explanations: list[dict[str, Any]],
+        baselines: dict[str, np.ndarray] | None,
     ) -> list[Future]:
-        """A micro-batch's forecasts, calibrated, to the producer with their explanations and
-        the scores that calibrating them settled (a replay's earlier bars); then to the
-        observers."""
+        """A micro-batch's forecasts, calibrated (the model's or a baseline's: their `source`),
+        to the producer with their explanations and the scores that calibrating them settled (a
+        replay's earlier bars); then to the observers."""
         now, n, scored, runtime = time.time_ns(), len(batch), Scores(), self.runtime
         values = [forecast_value(self.engine, r, quantiles[i], n, now) for i, r in enumerate(batch)]
-        values = self.scoring.forecasts(batch, values, scored)
+        values = self.scoring.forecasts(batch, values, baselines, scored)
         forecasts = [
             Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
             for r, v in zip(batch, values, strict=True)

@@ -13,6 +13,11 @@ their rolling figures and records follow once the minute's forecasts are out. On
 whose earlier bars still wait (a replay running ahead of the quiet) is advanced before its
 forecast is calibrated. A checkpoint drains the forecaster and settles: nothing waits then, each
 write is tagged with its own row's offset, and a replay from a mark publishes the same again.
+
+With shadow baselines (model.serving.shadow, their state in the shadow store), every row moves
+its symbol's baseline EWMAs as it arrives; each forecast's baselines are calibrated with it and
+choose with it what is published (its `source`), and wait with it to be scored on the same
+bars, their pinball on its record.
 """
 
 from __future__ import annotations
@@ -22,12 +27,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
-from model.serving.forecast_engine import WindowRequest
-from model.serving.scoring import Decided, LabelBar, ScoreValue, encode_score, score_decided
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.scoring import (
+    Decided,
+    LabelBar,
+    ScoreValue,
+    encode_score,
+    score_all,
+    score_decided,
+)
 from model.serving.scoring_state import SymbolScoring, pooled_figures
+from model.serving.shadow import Pending
+from model.serving.skill import TRACKS, ServeMode, Skill, pooled_skill
 from streams.runtime.records import Control, FeatureRow, Out
-from streams.runtime.stores import StateStore
+from streams.runtime.stores import ShadowStore, StateStore
 from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
 
 
@@ -35,6 +51,13 @@ from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
 class Scores:  # score records in the order they were decided, and the records publishing them
     values: list[ScoreValue] = field(default_factory=list)
     outputs: list[Out] = field(default_factory=list)
+
+
+class Calibrated(NamedTuple):
+    """A forecast as the scoring state takes it (the model's, calibrated) and its baselines'."""
+
+    value: dict[str, Any]
+    shadow: Pending | None
 
 
 class WaitingBar(NamedTuple):
@@ -57,22 +80,39 @@ class Scoring:
         config: CalibrationConfig,
         topic: str,
         enabled: bool = True,  # False (BARCAST_ONLINE_SCORING): forecasts pass untouched
+        shadows: ShadowStore | None = None,  # None: no shadow baselines
+        mode: ServeMode = ServeMode.MODEL,
     ) -> None:
         self.scores, self.calibrations, self.config = scores, calibrations, config
         self.topic, self.enabled = topic, enabled
+        self.shadows = shadows if enabled else None
+        self.mode = mode
         self.stores: list[StateStore] = [scores, calibrations] if enabled else []
+        if self.shadows is not None:
+            self.stores.append(self.shadows)
         self.waiting: dict[bytes, deque[WaitingBar]] = {}  # bars not applied yet, in order
-        self.calibrated: dict[bytes, deque[dict[str, Any]]] = {}  # forecasts of waiting bars
+        self.calibrated: dict[bytes, deque[Calibrated]] = {}  # forecasts of waiting bars
         self.decided: list[tuple[bytes, int, int, Decided]] = []  # key, partition, offset: to score
         self.unsettled: set[bytes] = set()  # keys in `decided`
 
-    def bar(self, row: FeatureRow, requested: bool) -> None:
-        """A row's bar (`requested`: its forecast is on its way), to wait until the next
-        `settle`, or a later forecast of its symbol, applies it."""
-        if self.enabled:
-            bar = LabelBar(row.ts_event, row.close, row.synthetic)
-            waiting = WaitingBar(bar, row.partition, row.offset, requested)
-            self.waiting.setdefault(row.key, deque()).append(waiting)
+    def bar(
+        self, row: FeatureRow, request: WindowRequest | None, engine: ForecastEngine | None
+    ) -> None:
+        """A row's bar (`request`: its forecast is on its way), to wait until the next
+        `settle`, or a later forecast of its symbol, applies it; and into its symbol's
+        baseline EWMAs (those of `engine`'s checkpoint), which the request then carries."""
+        if not self.enabled:
+            return
+        bar = LabelBar(row.ts_event, row.close, row.synthetic)
+        waiting = WaitingBar(bar, row.partition, row.offset, request is not None)
+        self.waiting.setdefault(row.key, deque()).append(waiting)
+        if self.shadows is not None and engine is not None:
+            shadow = self.shadows.read(row.key)
+            baselines, model_id = engine.served.baselines, engine.model_id
+            variances = shadow.row(baselines, model_id, row.ts_event, row.values)
+            self.shadows.write(row.key, row.partition, row.offset, shadow)
+            if request is not None:
+                request.variances = variances
 
     def control(self, control: Control) -> None:
         """A ROLL for its symbol's state, or an OUTAGE for those of its partition, to apply in
@@ -93,15 +133,26 @@ class Scoring:
             self.waiting.setdefault(key, deque()).append(entry)
 
     def forecasts(
-        self, batch: Sequence[WindowRequest], values: Sequence[dict[str, Any]], out: Scores
+        self,
+        batch: Sequence[WindowRequest],
+        values: Sequence[dict[str, Any]],
+        baselines: dict[str, np.ndarray] | None,
+        out: Scores,
     ) -> list[dict[str, Any]]:
-        """A micro-batch's forecasts calibrated (if enabled), to publish; each then waits with
-        its bar for the next `settle` (scores some symbols' earlier bars decide go to `out`)."""
+        """A micro-batch's forecasts calibrated (if enabled), to publish, from the model or a
+        baseline (`baselines`: each one's quantiles of the batch, model.serving.baselines);
+        each then waits with its bar for the next `settle` (scores some symbols' earlier bars
+        decide go to `out`)."""
         if not self.enabled:
             return list(values)
         for request in batch:  # a replay's earlier bars, to score together before calibrating
             self._advance(request.key, request.ts_event)
-        return [self._forecast(r, v, out) for r, v in zip(batch, values, strict=True)]
+        return [
+            self._forecast(
+                r, v, None if baselines is None else {k: q[i] for k, q in baselines.items()}, out
+            )
+            for i, (r, v) in enumerate(zip(batch, values, strict=True))
+        ]
 
     def settle(self, out: Scores) -> None:
         """Every waiting bar and calibrated forecast into the scoring states (a bar whose
@@ -111,7 +162,11 @@ class Scoring:
         self._score(out)
 
     def _forecast(
-        self, request: WindowRequest, value: dict[str, Any], out: Scores
+        self,
+        request: WindowRequest,
+        value: dict[str, Any],
+        baselines: dict[str, np.ndarray] | None,
+        out: Scores,
     ) -> dict[str, Any]:
         key, partition = request.key, request.partition
         self._advance(key, request.ts_event)
@@ -122,8 +177,14 @@ class Scoring:
         value = calibration.apply(value, self.config)
         if self.config.enabled:
             self.calibrations.write(key, partition, offset, calibration)
-        self.calibrated.setdefault(key, deque()).append(value)
-        return value
+        if self.shadows is None or baselines is None:
+            self.calibrated.setdefault(key, deque()).append(Calibrated(value, None))
+            return value
+        shadow = self.shadows.read(key)
+        published, pending = shadow.forecast(value, baselines, self.config, self.mode)
+        self.shadows.write(key, partition, offset, shadow)
+        self.calibrated.setdefault(key, deque()).append(Calibrated(value, pending))
+        return published
 
     def _advance(self, key: bytes, before: int | None) -> None:
         """The symbol's waiting bars (those before ts `before`; None: all) and the calibrated
@@ -141,7 +202,13 @@ class Scoring:
                 continue
             decided = state.add_bar(bar)
             if requested:
-                decided += state.add_forecast(calibrated.popleft())  # type: ignore[union-attr]
+                value, pending = calibrated.popleft()  # type: ignore[union-attr]
+                last = state.last_forecast_ts
+                decided += state.add_forecast(value)
+                if pending is not None and state.last_forecast_ts != last:  # not a repeat
+                    shadow = self.shadows.read(key)  # type: ignore[union-attr]
+                    shadow.pending.append(pending)
+                    self.shadows.write(key, partition, offset, shadow)  # type: ignore[union-attr]
             self.scores.write(key, partition, offset, state)
             if decided:
                 self.decided += [(key, partition, offset, d) for d in decided]
@@ -157,20 +224,61 @@ class Scoring:
         decided, self.decided = self.decided, []
         self.unsettled.clear()
         scores = score_decided([d for *_, d in decided])
-        for (key, partition, offset, _), (record, increments) in zip(decided, scores, strict=True):
+        shadows = self._shadows_decided(decided)
+        for i, ((key, partition, offset, _), (record, increments)) in enumerate(
+            zip(decided, scores, strict=True)
+        ):
             # The state was written when it decided, and a checkpoint settles before encoding.
             self.scores.states[key].rolling.add(record, increments)
             calibration = self.calibrations.read(key)
             calibration.update(record)
             if self.config.enabled:
                 self.calibrations.write(key, partition, offset, calibration)
+            if shadows is not None:
+                shadow, (pending, records) = self.shadows.read(key), shadows[i]  # type: ignore[union-attr]
+                shadow.scored(record, pending, records, self.mode)
+                self.shadows.write(key, partition, offset, shadow)  # type: ignore[union-attr]
             out.values.append(record)
             value, ms = encode_score(record), record["ts_event"] / 1e6
             out.outputs.append(Out(self.topic, key, value, ms, BAR_HEADERS, partition))
 
+    def _shadows_decided(
+        self, decided: list[tuple[bytes, int, int, Decided]]
+    ) -> list[tuple[Pending | None, list[ScoreValue]]] | None:
+        """Per decided forecast of the model, its pending baselines' and their scores (one
+        numpy pass for all of them, as the model's)."""
+        if self.shadows is None:
+            return None
+        entries, owners, shadow_decided = [], [], []
+        for i, (key, *_, d) in enumerate(decided):
+            pending, baselines = self.shadows.read(key).decided(d)
+            entries.append(pending)
+            owners += [i] * len(baselines)
+            shadow_decided += baselines
+        records: list[list[ScoreValue]] = [[] for _ in decided]
+        for i, record in zip(owners, score_all(shadow_decided), strict=True):
+            records[i].append(record)
+        return list(zip(entries, records, strict=True))
+
     def figures(self) -> dict[tuple[int, str], float]:
         """Rolling coverage and pinball per horizon over the symbols this worker holds."""
         return pooled_figures([state.rolling for state in self.scores.states.values()])
+
+    def skill(self) -> dict[tuple[int, str], Skill]:
+        """The model's rolling skill over each baseline per horizon, over the symbols this
+        worker holds, with its bootstrap interval (model.serving.skill)."""
+        if self.shadows is None:
+            return {}
+        return pooled_skill([state.window for state in self.shadows.states.values()])
+
+    def sources(self) -> dict[str, int]:
+        """How many symbols serve each source now (every source named, 0 for none)."""
+        if self.shadows is None:
+            return {}
+        counts = dict.fromkeys(TRACKS, 0)
+        for state in self.shadows.states.values():
+            counts[state.choice.at(-1, self.mode)] += 1  # -1: no choice due comes in force
+        return counts
 
 
 def take(state: SymbolScoring, control: ControlRecord) -> None:

@@ -56,7 +56,7 @@ def fresh(engine: ForecastEngine) -> ForecastEngine:
     copy = ForecastEngine.__new__(ForecastEngine)
     copy.__dict__.update(engine.__dict__)
     s = engine.served
-    copy.served = Served(s.forecaster, s.path, s.programs, explaining=s.explaining)
+    copy.served = Served(s.forecaster, s.path, s.programs, s.baselines, explaining=s.explaining)
     return copy
 
 

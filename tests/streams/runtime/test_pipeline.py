@@ -24,6 +24,7 @@ ALL = [
     "g-forecast-window-slots-changelog",
     "g-scoring-state-changelog",
     "g-calibration-state-changelog",
+    "g-shadow-state-changelog",
 ]
 
 
@@ -40,6 +41,7 @@ def test_the_store_names_are_those_workers_have_stored_under() -> None:
         "scoring-state",
         "calibration-state",
         "forecast-window-slots",
+        "shadow-state",
     ]
     assert marks_name("bars.raw") == "bars.raw-checkpoints"
 
@@ -63,9 +65,21 @@ def test_each_role_runs_its_stages_with_their_stores(role: str, topics: list[str
 
 
 def test_without_online_scoring_the_forecast_stage_keeps_only_its_windows() -> None:
-    settings = Settings(role="forecast", online_scoring=False, online_calibration=False)
+    settings = Settings(
+        role="forecast",
+        online_scoring=False,
+        online_calibration=False,
+        shadow_baselines=False,
+        serve="model",
+    )
     pipeline = build_pipeline(settings, runtime(settings))
     assert [store.changelog.topic for store in pipeline.stores] == ALL[2:3]
+
+
+def test_without_shadow_baselines_the_forecast_stage_keeps_no_shadow_state() -> None:
+    settings = Settings(role="forecast", shadow_baselines=False, serve="model")
+    pipeline = build_pipeline(settings, runtime(settings))
+    assert [store.changelog.topic for store in pipeline.stores] == ALL[2:5]
 
 
 def test_role_all_takes_raw_records_into_the_forecast_windows(sixe_bars: pd.DataFrame) -> None:

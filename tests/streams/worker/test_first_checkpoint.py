@@ -55,7 +55,7 @@ def test_without_a_checkpoint_features_flow_and_forecasts_begin_when_one_lands(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
 ) -> None:
     models = tmp_path / "models"  # absent, as var/models is on a fresh checkout
-    settings = replace(broker_settings, role="all", model_dir=models)
+    settings = replace(broker_settings, role="all", model_dir=models, serve="model")
     ensure_topics(settings, pipeline_topics(settings))
     make_checkpoint(tmp_path / "incoming" / "first")
     values = bars_from_frame(sixe_bars.iloc[:1200], symbol="6EH4", instrument_id=1)

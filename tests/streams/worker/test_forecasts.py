@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from features.corrections import bars_from_frame
-from model.serving.conformal import CalibrationConfig, calibrate_offline
 from model.serving.forecast_engine import ForecastEngine
-from model.serving.offline import Key, clean_history, forecast_history, forecast_values
-from model.serving.scoring import ScoreValue, score_offline
+from model.serving.offline import Key, forecast_history, served_history
+from model.serving.scoring import ScoreValue
+from model.serving.skill import ServeMode
 from streams.ingest.convert import sixe_dbn
 from streams.ingest.producer import BarProducer
 from streams.ingest.replay import Replay, ReplayOptions
@@ -36,14 +36,20 @@ QUANTILES = ("q10", "q50", "q90")
 
 
 def pipeline_settings(
-    base: Settings, tmp_path: Path, seed: int = 0, checkpoint: Path | None = None
+    base: Settings,
+    tmp_path: Path,
+    seed: int = 0,
+    checkpoint: Path | None = None,
+    serve: str = "model",
 ) -> Settings:
-    """Role `all` on its topics, serving a checkpoint of `seed`, or a copy of `checkpoint`."""
+    """Role `all` on its topics, serving a checkpoint of `seed`, or a copy of `checkpoint`: the
+    model's forecasts (a random-weight model loses to the baselines, which `auto` would serve)
+    unless `serve` says otherwise."""
     if checkpoint is None:
         make_checkpoint(tmp_path / "models" / "first", seed=seed)
     else:
         shutil.copytree(checkpoint, tmp_path / "models" / "first")
-    settings = replace(base, role="all", model_dir=tmp_path / "models")
+    settings = replace(base, role="all", model_dir=tmp_path / "models", serve=serve)
     ensure_topics(settings, pipeline_topics(settings))
     return settings
 
@@ -179,33 +185,29 @@ def kill_and_resume(
 
 @dataclass(frozen=True)
 class Uninterrupted:
-    """What an uninterrupted run of a checkpoint over `values` publishes."""
+    """What an uninterrupted run of a checkpoint over `values` publishes, serving `auto`."""
 
     checkpoint: Path
     values: list[dict[str, Any]]
     reference: dict[Key, np.ndarray]  # the model's quantiles
-    calibrated: list[dict[str, Any]]  # `forecasts` values, online calibration applied
-    scores: dict[Key, ScoreValue]
+    published: list[dict[str, Any]]  # `forecasts` values: calibrated, the model's or a baseline's
+    scores: dict[Key, ScoreValue]  # with the shadow baselines' pinball
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(
     tmp_path_factory: pytest.TempPathFactory, sixe_bars: pd.DataFrame
 ) -> Uninterrupted:
-    """5,000 bars of one symbol, computed once for the restart test of every role (test_forecast_
-    scores holds one worker to these references)."""
+    """5,000 bars of one symbol, computed once for the restart test of every role: the random
+    model serves until it loses to a baseline, which then serves (`served_history`)."""
     checkpoint = tmp_path_factory.mktemp("uninterrupted") / "first"
     make_checkpoint(checkpoint)
     values = bars_from_frame(sixe_bars.iloc[:5000], symbol="6EH4", instrument_id=1)
     with torch_threads_of_a_worker():
         engine = ForecastEngine(checkpoint)
         reference = forecast_history(values, engine)
-        clean = clean_history(values)["6EH4"]
-        model = forecast_values(reference, {"6EH4": clean}, engine)
-    calibrated = calibrate_offline(model, clean, CalibrationConfig())
-    return Uninterrupted(
-        checkpoint, values, reference, calibrated, score_offline(calibrated, clean)
-    )
+        published, scores = served_history(values, engine, mode=ServeMode.AUTO)
+    return Uninterrupted(checkpoint, values, reference, published, scores)
 
 
 @pytest.mark.parametrize("role", ["all", "forecast"])
@@ -216,10 +218,13 @@ def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
     throughout and the forecast worker is killed, its group resuming on the features topic."""
     # Checkpoints every 0.5 s of the busy worker: the kill lands after some, so the second
     # worker resumes from stored states, windows, scores and calibrations, not from scratch.
-    settings = pipeline_settings(broker_settings, tmp_path, checkpoint=uninterrupted.checkpoint)
+    settings = pipeline_settings(
+        broker_settings, tmp_path, checkpoint=uninterrupted.checkpoint, serve="auto"
+    )
     settings = replace(settings, checkpoint_max_s=0.5)
     values, reference = uninterrupted.values, uninterrupted.reference
-    calibrated, expected_scores = uninterrupted.calibrated, uninterrupted.scores
+    calibrated, expected_scores = uninterrupted.published, uninterrupted.scores
+    assert {v["source"] for v in calibrated} == {"model", "volatility_scale", "tod_ewma"}
     forecasts = ForecastLog(settings.broker, settings.topic_forecasts, settings.partitions)
     scores = ScoreLog(settings.broker, settings.topic_scores, settings.partitions)
     upstream = Worker(replace(settings, role="stream"), name="stream")
@@ -238,9 +243,10 @@ def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
         "scores", {key: orjson.loads(v) for key, v in scores.values.items()}, expected_scores
     )
     model_id = orjson.loads(next(iter(forecasts.values.values())))["model_id"]
+    served = {(s, ts): orjson.loads(v) for (s, ts, m), v in forecasts.values.items()}
     assert_matches(
-        reference,
-        {(s, ts): orjson.loads(v) for (s, ts, m), v in forecasts.values.items() if m == model_id},
+        {k: q for k, q in reference.items() if served[k]["source"] == "model"},
+        {k: v for k, v in served.items() if v["model_id"] == model_id and v["source"] == "model"},
     )
     assert len({m for _, _, m in forecasts.values}) == 1
 

@@ -167,7 +167,7 @@ def test_bad_features_records_go_to_the_dlq_and_forecasts_go_on(
     broker_settings: Settings, sixe_bars: pd.DataFrame
 ) -> None:
     """The forecast worker on its own topic: bad `features` records between real rows."""
-    settings = replace(broker_settings, role="forecast")
+    settings = replace(broker_settings, role="forecast", serve="model")
     make_checkpoint(settings.model_dir / "first")
     ensure_topics(settings, pipeline_topics(settings))
     raw = bars_from_frame(sixe_bars.iloc[:800], symbol="6EH4", instrument_id=1)

@@ -139,7 +139,14 @@ def test_online_calibration_brings_a_too_narrow_interval_to_nominal_coverage(
     raw, clean = month
     directory, model = narrow
     models = tmp_path / "models"
-    settings = replace(broker_settings, role="all", online_calibration=online, model_dir=models)
+    settings = replace(
+        broker_settings,
+        role="all",
+        online_calibration=online,
+        model_dir=models,
+        shadow_baselines=False,  # the model's own scores (test_forecast_shadow: the baselines')
+        serve="model",
+    )
     shutil.copytree(directory, models / "narrow")
     published, bars, expected, scores, metrics = run_worker(settings, raw, len(model), len(clean))
 

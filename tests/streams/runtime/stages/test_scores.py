@@ -95,10 +95,11 @@ def run(stage: Scoring, stream: list[Event]) -> Iterator[tuple[str, bytes]]:
     for kind, _, item in [*stream, ("end", 0, None)]:
         out = Scores()
         if kind == "bar":
-            stage.bar(*item)
+            row, requested = item
+            stage.bar(row, request(row) if requested else None, None)
             continue
         if kind == "forecast":
-            (value,) = stage.forecasts([item[0]], [item[1]], out)
+            (value,) = stage.forecasts([item[0]], [item[1]], None, out)
             yield "forecast", orjson.dumps(value)
         stage.settle(out)
         for record in out.outputs:

@@ -105,13 +105,13 @@ def test_the_stage_applies_a_roll_after_a_forecast_still_in_the_model() -> None:
     goes to the states of its partition in its place among the bars."""
     stage, out = scoring(MemoryChangelogs()), Scores()
     first = row(minute(0), 1.00, 0)
-    stage.bar(first, True)
-    stage.bar(row(minute(1), 1.01, 1), False)
+    stage.bar(first, request(first), None)
+    stage.bar(row(minute(1), 1.01, 1), None, None)
     roll = schema.roll(minute(2), "6E.c.0", "6EH4", "6EM4", 1.02)
     stage.control(roll_control("features", 0, 2, b"6E.c.0", roll))
-    stage.forecasts([request(first)], [forecast(minute(0), 1.00)], out)
-    stage.bar(row(minute(2), 1.01 * 1.02, 3), False)
-    stage.bar(row(minute(3), 1.02 * 1.02, 4), False)
+    stage.forecasts([request(first)], [forecast(minute(0), 1.00)], None, out)
+    stage.bar(row(minute(2), 1.01 * 1.02, 3), None, None)
+    stage.bar(row(minute(3), 1.02 * 1.02, 4), None, None)
     stage.control(outage_control(minute(4), minute(6), 5))
     stage.settle(out)
     [record] = out.values
