@@ -16,7 +16,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+import numpy as np
+
 from features.bars import PRICE_SCALE
+from model.serving.baselines import BASELINES
+from model.serving.skill import MODEL, skill_interval
 from streams.web.score_summary import ScoreSummary, summarize_score
 
 # The page's history length and score window are constants here, not BARCAST_* settings.
@@ -38,6 +42,14 @@ class Fan(TypedDict):
     median: list[float]
     high: list[float]  # prices of the highest quantile (q90)
     model_id: str
+    source: str  # `model`, or the shadow baseline it came from
+
+
+class SkillFigure(TypedDict):
+    skill: float  # 1 - pinball(model) / pinball(baseline) over `forecasts` scored forecasts
+    lower: float  # its 90 % moving-block bootstrap interval (model.serving.skill)
+    upper: float
+    forecasts: int
 
 
 class RollingScores(TypedDict):
@@ -46,6 +58,7 @@ class RollingScores(TypedDict):
     coverage: float | None  # fraction of labels inside [low, high]
     pinball: float | None  # mean pinball loss, basis points of log return
     unscored: dict[str, int]  # forecasts not scored, by reason
+    skill: dict[str, SkillFigure]  # per shadow baseline, once enough forecasts were scored
 
 
 class SymbolView(TypedDict):
@@ -54,6 +67,7 @@ class SymbolView(TypedDict):
     fans: list[Fan]  # past fans, oldest first
     latest: Fan | None
     model_id: str | None
+    source: str | None  # the latest forecast's
     model_age_s: float | None  # since this board first saw the model
     forecast_age_s: float | None  # since the latest forecast arrived
     scores: RollingScores
@@ -77,6 +91,8 @@ class SymbolBoard:
     latest: Fan | None = None
     latest_seen_ns: int = 0
     scores: deque[ScoreSummary] = field(default_factory=lambda: deque(maxlen=SCORE_WINDOW))
+    observed: int = 0  # scores ever observed: `skill` is of the scores at that count
+    skill: tuple[int, dict[str, SkillFigure]] = (0, {})
 
 
 class Board:
@@ -117,7 +133,9 @@ class Board:
 
     def observe_score(self, score_value: Mapping[str, Any]) -> None:
         self.scores_seen = True
-        self._symbol(score_value["symbol"]).scores.append(summarize_score(score_value))
+        board = self._symbol(score_value["symbol"])
+        board.scores.append(summarize_score(score_value))
+        board.observed += 1
 
     def view(self, lag: Mapping[str, int] | None = None) -> BoardView:
         now = self.clock()
@@ -146,10 +164,17 @@ class Board:
             "fans": [f for f in board.fans if f["t_ms"] * NS_PER_MS >= first and f is not latest],
             "latest": latest,
             "model_id": latest["model_id"] if latest else None,
+            "source": latest["source"] if latest else None,
             "model_age_s": (now - model_seen) / 1e9 if model_seen is not None else None,
             "forecast_age_s": (now - board.latest_seen_ns) / 1e9 if latest else None,
-            "scores": rolling(board.scores),
+            "scores": rolling(board.scores) | {"skill": self._skill(board)},
         }
+
+    def _skill(self, board: SymbolBoard) -> dict[str, SkillFigure]:
+        """The symbol's skill over each baseline, computed again only once new scores came."""
+        if board.skill[0] != board.observed:
+            board.skill = (board.observed, skill_figures(board.scores))
+        return board.skill[1]
 
 
 def quantile_names(forecast_value: Mapping[str, Any]) -> list[str]:
@@ -178,6 +203,7 @@ def fan_of(forecast_value: Mapping[str, Any]) -> Fan:
         "median": list(forecast_value[median]),
         "high": list(forecast_value[high]),
         "model_id": str(forecast_value["model_id"]),
+        "source": str(forecast_value.get("source", MODEL)),  # a barcast before: the model
     }
 
 
@@ -194,6 +220,25 @@ def segments(closes: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
     return out
 
 
+def skill_figures(scores: deque[ScoreSummary]) -> dict[str, SkillFigure]:
+    """Per baseline, the model's skill over the scored forecasts both have a loss for."""
+    losses = np.array([s.losses for s in scores if s.losses])
+    out: dict[str, SkillFigure] = {}
+    for j, name in enumerate(BASELINES, start=1):
+        if not len(losses):
+            break
+        both = np.isfinite(losses[:, j])
+        found = skill_interval(losses[both, 0], losses[both, j])
+        if found is not None:
+            out[name] = {
+                "skill": found.skill,
+                "lower": found.lower,
+                "upper": found.upper,
+                "forecasts": found.n,
+            }
+    return out
+
+
 def rolling(scores: deque[ScoreSummary]) -> RollingScores:
     labels = sum(s.labels for s in scores)
     unscored = Counter(s.unscored for s in scores if s.unscored is not None)
@@ -203,4 +248,5 @@ def rolling(scores: deque[ScoreSummary]) -> RollingScores:
         "coverage": sum(s.inside for s in scores) / labels if labels else None,
         "pinball": sum(s.pinball_sum for s in scores) / labels if labels else None,
         "unscored": dict(sorted(unscored.items())),
+        "skill": {},
     }

@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from html import escape
 from itertools import pairwise
 
+from model.serving.skill import MODEL
 from streams.web import svg
-from streams.web.board import BoardView, Fan, RollingScores, SymbolView
+from streams.web.board import BoardView, Fan, RollingScores, SkillFigure, SymbolView
 
 POLL_MS = 2000
 CARDS_PATH = "/api/cards"
@@ -103,6 +104,13 @@ def card(symbol: SymbolView, scores_seen: bool) -> str:
 
 def stats(symbol: SymbolView, scores_seen: bool) -> str:
     parts = [score_text(symbol["scores"], scores_seen)]
+    if symbol["scores"]["skill"]:
+        parts.append(skill_text(symbol["scores"]["skill"]))
+    if symbol["source"] not in (None, MODEL):
+        parts.append(
+            f"serving the <b class='source'>{escape(str(symbol['source']))}</b> baseline "
+            "(the model's skill interval lies below zero)"
+        )
     if symbol["model_id"] is not None:
         parts.append(
             f"model <b class='model-id'>{escape(symbol['model_id'])}</b> "
@@ -121,6 +129,22 @@ def score_text(scores: RollingScores, scores_seen: bool) -> str:
         f"pinball <b>{scores['pinball']:.3f}</b> bp "
         f"<span class='muted'>({scores['forecasts']} forecasts, {scores['labels']} labels"
         f"{unscored_text(scores['unscored'])})</span></span>"
+    )
+
+
+def skill_text(skill: dict[str, SkillFigure]) -> str:
+    """The model's skill over each baseline and its 90 % interval, in percent."""
+    parts = [
+        f"<span class='skill' data-baseline='{escape(name)}'>{escape(name)} "
+        f"<b class='skill-value'>{figure['skill']:+.1%}</b> "
+        f"<span class='skill-interval'>[{figure['lower']:+.1%}, {figure['upper']:+.1%}]</span>"
+        "</span>"
+        for name, figure in skill.items()
+    ]
+    n = max(figure["forecasts"] for figure in skill.values())
+    return (
+        f"skill over the baselines {', '.join(parts)} "
+        f"<span class='muted'>(1 - pinball ratio, 90 % interval, {n} forecasts)</span>"
     )
 
 

@@ -5,9 +5,12 @@ page's rolling figures add up."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from model.serving.baselines import BASELINES
 
 BASIS_POINTS = 1e4  # pinball is shown in basis points of log return, as the model report does
 
@@ -23,6 +26,9 @@ class ScoreSummary:
     inside: int = 0
     pinball_sum: float = 0.0  # summed over labels of the mean over quantiles, bp
     unscored: str | None = None  # why the forecast was not scored
+    # Mean pinball over quantiles and horizons of the model's forecast, then of each shadow
+    # baseline's (BASELINES' order; NaN: it had none), bp: what skill is computed from
+    losses: tuple[float, ...] = ()
 
 
 def horizon_scores(score_value: Mapping[str, Any], quantiles: Sequence[str]) -> list[HorizonScore]:
@@ -41,10 +47,25 @@ def summarize_score(score_value: Mapping[str, Any]) -> ScoreSummary:
         return ScoreSummary(unscored=str(reason))
     # Once per scored forecast on the event loop: sums over the record's lists, not a
     # `horizon_scores` entry per horizon; the same additions in the same order.
-    losses = list(score_value["pinball"].values())
-    means = [sum(per_horizon) / len(losses) for per_horizon in zip(*losses, strict=True)]
+    means = horizon_means(score_value["pinball"])
+    shadows = score_value.get("baselines") or {}
+    baselines = [shadows.get(name) for name in BASELINES] if shadows else []
     return ScoreSummary(
         labels=len(score_value["inside"]),
         inside=sum(map(bool, score_value["inside"])),
         pinball_sum=sum(means) * BASIS_POINTS,
+        losses=tuple(
+            math.nan
+            if pinball is None
+            else sum(m := horizon_means(pinball)) / len(m) * BASIS_POINTS
+            for pinball in [score_value["pinball"], *baselines]
+        )
+        if baselines
+        else (),
     )
+
+
+def horizon_means(pinball: Mapping[str, Sequence[float]]) -> list[float]:
+    """Per horizon, a record's pinball averaged over its quantile fields."""
+    losses = list(pinball.values())
+    return [sum(per_horizon) / len(losses) for per_horizon in zip(*losses, strict=True)]

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from features.bars import is_control
 from model.serving.offline import window_requests
+from model.serving.scoring import score_offline
 from streams.kafka import confluent_config
 from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
 from streams.settings import Settings
@@ -41,6 +42,7 @@ class Collected:
     clean: dict[Key, dict[str, Any]] = field(default_factory=dict)
     dead_letters: set[tuple[int, int]] = field(default_factory=set)  # raw (partition, offset)
     forecasts: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    scores: dict[Key, dict[str, Any]] = field(default_factory=dict)
 
     def unaccounted(self) -> list[tuple[int, int]]:
         return [
@@ -72,6 +74,7 @@ class TopicReader:
             settings.topic_clean,
             settings.topic_dlq,
             settings.topic_forecasts,
+            settings.topic_scores,
         )
         self.consumer.assign(
             [
@@ -103,6 +106,8 @@ class TopicReader:
             collected.raw[(message.partition(), message.offset())] = key
         elif topic == s.topic_clean:
             collected.clean.setdefault(key, value)
+        elif topic == s.topic_scores:
+            collected.scores.setdefault(key, value)
         else:
             for name in DELIVERY_FIELDS:
                 value.pop(name, None)
@@ -121,6 +126,11 @@ def owed_forecasts(collected: Collected, lookback: int) -> set[Key]:
     }
 
 
+def owed_scores(collected: Collected) -> set[Key]:
+    """Every (symbol, ts_event) of a forecast whose label these clean bars decide."""
+    return set(score_offline(list(collected.forecasts.values()), list(collected.clean.values())))
+
+
 def collect(
     settings: Settings,
     replayed: int,
@@ -128,7 +138,8 @@ def collect(
     check_worker: Callable[[], None],
     idle_timeout_s: float,
 ) -> Collected:
-    """Read until the `replayed` raw bars are accounted for and their forecasts are in.
+    """Read until the `replayed` raw bars are accounted for, their forecasts are in and the
+    scores of those the bars decide (with online scoring).
     `check_worker` raises when the worker died; nothing new for `idle_timeout_s` fails."""
     collected, reader = Collected(), TopicReader(settings)
     try:
@@ -151,6 +162,10 @@ def collect(
                 check_worker,
                 idle_timeout_s,
             )
+        decided = owed_scores(collected) if settings.online_scoring else set()
+        with tqdm(total=len(decided), desc="scores", unit="score", disable=None) as bar:
+            missing = lambda: len(decided - collected.scores.keys())  # noqa: E731
+            wait_for(reader, collected, missing, bar, check_worker, idle_timeout_s)
     finally:
         reader.close()
     return collected

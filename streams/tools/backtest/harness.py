@@ -23,6 +23,7 @@ from streams.settings import EMBEDDED, Settings
 from streams.tools.backtest import figures, html, inputs
 from streams.tools.backtest.collect import Collected, collect
 from streams.tools.backtest.score_table import score_table
+from streams.tools.backtest.skill_figures import skill_figures
 
 REPORT_VERSION = 1
 IDLE_TIMEOUT_S = 300.0  # a cold worker compiles the feature kernels before its first output
@@ -66,8 +67,10 @@ def run_backtest(
             "nominal_coverage": meta.config.quantiles[-1] - meta.config.quantiles[0],
             "fill_gaps": settings.fill_gaps,
             "device": settings.device,
+            "serve": settings.serve,
         },
         **figures.figures(collected, table, quantiles),
+        "skill": skill_figures(collected.scores),
     }
     served = {value["model_id"] for value in collected.forecasts.values()}
     if served - {model_id}:

@@ -35,6 +35,7 @@ def page(report: dict[str, Any], collected: Collected) -> str:
         f"{coverage_chart(report)}"
         f"<h2>Pinball by horizon</h2>{pinball_by_horizon(report)}"
         f"<h2>Pinball by symbol</h2>{symbol_table(report)}"
+        f"<h2>Skill over the shadow baselines</h2>{skill_table(report['skill'])}"
         f"<h2>Around the largest moves</h2>{moves(report, collected)}"
         "</body></html>"
     )
@@ -96,6 +97,36 @@ def symbol_table(report: dict[str, Any]) -> str:
     )
 
 
+def skill_table(skill: dict[str, Any]) -> str:
+    """The model's skill over each baseline with its 90 % interval, overall and by horizon,
+    and what the published forecasts came from."""
+    sources = ", ".join(f"{n:,} {escape(s)}" for s, n in skill["sources"].items()) or "none"
+    if not skill["baselines"]:
+        return f"<p>forecasts by source: {sources}; no baseline was scored beside them</p>"
+    horizons = len(next(iter(skill["baselines"].values()))["by_horizon"])
+    head = "".join(f"<th>h={h + 1}</th>" for h in range(horizons))
+    rows = "".join(
+        f"<tr><td>{escape(name)}</td><td>{skill_cell(f['overall'])}</td>"
+        + "".join(f"<td>{skill_cell(c)}</td>" for c in f["by_horizon"])
+        + "</tr>"
+        for name, f in skill["baselines"].items()
+    )
+    return (
+        f"<p>1 - pinball(model) / pinball(baseline) over the forecasts both made, 90 % "
+        f"block-bootstrap interval; forecasts by source: {sources}.</p>"
+        f"<table class='skill'><tr><th>baseline</th><th>all</th>{head}</tr>{rows}</table>"
+    )
+
+
+def skill_cell(figure: dict[str, Any] | None) -> str:
+    if figure is None:
+        return "n/a"
+    return (
+        f"{figure['skill']:+.1%} <span class='muted'>[{figure['lower']:+.1%}, "
+        f"{figure['upper']:+.1%}]</span>"
+    )
+
+
 def moves(report: dict[str, Any], collected: Collected) -> str:
     if not report["largest_moves"]:
         return "<p class='muted'>no moves between bars a minute apart</p>"
@@ -123,13 +154,16 @@ def move_view(symbol: str, ts: int, collected: Collected) -> SymbolView:
     ]
     before = collected.forecasts.get((symbol, ts - NS_PER_MIN))
     latest = fan_of(before) if before is not None else None
-    empty = {"forecasts": 0, "labels": 0, "coverage": None, "pinball": None, "unscored": {}}
+    empty = {
+        "forecasts": 0, "labels": 0, "coverage": None, "pinball": None, "unscored": {}, "skill": {}
+    }  # fmt: skip
     return {
         "symbol": symbol,
         "segments": segments(closes),
         "fans": fans,
         "latest": latest,
         "model_id": latest["model_id"] if latest else None,
+        "source": latest["source"] if latest else None,
         "model_age_s": None,
         "forecast_age_s": None,
         "scores": empty,

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from features.bars import PRICE_SCALE, is_control
+from model.serving.skill import skill_interval
 from streams.ingest.convert import SIXE_INSTRUMENT_ID, bars_to_records, ohlcv_metadata, write_dbn
 from streams.settings import Settings
 from streams.tools.backtest.collect import Collected
@@ -135,5 +136,30 @@ def test_two_runs_give_the_same_report_and_its_figures_follow_from_the_topics(
     assert over_time["bucket"] == "hour"
     assert sum(p["labels"] for p in over_time["points"]) == inside.size
 
+    assert_skill_follows_from_the_scores(first, report["skill"])
+
     page = first.html_path.read_text()
     assert page.count("<svg") >= 3 + len(report["largest_moves"]) and 'polygon class="fan' in page
+    assert "<table class='skill'>" in page
+
+
+def assert_skill_follows_from_the_scores(result: BacktestResult, skill: dict[str, Any]) -> None:
+    """The report's skill over each baseline is that of the worker's score records (the
+    baselines' forecasts are not published: their pinball is on each record), in time order."""
+    settings = result.settings
+    records = sorted(
+        values(settings, settings.topic_scores), key=lambda r: (r["ts_event"], r["symbol"])
+    )
+    published = values(settings, settings.topic_forecasts)
+    assert sum(skill["sources"].values()) == len(records) and len(records) > 150
+    assert {f["source"] for f in published} >= set(skill["sources"]) - {"model"}
+    assert set(skill["baselines"]) == {"volatility_scale", "tod_ewma"}
+    for name, figures in skill["baselines"].items():
+        both = [r for r in records if r["unscored"] is None and r["baselines"][name] is not None]
+        model = np.array([np.mean(list(r["pinball"].values())) for r in both])
+        baseline = np.array([np.mean(list(r["baselines"][name].values())) for r in both])
+        expected = skill_interval(model, baseline)
+        assert expected is not None and figures["overall"]["forecasts"] == len(both)
+        overall = figures["overall"]
+        assert overall["skill"] == pytest.approx(1 - model.sum() / baseline.sum(), rel=1e-9)
+        assert (overall["lower"], overall["upper"]) == pytest.approx(expected[1:3], rel=1e-9)

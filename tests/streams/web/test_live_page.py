@@ -9,11 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pandas as pd
 import pytest
 
 from model.serving.scoring import Decided, LabelBar, forecast_fields, score_all
+from model.serving.skill import MIN_SCORED
 from streams.ingest.replay import Replay, ReplayOptions
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
@@ -106,6 +108,43 @@ def test_rolling_scores_come_from_score_records() -> None:
     assert "10.0%" in page and "1 not scored: session_break" in page
 
 
+def test_each_symbol_shows_its_skill_over_the_baselines_and_its_interval() -> None:
+    """Scores carrying the baselines' pinball: the card shows the model's skill over each (the
+    records' own figures, model.serving.skill) and which one it serves; none before the
+    first interval."""
+    board = Board(clock=lambda: START)
+    rng = np.random.default_rng(0)
+    for i in range(MIN_SCORED + 20):
+        loss = rng.uniform(1e-4, 2e-4)
+        record = score(START + i * MINUTE, loss, {"volatility_scale": 0.8 * loss, "tod_ewma": None})
+        board.observe_score(record)
+        if i == MIN_SCORED - 2:
+            assert board.view()["symbols"][0]["scores"]["skill"] == {}
+    board.observe_forecast(forecast(START, 5500.0) | {"source": "volatility_scale"})
+    view = board.view()["symbols"][0]
+    figure = view["scores"]["skill"]["volatility_scale"]
+    assert set(view["scores"]["skill"]) == {"volatility_scale"}  # the other never scored
+    assert figure["skill"] == pytest.approx(-0.25) and figure["forecasts"] == MIN_SCORED + 20
+    assert figure["lower"] == pytest.approx(-0.25) == figure["upper"]
+    html = render.page(board.view())
+    assert "<b class='skill-value'>-25.0%</b>" in html and "[-25.0%, -25.0%]" in html
+    assert "serving the <b class='source'>volatility_scale</b> baseline" in html
+
+
+def score(ts: int, loss: float, baselines: dict[str, float | None]) -> dict[str, Any]:
+    """A scored record whose every pinball is `loss`, each baseline's its own (None: none)."""
+    pinball = {q: [loss] * 10 for q in ("q10", "q50", "q90")}
+    return {
+        "symbol": "ESU4", "ts_event": ts, "model_id": "m", "horizons": list(range(1, 11)),
+        "unscored": None, "realized": [0.0] * 10, "pinball": pinball, "inside": [True] * 10,
+        "below_q10": [False] * 10, "above_q90": [False] * 10, "source": "model",
+        "baselines": {
+            name: None if b is None else {q: [b] * 10 for q in ("q10", "q50", "q90")}
+            for name, b in baselines.items()
+        },
+    }  # fmt: skip
+
+
 def test_the_view_is_json() -> None:
     board = Board(clock=lambda: START)
     board.observe_bar(bar(START, 5500.0))
@@ -148,6 +187,7 @@ def test_the_page_draws_a_fan_in_a_browser_while_a_file_is_replayed(
         Replay(settings, ReplayOptions(files=(replayed,), topic=settings.topic_raw)).run()
         end_of_data(settings)
         browser.wait_for(f'document.querySelector("{FAN}") !== null', 60)
+        browser.wait_for(f'document.querySelector("{SKILL}") !== null', 60)
         # Consumer lag, recorded by the worker every few seconds, reaches the page too.
         browser.wait_for("document.querySelector('.lag-total') !== null", 30)
         dom = browser.evaluate(DOM_SUMMARY)
@@ -162,11 +202,21 @@ def test_the_page_draws_a_fan_in_a_browser_while_a_file_is_replayed(
     assert len(dom["exchangeTicks"]) == len(dom["utcTicks"]) and dom["model"] == model_id
     symbol = api["symbols"][0]
     assert symbol["symbol"] == "6EH4" and symbol["latest"]["model_id"] == model_id
+    # The skill and its interval over each baseline, as the records' figures say
+    skill = symbol["scores"]["skill"]
+    assert set(dom["skill"]) == set(skill) == {"volatility_scale", "tod_ewma"}
+    for name, (value, interval) in dom["skill"].items():
+        figure = skill[name]
+        assert value == f"{figure['skill']:+.1%}", (name, value, figure)
+        assert interval == f"[{figure['lower']:+.1%}, {figure['upper']:+.1%}]"
+        assert figure["lower"] <= figure["skill"] <= figure["upper"]
+    assert dom["source"] == (None if symbol["source"] == "model" else symbol["source"])
     assert settings.topic_raw in api["lag"]
     assert SCREENSHOT.stat().st_size > 10_000
 
 
 TICK = r"(\d\d-\d\d )?\d\d:\d\d"
+SKILL = "section[data-symbol='6EH4'] .skill[data-baseline='tod_ewma'] .skill-interval"
 DOM_SUMMARY = """(() => {
   const card = document.querySelector("section[data-symbol='6EH4']");
   const texts = (selector) => [...card.querySelectorAll(selector)].map((e) => e.textContent);
@@ -179,5 +229,10 @@ DOM_SUMMARY = """(() => {
     utcTicks: texts("text.time-utc").filter((t) => t !== "UTC"),
     exchangeTicks: texts("text.time-exchange").filter((t) => t !== "CT"),
     model: card.querySelector(".model-id").textContent,
+    skill: Object.fromEntries([...card.querySelectorAll(".skill")].map((e) => [
+      e.dataset.baseline,
+      [e.querySelector(".skill-value").textContent, e.querySelector(".skill-interval").textContent],
+    ])),
+    source: card.querySelector(".source") && card.querySelector(".source").textContent,
   };
 })()"""
