@@ -154,7 +154,8 @@ def ensure_topics(
 
 def pipeline_topics(settings: Settings) -> list[str]:
     """The topics a worker with `settings` writes or reads (the explain topic only when it
-    explains: nothing else reads it, and a cluster that never explains needs no empty topic)."""
+    explains, the shadow topic only with canaries: nothing else reads them, and a cluster that
+    never writes one needs no empty topic)."""
     return [
         settings.topic_raw,
         settings.topic_clean,
@@ -162,5 +163,6 @@ def pipeline_topics(settings: Settings) -> list[str]:
         settings.topic_features,
         settings.topic_forecasts,
         settings.topic_scores,
+        *([settings.topic_shadow] if settings.canary else []),
         *([settings.topic_explain] if settings.explain else []),
     ]

@@ -240,6 +240,25 @@ class Metrics:
         self.model_reloads = Counter(
             "barcast_model_reloads_total", "Checkpoints hot-reloaded since start.", registry=reg
         )
+        self.canary_info = Gauge(
+            "barcast_canary_info",
+            "The checkpoint forecasting in shadow beside the serving one (value is always 1).",
+            ["model_id"],
+            registry=reg,
+        )
+        self.canary_scored = Gauge(
+            "barcast_canary_scored",
+            "The canary's forecasts scored so far, on the partition that last looked for its "
+            "verdict (it is decided at BARCAST_CANARY_FORECASTS).",
+            registry=reg,
+        )
+        self.canary_verdicts = Counter(
+            "barcast_canary_verdicts_total",
+            "Canaries decided, per partition: promoted, refused (with the reason: pinball, "
+            "coverage, missing) or forced (barcast promote).",
+            ["verdict", "reason"],
+            registry=reg,
+        )
 
     def bar(self, stage: Stage, outcome: Outcome, count: int = 1) -> None:
         if outcome not in BAR_OUTCOMES[stage]:
@@ -277,6 +296,12 @@ class Metrics:
         """Point `barcast_model_info` at the serving checkpoint (and only at it)."""
         self.model_info.clear()
         self.model_info.labels(model_id=model_id, fingerprint=fingerprint).set(1)
+
+    def set_canary(self, model_id: str | None) -> None:
+        """Point `barcast_canary_info` at the canary running now (none: no series)."""
+        self.canary_info.clear()
+        if model_id is not None:
+            self.canary_info.labels(model_id=model_id).set(1)
 
     def render(self) -> bytes:
         self.scoring.set(self.scoring_figures())

@@ -49,6 +49,7 @@ RANGES: dict[str, tuple[float, float | None, str]] = {
     "fetch_max_wait_ms": (1, 1500, "ms"),
     "checkpoint_max_s": (0.1, 60, "s"),
     "score_window": (1, None, "scored forecasts"),
+    "canary_forecasts": (1, None, "scored forecasts of a canary"),
     "explain_top_k": (1, N_FEATURES, "historical features per explanation"),
     "max_record_bytes": (
         MIN_RECORD_BYTES,
@@ -91,6 +92,10 @@ class Settings:
         default="forecasts.scores",
         metadata={"doc": "One score per forecast once its horizons have passed (or why not)."},
     )
+    topic_shadow: str = field(
+        default="forecasts.shadow",
+        metadata={"doc": "A canary checkpoint's forecasts, beside the serving one's."},
+    )
     topic_explain: str = field(
         default="forecasts.explain",
         metadata={"doc": "One explanation per forecast, with `BARCAST_EXPLAIN=true`."},
@@ -123,7 +128,8 @@ class Settings:
         default=True,
         metadata={
             "doc": "Score each forecast once its horizons' bars are in (`forecasts.scores`, the "
-            "coverage and pinball metrics); `false` also needs BARCAST_ONLINE_CALIBRATION=false."
+            "coverage and pinball metrics); `false` also needs BARCAST_ONLINE_CALIBRATION=false, "
+            "BARCAST_SHADOW_BASELINES=false, BARCAST_SERVE=model and BARCAST_CANARY=off."
         },
     )
     online_calibration: bool = field(
@@ -147,6 +153,21 @@ class Settings:
             "doc": "What each symbol's published forecasts come from: `model`, `baseline` (the "
             "best baseline's), or `auto`: the model's, the best baseline's while the model's "
             "rolling skill interval lies wholly below zero (every forecast names its `source`)."
+        },
+    )
+    canary: bool = field(
+        default=True,
+        metadata={
+            "doc": "`on`: a new checkpoint first forecasts beside the serving one (a canary, "
+            "to `forecasts.shadow`) and serves once it is scored no worse; `off`: it is "
+            "swapped in at once. Needs the shadow baselines' scoring."
+        },
+    )
+    canary_forecasts: int = field(
+        default=2000,
+        metadata={
+            "doc": "The canary's scored forecasts, over a partition's symbols, before its "
+            "verdict (`barcast promote` forces one)."
         },
     )
     explain: bool = field(
@@ -272,21 +293,7 @@ class Settings:
                 raise SettingError(
                     f"{PREFIX}{name.upper()}={value} is out of range; use {accepted} ({unit})"
                 )
-        if self.online_calibration and not self.online_scoring:
-            raise SettingError(
-                f"{PREFIX}ONLINE_CALIBRATION=true calibrates from the scores, which "
-                f"{PREFIX}ONLINE_SCORING=false turns off; set both to false, or scoring to true"
-            )
-        if self.shadow_baselines and not self.online_scoring:
-            raise SettingError(
-                f"{PREFIX}SHADOW_BASELINES=true scores the baselines beside the model, which "
-                f"{PREFIX}ONLINE_SCORING=false turns off; set it to false too, or scoring to true"
-            )
-        if self.serve != "model" and not self.shadow_baselines:
-            raise SettingError(
-                f"{PREFIX}SERVE={self.serve} serves a baseline when it is better, which needs "
-                f"the baselines scored: set {PREFIX}SHADOW_BASELINES=true, or {PREFIX}SERVE=model"
-            )
+        self._validate_scoring()
         if self.ssl_cafile and not Path(self.ssl_cafile).is_file():
             raise SettingError(
                 f"{PREFIX}SSL_CAFILE={self.ssl_cafile!r} is not a file; set it to the PEM bundle "
@@ -298,10 +305,37 @@ class Settings:
                 f"{PREFIX}SASL_MECHANISM (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
             )
 
+    def _validate_scoring(self) -> None:
+        """What scores the forecasts, and what needs it, all named in one message: scoring off
+        needs online calibration, the shadow baselines, the fallback and canaries off."""
+        needs_scores = {
+            "ONLINE_CALIBRATION=false": self.online_calibration,
+            "SHADOW_BASELINES=false": self.shadow_baselines,
+        }
+        needs_shadows = {"SERVE=model": self.serve != "model", "CANARY=off": self.canary}
+        if not self.online_scoring:
+            fixes = [f for f, on in (needs_scores | needs_shadows).items() if on]
+            if fixes:
+                raise SettingError(
+                    f"{PREFIX}ONLINE_SCORING=false turns off what online calibration, the shadow "
+                    "baselines, the fallback and canaries are made of: also set "
+                    + ", ".join(PREFIX + fix for fix in fixes)
+                    + f", or {PREFIX}ONLINE_SCORING=true"
+                )
+        elif not self.shadow_baselines:
+            fixes = [f for f, on in needs_shadows.items() if on]
+            if fixes:
+                raise SettingError(
+                    f"{PREFIX}SHADOW_BASELINES=false turns off the scores the fallback "
+                    f"({PREFIX}SERVE=auto or baseline) and canaries are decided on: also set "
+                    + ", ".join(PREFIX + fix for fix in fixes)
+                    + f", or {PREFIX}SHADOW_BASELINES=true"
+                )
+
     def isolated(self, run: str) -> Settings:
         """These settings with a consumer group and topics of their own, named after `run`:
         for a run that must not read, or be read by, any other on the same cluster."""
-        topics = ("raw", "clean", "dlq", "features", "forecasts", "scores", "explain")
+        topics = ("raw", "clean", "dlq", "features", "forecasts", "scores", "shadow", "explain")
         renamed = {f"topic_{t}": f"{getattr(self, f'topic_{t}')}.{run}" for t in topics}
         return replace(self, app_id=f"barcast-{run}", **renamed)
 

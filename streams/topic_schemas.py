@@ -14,6 +14,7 @@ from typing import Any
 
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
 from model.releases import RELEASE_NAMES
+from model.serving.canary import CANARY
 from model.serving.explain import RECENT, TOP_LAGS
 from model.serving.scoring import Unscored
 from model.serving.skill import TRACKS
@@ -114,11 +115,11 @@ FORECAST_FIELDS: dict[str, dict[str, Any]] = {
     "batch_size": _field(INT, "how many windows the model ran at once (this delivery's)"),
     "latency_ms": _field({"type": "number"}, "bar entering barcast to forecast published"),
     "source": _field(
-        {"enum": list(TRACKS)},
+        {"enum": [*TRACKS, CANARY]},
         "what made the quantiles: `model` (the checkpoint `model_id`), or a shadow baseline of "
         "it served in the model's place (`BARCAST_SERVE`): `volatility_scale` (the "
         "checkpoint's volatility scale alone) or `tod_ewma` (the time-of-day EWMA blend), each "
-        "calibrated as the model's",
+        "calibrated as the model's; on `forecasts.shadow`, `canary`",
     ),
     "schema_version": _field(INT, "2 with online calibration on; absent without"),
 }
@@ -164,7 +165,17 @@ SCORE_FIELDS: dict[str, dict[str, Any]] = {
         "unscored",
     ),
 }
-OPTIONAL_SCORE_FIELDS = ("source", "baselines")
+SCORE_FIELDS["canary"] = _field(
+    {
+        "type": "object",
+        "properties": {"model_id": {"type": "string"}, "pinball": SCORE_FIELDS["pinball"]},
+        "required": ["model_id", "pinball"],
+        "additionalProperties": False,
+    },
+    "while a canary checkpoint runs beside the model (`forecasts.shadow`): its `model_id` and "
+    "its forecast's pinball on the same bars; absent otherwise",
+)
+OPTIONAL_SCORE_FIELDS = ("source", "baselines", "canary")
 NUMBER = {"type": "number"}
 
 
@@ -287,6 +298,12 @@ TOPICS: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "forecasts": ("the quantile forecast of one window", FORECAST_VALUE),
+    "forecasts.shadow": (
+        "with `BARCAST_CANARY=on`, while a new checkpoint runs in shadow: its forecast of one "
+        "window, as on `forecasts` (its own `model_id`, calibrated online on its own, `source` "
+        "`canary`)",
+        FORECAST_VALUE,
+    ),
     "forecasts.scores": (
         "the score of one forecast once the bars of its horizons are in (key = symbol)",
         _object(SCORE_FIELDS, [n for n in SCORE_FIELDS if n not in OPTIONAL_SCORE_FIELDS], False),
@@ -354,6 +371,7 @@ def markdown_tables() -> str:
         f"**`{topic}` values**: {lead}{TOPICS[topic][0]}\n\n{field_table(fields)}"
         for topic, lead, fields in sections
     ]
+    parts.insert(4, f"**`forecasts.shadow` values**: {TOPICS['forecasts.shadow'][0]}.")
     headers = ["| header | meaning |", "| --- | --- |"]
     headers += [f"| `{name}` | {meaning} |" for name, meaning in HEADERS.items()]
     return "\n\n".join([*parts, "**Headers**\n\n" + "\n".join(headers)])

@@ -3,10 +3,13 @@
 `BARCAST_MODEL_DIR` is either one checkpoint (it holds `config.json`) or a directory of them;
 `barcast train` writes `config.json` last and atomically, so a directory with one is complete.
 Rolling out a model = copying a new checkpoint directory in; rolling back = removing it.
+`barcast promote` writes PROMOTE there: the model id a worker is to serve without a canary's
+verdict (model.serving.canary).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +17,9 @@ from model.checkpoint import CONFIG, WEIGHTS, CheckpointError
 
 if TYPE_CHECKING:
     from model.serving.forecast_engine import ForecastEngine, Served, ServingSettings
+
+
+PROMOTE = "PROMOTE"
 
 
 class CheckpointWatcher:
@@ -25,21 +31,35 @@ class CheckpointWatcher:
     def newest(self) -> Path | None:
         """The complete checkpoint whose config.json is newest; one removed while this looks
         (a rollback) is not one."""
-        if (self.model_dir / CONFIG).is_file():
-            return self.model_dir
-        try:
-            entries = list(self.model_dir.iterdir())
-        except (FileNotFoundError, NotADirectoryError):
-            return None
         candidates = []
-        for d in entries:
-            if not ((d / CONFIG).is_file() and (d / WEIGHTS).is_file()):
-                continue
+        for d in self.checkpoints():
             try:
                 candidates.append(((d / CONFIG).stat().st_mtime_ns, d.name, d))
             except FileNotFoundError:  # removed since it was listed
                 continue
         return max(candidates)[2] if candidates else None
+
+    def find(self, model_id: str) -> Path | None:
+        """The complete checkpoint of `model_id` (its weights' hash, as config.json records
+        it) in the model directory, or None."""
+        return next((p for p in self.checkpoints() if model_id_of(p) == model_id), None)
+
+    def checkpoints(self) -> list[Path]:
+        """Every complete checkpoint in the model directory (the directory itself if it is one)."""
+        if (self.model_dir / CONFIG).is_file():
+            return [self.model_dir]
+        try:
+            entries = sorted(self.model_dir.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [d for d in entries if (d / CONFIG).is_file() and (d / WEIGHTS).is_file()]
+
+    def promoted(self) -> str | None:
+        """The model id `barcast promote` wrote, if any."""
+        try:
+            return (self.model_dir / PROMOTE).read_text().strip() or None
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
 
     def poll(self) -> Path | None:
         """A checkpoint newer than the one served that has not failed validation, or None."""
@@ -62,6 +82,14 @@ class CheckpointWatcher:
             self._rejected.pop(path, None)
         else:
             self._rejected[path] = signature
+
+
+def model_id_of(path: Path) -> str | None:
+    """The model id a checkpoint's config.json records (its weights' hash), None if unread."""
+    try:
+        return str(json.loads((path / CONFIG).read_text())["weights"]["sha256"])[:16]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _signature(path: Path) -> tuple[int, int, int] | None:

@@ -75,6 +75,7 @@ class WindowRequest:
     # The symbol's shadow EWMA variances with this row in (model.serving.baselines; None: not
     # defined yet, or no baselines scored)
     variances: tuple[float, float] | None = None
+    canary: str | None = None  # the model id of a canary to forecast it too (None: none)
 
 
 @dataclass(slots=True)

@@ -59,6 +59,8 @@ class ScoreValue(_ScoreFields, total=False):
     # each shadow baseline's pinball as `pinball` holds the model's (None: it had no forecast);
     # None when unscored
     baselines: dict[str, dict[str, list[float]] | None] | None
+    # while a shadow checkpoint runs beside the model (model.serving.canary): its id and pinball
+    canary: dict[str, Any]
 
 
 def encode_score(value: ScoreValue) -> bytes:

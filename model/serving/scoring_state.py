@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,7 @@ from model.serving.scoring import (
     score_decided,
     score_increments,
 )
+from model.serving.stored import framed, unframed
 
 DEFAULT_WINDOW = 240  # scored forecasts: four hours of one symbol's minutes
 DEFAULT_RETENTION = 1440  # bars held per symbol for forecasts not yet seen: a day of minutes
@@ -201,8 +201,7 @@ class SymbolScoring:
         closes = [b.close for b in self.bars.values()]
         floats = struct.pack(f"<{len(closes)}d", *closes)
         sums = self.rolling.sums.astype("<f8").tobytes()
-        frame = struct.pack("<BI", STATE_FORMAT, len(header))
-        return b"".join([frame, header, *(values for _, values in self.packed), floats, sums])
+        return framed(STATE_FORMAT, header, *(values for _, values in self.packed), floats, sums)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolScoring:
@@ -211,14 +210,7 @@ class SymbolScoring:
             return cls.from_dict(
                 values | {"pending": list(map(forecast_fields, values["pending"]))}
             )
-        if data[0] != STATE_FORMAT:
-            raise ValueError(
-                f"scoring state format {data[0]} is not {STATE_FORMAT}: a newer barcast wrote "
-                "it; run that version (or newer) on this changelog"
-            )
-        (size,) = struct.unpack_from("<I", data, 1)
-        header = orjson.loads(data[5 : 5 + size])
-        floats = iter(array("d", data[5 + size :]).tolist())
+        header, floats = unframed(data, STATE_FORMAT, "scoring state")
         pending = []
         for symbol, ts, horizons, model_id in header["pending"]:
             close, h = next(floats), len(horizons)

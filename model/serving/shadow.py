@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from array import array
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -29,9 +28,11 @@ import numpy as np
 import orjson
 
 from model.serving.baselines import BASELINES, VOLATILITY_SCALE, ShadowBaselines, new_ewma
+from model.serving.canary import CANARY, CanaryTrack
 from model.serving.conformal import SCHEMA_VERSION, CalibrationConfig, SymbolCalibration
 from model.serving.scoring import QUANTILES, Decided, ScoreValue
 from model.serving.skill import MODEL, ServeChoice, ServeMode, SkillWindow
+from model.serving.stored import framed, unframed
 
 STATE_FORMAT = 1
 DEFAULT_WINDOW = 240  # scored forecasts behind a symbol's skill (BARCAST_SCORE_WINDOW)
@@ -55,6 +56,7 @@ class SymbolShadow:
     pending: list[Pending] = field(default_factory=list)  # ts order
     window: SkillWindow = field(init=False)
     choice: ServeChoice = field(default_factory=ServeChoice)
+    canary: CanaryTrack | None = None  # a shadow checkpoint's forecasts (model.serving.canary)
 
     def __post_init__(self) -> None:
         self.window = SkillWindow(self.window_size)
@@ -112,6 +114,20 @@ class SymbolShadow:
         pending = Pending(ts, source, {n: (*lo, *m, *hi) for n, (lo, m, hi) in calibrated.items()})
         return published, pending
 
+    def canary_forecast(
+        self, value: dict[str, Any], config: CalibrationConfig
+    ) -> tuple[dict[str, Any], tuple[float, ...]]:
+        """A canary's `forecasts` value calibrated by its own calibration (a new track for
+        another checkpoint): the value for `forecasts.shadow`, and its quantiles to score."""
+        ts, model_id = int(value["ts_event"]), value["model_id"]
+        if self.canary is None or self.canary.model_id != model_id:
+            self.canary = CanaryTrack(model_id, ts)
+        if config.enabled:  # under its track's name: the model's id is the serving one's
+            calibrated = self.canary.calibration.apply(value | {"model_id": CANARY}, config)
+            value = calibrated | {"model_id": model_id}
+        quantiles = tuple(v for name in QUANTILES for v in value[name])
+        return value | {"source": CANARY}, quantiles
+
     def decided(self, decided: Decided) -> tuple[Pending | None, list[Decided]]:
         """The pending entry of a decided forecast of the model, and its baselines' forecasts
         decided on the same bars (model_id: the baseline's name)."""
@@ -138,6 +154,9 @@ class SymbolShadow:
         calibrations and the skill window take them, and every BLOCK the choice is revisited."""
         by_name = {s["model_id"]: s for s in shadows}
         record["source"] = entry.source if entry is not None else MODEL
+        canary = by_name.pop(CANARY, None)
+        if canary is not None and self.canary is not None:
+            self._canary_scored(record, canary)
         for name, shadow in by_name.items():
             if name in self.calibrations:  # calibration on
                 self.calibrations[name].update(shadow)
@@ -158,6 +177,26 @@ class SymbolShadow:
         self.window.append(np.column_stack(losses))
         self.choice.revisit(self.window, mode, record["ts_event"], len(record["horizons"]))
 
+    def _canary_scored(self, record: ScoreValue, canary: ScoreValue) -> None:
+        """A canary's score beside the model's: into its calibration, its record and the pairs
+        its verdict is taken on."""
+        track = self.canary
+        assert track is not None
+        track.calibration.update(canary)
+        if canary["unscored"] is None and record["unscored"] is None:
+            model, own = mean_losses(record["pinball"]), mean_losses(canary["pinball"])  # type: ignore[arg-type]
+            inside = canary["inside"] or []
+            track.scored.append(
+                (
+                    record["ts_event"],
+                    float(own.mean()),
+                    float(model.mean()),
+                    sum(inside),
+                    len(inside),
+                )
+            )
+            record["canary"] = {"model_id": track.model_id, "pinball": canary["pinball"]}
+
     def to_bytes(self) -> bytes:
         """STATE_FORMAT: a JSON header (the skill window's losses are in slots of their own,
         streams.runtime.stores), then the EWMAs and pending quantiles as little-endian doubles."""
@@ -172,22 +211,15 @@ class SymbolShadow:
             "pending": pending,
             "window": [self.window.count, self.window.losses.shape[1]],
             "choice": [self.choice.source, self.choice.due],
+            "canary": None if self.canary is None else self.canary.to_dict(),
         })  # fmt: skip
         floats = [*self.ewma, *(v for p in self.pending for q in p.quantiles.values() for v in q)]
-        frame = struct.pack("<BI", STATE_FORMAT, len(header))
-        return frame + header + struct.pack(f"<{len(floats)}d", *floats)
+        return framed(STATE_FORMAT, header, struct.pack(f"<{len(floats)}d", *floats))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolShadow:
         """The state without its skill window's losses (`load_slot` them)."""
-        if data[0] != STATE_FORMAT:
-            raise ValueError(
-                f"shadow state format {data[0]} is not {STATE_FORMAT}: a newer barcast wrote it; "
-                "run that version (or newer) on this changelog"
-            )
-        (size,) = struct.unpack_from("<I", data, 1)
-        header = orjson.loads(data[5 : 5 + size])
-        floats = iter(array("d", data[5 + size :]).tolist())
+        header, floats = unframed(data, STATE_FORMAT, "shadow state")
         state = cls(header["window_size"], header["model_id"])
         state.ewma = list(itertools.islice(floats, len(state.ewma)))
         state.calibrations = {
@@ -204,6 +236,8 @@ class SymbolShadow:
         )
         source, due = header["choice"]
         state.choice = ServeChoice(source, [(ts, s) for ts, s in due])
+        canary = header.get("canary")
+        state.canary = None if canary is None else CanaryTrack.from_dict(canary)
         return state
 
 

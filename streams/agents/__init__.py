@@ -139,6 +139,9 @@ def attach_forecasting(app: BarcastApp, stage: Forecasting, watcher: CheckpointW
         raw_topic(app, topic)
     if settings.explain:
         raw_topic(app, settings.topic_explain)
+    if settings.canary:
+        raw_topic(app, settings.topic_shadow)
+    stage.watch(watcher)
     app.metrics.scoring_figures = stage.scoring.figures
     app.metrics.skill_figures = stage.scoring.skill
     app.metrics.source_counts = stage.scoring.sources

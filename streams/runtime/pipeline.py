@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from features.corrections import CorrectionConfig, SymbolState
 from features.engine import FINGERPRINT, N_FEATURES
 from model.config import TFTConfig
+from model.serving.canary import PartitionCanary
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.scoring_state import SymbolScoring
 from model.serving.skill import ServeMode
@@ -21,6 +22,7 @@ from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.scores import Scoring
+from streams.runtime.stages.serving import Serving
 from streams.runtime.stores import (
     Changelog,
     ShadowStore,
@@ -88,8 +90,21 @@ def build_pipeline(
             changelog(StoreName.FORECAST_WINDOWS), lookback, N_FEATURES, FINGERPRINT
         )
         scoring = build_scoring(settings, changelog)
-        pipeline.forecasting = Forecasting(runtime, engine, windows, scoring)
+        serving = build_serving(settings, runtime, engine, scoring)
+        pipeline.forecasting = Forecasting(runtime, serving, windows, scoring)
     return pipeline
+
+
+def build_serving(
+    settings: Settings, runtime: Runtime, engine: ForecastEngine | None, scoring: Scoring
+) -> Serving:
+    """Which checkpoint serves each partition: with BARCAST_CANARY a canary store of its own
+    (the canaries are scored in the shadow store); else `engine`, swapped as new ones land."""
+    needed, metrics = settings.canary_forecasts, runtime.metrics
+    if not (settings.canary and scoring.shadows is not None):
+        return Serving(engine, metrics, needed)
+    store = state_store(runtime.changelog, StoreName.CANARY, PartitionCanary)
+    return Serving(engine, metrics, needed, store, scoring.shadows, scoring.calibrations)
 
 
 def build_scoring(settings: Settings, changelog: Callable[[str], Changelog]) -> Scoring:

@@ -34,6 +34,7 @@ class StoreName(StrEnum):
     CALIBRATION = "calibration-state"
     FORECAST_WINDOWS = "forecast-window-slots"
     SHADOW = "shadow-state"
+    CANARY = "canary-state"
 
 
 def marks_name(topic: str) -> str:

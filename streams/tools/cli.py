@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "streams.ingest.live_cli",
     "streams.tools.features_cli",
     "streams.tools.model_cli",
+    "streams.tools.promote_cli",
     "streams.tools.demo",
     "streams.tools.backtest.cli",
 )

@@ -64,8 +64,21 @@ def test_environment_overrides_are_typed() -> None:
         ({"BARCAST_ONLINE_CALIBRATION": "sometimes"}, "is not a boolean"),
         (
             {"BARCAST_ONLINE_SCORING": "false"},
-            "BARCAST_ONLINE_CALIBRATION=true calibrates from the scores",
+            "also set BARCAST_ONLINE_CALIBRATION=false, BARCAST_SHADOW_BASELINES=false, "
+            "BARCAST_SERVE=model, BARCAST_CANARY=off, or BARCAST_ONLINE_SCORING=true",
         ),
+        (
+            {"BARCAST_ONLINE_SCORING": "false", "BARCAST_ONLINE_CALIBRATION": "false"}
+            | {"BARCAST_SHADOW_BASELINES": "false", "BARCAST_CANARY": "off"},
+            "also set BARCAST_SERVE=model, or",
+        ),
+        (
+            {"BARCAST_SHADOW_BASELINES": "false"},
+            "also set BARCAST_SERVE=model, BARCAST_CANARY=off, or BARCAST_SHADOW_BASELINES",
+        ),
+        ({"BARCAST_SERVE": "sometimes"}, "BARCAST_SERVE='sometimes' is not valid"),
+        ({"BARCAST_CANARY": "maybe"}, "BARCAST_CANARY='maybe' is not a boolean"),
+        ({"BARCAST_CANARY_FORECASTS": "0"}, "BARCAST_CANARY_FORECASTS=0 is out of range"),
         ({"BARCAST_EXPLAIN": "sometimes"}, "BARCAST_EXPLAIN='sometimes' is not a boolean"),
         ({"BARCAST_EXPLAIN_TOP_K": "0"}, "BARCAST_EXPLAIN_TOP_K=0 is out of range; use 1-227"),
         ({"BARCAST_EXPLAIN_TOP_K": "228"}, "BARCAST_EXPLAIN_TOP_K=228 is out of range"),
@@ -83,6 +96,15 @@ def test_environment_overrides_are_typed() -> None:
 def test_bad_values_name_the_variable_and_the_fix(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingError, match=message.replace("(", r"\(")):
         Settings.from_env(env)
+
+
+def test_scoring_and_all_that_scores_beside_it_turn_off_together() -> None:
+    off = {"BARCAST_ONLINE_SCORING": "false", "BARCAST_ONLINE_CALIBRATION": "false"}
+    off |= {"BARCAST_SHADOW_BASELINES": "false", "BARCAST_SERVE": "model", "BARCAST_CANARY": "off"}
+    settings = Settings.from_env(off)
+    assert not (settings.online_scoring or settings.shadow_baselines or settings.canary)
+    on = Settings.from_env({"BARCAST_CANARY": "on", "BARCAST_CANARY_FORECASTS": "500"})
+    assert on.canary and on.canary_forecasts == 500 and on.serve == "auto"
 
 
 def test_round_trip_through_environment() -> None:

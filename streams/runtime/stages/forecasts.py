@@ -31,6 +31,7 @@ from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stages.scores import Scores, Scoring
+from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
 from streams.schema import BAR_HEADERS, encode_explanation, encode_forecast
 
@@ -44,25 +45,39 @@ BACKLOG_BATCHES = 4
 
 
 class Predicted(NamedTuple):
-    """What the inference thread makes of a batch."""
+    """What the inference thread makes of a batch, per request: the quantiles `(H, Q)` of the
+    checkpoint serving it, with BARCAST_EXPLAIN their explanations ([] without), each shadow
+    baseline's (None without) and the canary's (None: no canary beside it)."""
 
-    quantiles: np.ndarray
+    quantiles: list[np.ndarray]
     explanations: list[dict[str, Any]]
-    baselines: dict[str, np.ndarray] | None
+    baselines: dict[str, list[np.ndarray]] | None
+    canary: list[np.ndarray | None]
+
+
+class Plan(NamedTuple):
+    """Which engines a batch's requests go to: the serving one's and the canary's (None)."""
+
+    engines: list[ForecastEngine]
+    canaries: list[ForecastEngine | None]
 
 
 class Forecasting:
     """The forecast stage: the windows (stages/windows.py) in front of the model."""
 
     def __init__(
-        self, runtime: Runtime, engine: ForecastEngine | None, store: WindowStore, scoring: Scoring
+        self, runtime: Runtime, serving: Serving, store: WindowStore, scoring: Scoring
     ) -> None:
         settings = self.settings = runtime.settings
         self.runtime, self.windows, self.lookback = runtime, store, store.lookback
         self.scoring = scoring  # calibrates each forecast, then scores it once its bars are in
+        self.serving = serving  # which checkpoint serves each partition; the canary
         self.stores: list[Store] = [store, *scoring.stores]
-        self.engine = engine  # None until the first checkpoint lands
+        if serving.store is not None:
+            self.stores.append(serving.store)
+        self.watcher: CheckpointWatcher | None = None
         self.topic, self.incremental = settings.topic_forecasts, settings.incremental_encoding
+        self.topic_shadow = settings.topic_shadow
         delay_s = settings.max_delay_ms / 1000.0
         self.batcher: MicroBatcher[WindowRequest] = MicroBatcher(settings.max_batch, delay_s)
         self.backlog = BACKLOG_BATCHES * settings.max_batch
@@ -70,17 +85,32 @@ class Forecasting:
         self.lock, self.wakeup = asyncio.Lock(), asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
 
+    @property
+    def engine(self) -> ForecastEngine | None:
+        """The worker's checkpoint (None until the first lands); a partition may be served
+        another (streams.runtime.stages.serving)."""
+        return self.serving.default
+
+    def watch(self, watcher: CheckpointWatcher) -> None:
+        """The model directory's watcher: new checkpoints, and those a restored state names."""
+        self.watcher = watcher
+        self.serving.load = self._load
+
     async def add(self, items: Sequence[FeatureRow | Control | Out]) -> list[Out]:
         """Rows into the windows and, to wait for scoring, the scoring stage, their requests
         into the batcher (a flush now if too many wait); the dead letters among `items`
-        returned, to publish."""
+        returned, to publish, with the scores a canary's verdict settled."""
         dead: list[Out] = []
-        serving, metrics = self.engine is not None, self.runtime.metrics
+        metrics, settled = self.runtime.metrics, Scores()
         for item in items:
             if isinstance(item, FeatureRow):
-                request = slide(self.windows, item, serving)
-                self.scoring.bar(item, request, self.engine)
+                if self.serving.canaries:
+                    await self.serving.before(item, lambda: self._sync(settled))
+                engine, canary = self.serving.route(item.partition)
+                request = slide(self.windows, item, engine is not None)
+                self.scoring.bar(item, request, engine)
                 if request is not None:
+                    request.canary = None if canary is None else canary.model_id
                     self.batcher.add(request)
             elif isinstance(item, Control):
                 self.scoring.control(item)
@@ -94,7 +124,16 @@ class Forecasting:
             await self.flush()
         else:
             self.wakeup.set()
-        return dead
+        return dead + settled.outputs
+
+    async def _sync(self, out: Scores) -> None:
+        """Every request waiting through the models and every waiting bar scored, into `out`:
+        the stage's states then hold all that the rows before now decide."""
+        await self.flush()
+        async with self.lock:
+            before = len(out.values)
+            self.scoring.settle(out)
+            notify(self.runtime.observers, "observe_score", out.values[before:])
 
     async def flush(self) -> None:
         """Every waiting request through the model; a batch's forecasts are built and sent
@@ -103,55 +142,98 @@ class Forecasting:
             sends, received = [], []
             running = self._infer()
             while running is not None:
-                batch, inference = running
-                quantiles, explanations, baselines = await inference
+                batch, plan, inference = running
+                predicted = await inference
                 running = self._infer()
                 self.runtime.worked = time.monotonic()
-                sends += await self._publish(batch, quantiles, explanations, baselines)
+                sends += await self._publish(batch, plan, predicted)
                 received += [request.received_ns for request in batch]
             if sends:
                 finishing = self._finish(self.finishing, sends, received)
                 self.finishing = asyncio.ensure_future(finishing)
 
-    def _infer(self) -> tuple[list[WindowRequest], Future] | None:
-        """The next batch, its inference started in the inference thread (None: none waits)."""
+    def _infer(self) -> tuple[list[WindowRequest], Plan, Future] | None:
+        """The next batch and its engines, its inference started in the inference thread
+        (None: none waits). A partition's engines change only at a row no request waits
+        behind (a verdict syncs first), so they are the ones its requests were made for."""
         if not len(self.batcher):
             return None
         batch, loop = self.batcher.take(), asyncio.get_running_loop()
-        return batch, loop.run_in_executor(self.executor, self._predict, batch)
+        engines = [self.serving.route(r.partition)[0] for r in batch]
+        canaries = [self.serving.engines.get(r.canary) if r.canary else None for r in batch]
+        plan = Plan(engines, canaries)  # type: ignore[arg-type]
+        return batch, plan, loop.run_in_executor(self.executor, self._predict, batch, plan)
 
-    def _predict(self, batch: list[WindowRequest]) -> Predicted:
-        """In the inference thread: the batch's quantiles, with BARCAST_EXPLAIN their
-        explanations from the same forward pass (none without), and its shadow baselines'
-        quantiles (None without)."""
+    def _predict(self, batch: list[WindowRequest], plan: Plan) -> Predicted:
+        """In the inference thread: each engine's forecasts of its requests (a forecast does
+        not depend on what shared its batch), then the canary's beside them."""
         started, settings, metrics = time.perf_counter(), self.settings, self.runtime.metrics
-        if settings.explain:
-            out = self.engine.predict_explained(batch, self.incremental, settings.explain_top_k)
-        else:
-            out = self.engine.predict(batch, self.incremental), []
+        n, explain = len(batch), settings.explain
+        quantiles: list[Any] = [None] * n
+        explanations: list[Any] = [None] * n if explain else []
+        baselines: dict[str, list[Any]] | None = {} if self.scoring.shadows is not None else None
+        for engine, rows in groups(plan.engines):
+            part = [batch[i] for i in rows]
+            if explain:
+                q, why = engine.predict_explained(part, self.incremental, settings.explain_top_k)
+            else:
+                q, why = engine.predict(part, self.incremental), []
+            shadows = engine.shadow(part) if baselines is not None else {}
+            for j, i in enumerate(rows):
+                quantiles[i] = q[j]
+                if why:
+                    explanations[i] = why[j]
+                for name, b in shadows.items():
+                    baselines.setdefault(name, [None] * n)[i] = b[j]  # type: ignore[union-attr]
+        canary: list[np.ndarray | None] = [None] * n
+        for engine, rows in groups(plan.canaries):
+            forecast = engine.predict([batch[i] for i in rows], self.incremental)
+            for i, q in zip(rows, forecast, strict=True):
+                canary[i] = q
         metrics.inference_seconds.observe(time.perf_counter() - started)
-        metrics.batch_size.observe(len(batch))
-        baselines = self.engine.shadow(batch) if self.scoring.shadows is not None else None
-        return Predicted(*out, baselines)
+        metrics.batch_size.observe(n)
+        return Predicted(quantiles, explanations, baselines, canary)
 
     async def _publish(
-        self,
-        batch: list[WindowRequest],
-        quantiles: np.ndarray,
-        explanations: list[dict[str, Any]],
-        baselines: dict[str, np.ndarray] | None,
+        self, batch: list[WindowRequest], plan: Plan, predicted: Predicted
     ) -> list[Future]:
         """A micro-batch's forecasts, calibrated (the model's or a baseline's: their `source`),
-        to the producer with their explanations and the scores that calibrating them settled (a
-        replay's earlier bars); then to the observers."""
+        to the producer with their explanations, the canary's on `forecasts.shadow`, and the
+        scores that calibrating them settled (a replay's earlier bars); then to the observers."""
         now, n, scored, runtime = time.time_ns(), len(batch), Scores(), self.runtime
-        values = [forecast_value(self.engine, r, quantiles[i], n, now) for i, r in enumerate(batch)]
-        values = self.scoring.forecasts(batch, values, baselines, scored)
+        values = [
+            forecast_value(plan.engines[i], r, predicted.quantiles[i], n, now)
+            for i, r in enumerate(batch)
+        ]
+        canaries = [
+            None if c is None or q is None else forecast_value(c, r, q, n, now)
+            for r, c, q in zip(batch, plan.canaries, predicted.canary, strict=True)
+        ]
+        values = self.scoring.forecasts(batch, values, predicted.baselines, scored, canaries)
         forecasts = [
             Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
             for r, v in zip(batch, values, strict=True)
         ]
-        why = explain_records(self.engine, batch, explanations, self.settings.topic_explain)
+        shadowed = [r for r, c in zip(batch, canaries, strict=True) if c is not None]
+        forecasts += [
+            Out(
+                self.topic_shadow,
+                r.key,
+                encode_forecast(v),
+                r.ts_event / 1e6,
+                BAR_HEADERS,
+                r.partition,
+            )
+            for r, v in zip(shadowed, scored.canary, strict=True)
+        ]
+        why = []
+        if predicted.explanations:
+            for engine, rows in groups(plan.engines):
+                part, explained = (
+                    [batch[i] for i in rows],
+                    [predicted.explanations[i] for i in rows],
+                )
+                why += explain_records(engine, part, explained, self.settings.topic_explain)
         sends = await runtime.send([*forecasts, *why, *scored.outputs])
         if runtime.observers:
             notify(runtime.observers, "observe_forecast", values)
@@ -203,31 +285,64 @@ class Forecasting:
                 exit_uncommitted("a flush of forecasts failed", exc)
 
     async def reload(self, watcher: CheckpointWatcher) -> None:
-        """Validate a new checkpoint off the loop, then swap it in between batches; the
-        step-encoding cache belongs to the old weights, so it goes with them. One that fails
-        validation, or whose files vanish while it loads (a rollback), is refused and logged:
-        the worker goes on serving the model it has."""
+        """Validate a new checkpoint off the loop, then swap it in between batches (the
+        step-encoding cache belongs to the old weights, so it goes with them) or, with
+        BARCAST_CANARY, run it beside the serving one as a canary. One that fails validation,
+        or whose files vanish while it loads (a rollback), is refused and logged: the worker
+        goes on serving the model it has. A model id `barcast promote` named is promoted."""
+        promoted = watcher.promoted()
+        if promoted is not None and self.serving.canaries:
+            self.serving.force(promoted)
         path = watcher.poll()
         if path is None:
             return
         first = self.engine is None
+        canary = self.serving.canaries and not first
         try:
             engine, served = await asyncio.to_thread(
-                load_engine, path, self.settings, self.engine, self.lookback
+                load_engine, path, self.settings, None if canary else self.engine, self.lookback
             )
         except (CheckpointError, OSError) as exc:  # OSError: files removed or unreadable
             watcher.reject(path)
             serving = watcher.current or "none (bars are not forecast until one is valid)"
             log.error("not serving %s: %s; the checkpoint served is still %s", path, exc, serving)
             return
+        watcher.accept(path)
+        if canary:
+            if served.forecaster.model_id not in self.serving.engines:
+                self.serving.propose(engine)
+            return
         async with self.lock:
             engine.swap(served)
-            self.engine = engine
-        watcher.accept(path)
+            self.serving.swap(engine)
         self.runtime.metrics.model_reloads.inc()
         self.runtime.metrics.set_model(engine.model_id, engine.fingerprint)
         what = "serving the first checkpoint" if first else "hot-reloaded checkpoint"
         log.info("%s %s from %s", what, engine.model_id, watcher.current)
+
+    async def _load(self, model_id: str) -> ForecastEngine | None:
+        """The checkpoint of `model_id` in the model directory, loaded (None: not there, or
+        not valid any more)."""
+        path = None if self.watcher is None else self.watcher.find(model_id)
+        if path is None:
+            return None
+        try:
+            engine, _ = await asyncio.to_thread(
+                load_engine, path, self.settings, None, self.lookback
+            )
+        except (CheckpointError, OSError) as exc:
+            log.error("checkpoint %s at %s cannot serve: %s", model_id, path, exc)
+            return None
+        return engine if engine.model_id == model_id else None
+
+
+def groups(engines: Sequence[ForecastEngine | None]) -> list[tuple[ForecastEngine, list[int]]]:
+    """Each engine of `engines` (None: none) with the indices it stands at, in order."""
+    out: dict[int, tuple[ForecastEngine, list[int]]] = {}
+    for i, engine in enumerate(engines):
+        if engine is not None:
+            out.setdefault(id(engine), (engine, []))[1].append(i)
+    return list(out.values())
 
 
 def explain_records(

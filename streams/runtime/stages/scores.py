@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from model.serving.canary import CANARY
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.scoring import (
@@ -51,6 +52,7 @@ from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
 class Scores:  # score records in the order they were decided, and the records publishing them
     values: list[ScoreValue] = field(default_factory=list)
     outputs: list[Out] = field(default_factory=list)
+    canary: list[dict[str, Any]] = field(default_factory=list)  # for `forecasts.shadow`
 
 
 class Calibrated(NamedTuple):
@@ -136,23 +138,25 @@ class Scoring:
         self,
         batch: Sequence[WindowRequest],
         values: Sequence[dict[str, Any]],
-        baselines: dict[str, np.ndarray] | None,
+        baselines: dict[str, Sequence[np.ndarray]] | None,
         out: Scores,
+        canaries: Sequence[dict[str, Any] | None] | None = None,
     ) -> list[dict[str, Any]]:
         """A micro-batch's forecasts calibrated (if enabled), to publish, from the model or a
-        baseline (`baselines`: each one's quantiles of the batch, model.serving.baselines);
+        baseline (`baselines`: each one's quantiles per request, model.serving.baselines);
         each then waits with its bar for the next `settle` (scores some symbols' earlier bars
-        decide go to `out`)."""
+        decide go to `out`). A canary's forecast of a request (`canaries`, None: none) is
+        calibrated with it, to `out.canary`, and waits with it."""
         if not self.enabled:
             return list(values)
         for request in batch:  # a replay's earlier bars, to score together before calibrating
             self._advance(request.key, request.ts_event)
-        return [
-            self._forecast(
-                r, v, None if baselines is None else {k: q[i] for k, q in baselines.items()}, out
-            )
-            for i, (r, v) in enumerate(zip(batch, values, strict=True))
-        ]
+        canaries = canaries or [None] * len(batch)
+        out_values = []
+        for i, (request, value, canary) in enumerate(zip(batch, values, canaries, strict=True)):
+            own = None if baselines is None else {k: q[i] for k, q in baselines.items()}
+            out_values.append(self._forecast(request, value, own, out, canary))
+        return out_values
 
     def settle(self, out: Scores) -> None:
         """Every waiting bar and calibrated forecast into the scoring states (a bar whose
@@ -167,6 +171,7 @@ class Scoring:
         value: dict[str, Any],
         baselines: dict[str, np.ndarray] | None,
         out: Scores,
+        canary: dict[str, Any] | None,
     ) -> dict[str, Any]:
         key, partition = request.key, request.partition
         self._advance(key, request.ts_event)
@@ -182,6 +187,9 @@ class Scoring:
             return value
         shadow = self.shadows.read(key)
         published, pending = shadow.forecast(value, baselines, self.config, self.mode)
+        if canary is not None:
+            shadowed, pending.quantiles[CANARY] = shadow.canary_forecast(canary, self.config)
+            out.canary.append(shadowed)
         self.shadows.write(key, partition, offset, shadow)
         self.calibrated.setdefault(key, deque()).append(Calibrated(value, pending))
         return published

@@ -25,6 +25,7 @@ ALL = [
     "g-scoring-state-changelog",
     "g-calibration-state-changelog",
     "g-shadow-state-changelog",
+    "g-canary-state-changelog",
 ]
 
 
@@ -42,6 +43,7 @@ def test_the_store_names_are_those_workers_have_stored_under() -> None:
         "calibration-state",
         "forecast-window-slots",
         "shadow-state",
+        "canary-state",
     ]
     assert marks_name("bars.raw") == "bars.raw-checkpoints"
 

@@ -300,7 +300,8 @@ def test_stream_and_forecast_roles_run_as_separate_worker_groups(
 def test_hot_reload_swaps_the_model_between_batches(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
 ) -> None:
-    settings = pipeline_settings(broker_settings, tmp_path)
+    """With BARCAST_CANARY=off: the new checkpoint serves at once (test_canary: on)."""
+    settings = replace(pipeline_settings(broker_settings, tmp_path), canary=False)
     values = bars_from_frame(sixe_bars.iloc[:3000], symbol="6EH4", instrument_id=1)
     first = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
     make_checkpoint(tmp_path / "staging", seed=5)

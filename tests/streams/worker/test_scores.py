@@ -144,8 +144,9 @@ def test_online_calibration_brings_a_too_narrow_interval_to_nominal_coverage(
         role="all",
         online_calibration=online,
         model_dir=models,
-        shadow_baselines=False,  # the model's own scores (test_forecast_shadow: the baselines')
+        shadow_baselines=False,  # the model's own scores (test_shadow.py: the baselines')
         serve="model",
+        canary=False,
     )
     shutil.copytree(directory, models / "narrow")
     published, bars, expected, scores, metrics = run_worker(settings, raw, len(model), len(clean))

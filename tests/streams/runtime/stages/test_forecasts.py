@@ -31,6 +31,7 @@ from streams.runtime.commit import Runtime
 from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stages.forecasts import Forecasting
+from streams.runtime.stages.serving import Serving
 from streams.runtime.stores import Changelog, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
@@ -83,7 +84,7 @@ def test_scores_of_a_minutes_bars_follow_its_forecasts(tmp_path: Path) -> None:
     windows = WindowStore(
         Changelog("t-windows-changelog", io), engine.lookback, N_FEATURES, FINGERPRINT
     )
-    stage = Forecasting(runtime, engine, windows, scoring(io))
+    stage = Forecasting(runtime, Serving(engine, runtime.metrics, 1), windows, scoring(io))
     first_scored = engine.lookback - 1 + engine.horizon  # the minute whose bars decide scores
 
     async def minute(items: list[FeatureRow]) -> tuple[list[str], list[str]]:

@@ -54,8 +54,10 @@ class Stage:
     """The scoring stage with its stores and a window store, fed rows as the forecast stage
     feeds them, its forecasts made `batch` windows at a time."""
 
-    def __init__(self, io: MemoryChangelogs, engine: ForecastEngine, batch: int) -> None:
-        settings = Settings(score_window=100)
+    def __init__(
+        self, io: MemoryChangelogs, engine: ForecastEngine, batch: int, shadows: bool = True
+    ) -> None:
+        settings = Settings(score_window=100, shadow_baselines=shadows)
         changelog = lambda name: Changelog(f"t-{name}", io)  # noqa: E731
         self.scoring: Scoring = build_scoring(settings, changelog)
         self.windows = WindowStore(
@@ -85,7 +87,8 @@ class Stage:
             values = [
                 forecast_value(self.engine, r, quantiles[i], 0, 0) for i, r in enumerate(batch)
             ]
-            for value in self.scoring.forecasts(batch, values, self.engine.shadow(batch), out):
+            baselines = self.engine.shadow(batch) if self.scoring.shadows else None
+            for value in self.scoring.forecasts(batch, values, baselines, out):
                 yield "forecast", {k: v for k, v in value.items() if k not in DELIVERY}
         self.scoring.settle(out)
         for record in out.values:
@@ -152,3 +155,31 @@ def test_a_restore_as_of_a_checkpoint_replays_the_same_bytes(history: Any) -> No
     restored = asyncio.run(crash_and_restore())
     outputs += [*restored.rows(rows[boundary:]), *restored.flush()]
     assert by_key(outputs) == expected(history)
+
+
+def test_a_worker_restarted_from_state_stored_without_shadow_baselines_goes_on(
+    history: Any,
+) -> None:
+    """A worker of a barcast before them stored no shadow state: its forecasts still waiting
+    are scored without baselines, and every forecast after the restart with them."""
+    values, directory, _, _ = history
+    rows, io, engine = feature_rows(values), MemoryChangelogs(), ForecastEngine(directory)
+    before = Stage(io, engine, 64, shadows=False)
+    boundary = 1400
+    outputs = [*before.rows(rows[:boundary]), *before.flush()]
+
+    async def restore() -> Stage:
+        await asyncio.gather(*(flush(store) for store in before.stores))
+        restored = Stage(io, ForecastEngine(directory), 64)
+        for store in restored.stores:
+            await store.restore(0, boundary)
+        return restored
+
+    restored = asyncio.run(restore())
+    after = [*restored.rows(rows[boundary:]), *restored.flush()]
+    scores = [v for kind, v in after if kind == "score" and v["unscored"] is None]
+    old = [s for s in scores if s["ts_event"] < rows[boundary].ts_event]
+    assert old and all(set(s["baselines"].values()) == {None} for s in old)
+    new = [s for s in scores if s["ts_event"] > rows[boundary].ts_event + 11 * 60 * 10**9]
+    assert len(new) > 500 and all(s["baselines"]["volatility_scale"] for s in new)
+    assert all(kind != "forecast" or "source" in v for kind, v in outputs + after)

@@ -1,0 +1,73 @@
+"""A canary's verdict (model.serving.canary): none before enough of its forecasts are scored;
+refused when its pinball is clearly worse than the incumbent's, or its interval's coverage is
+outside the alert band; promoted when it forecasts no worse; its states round-trip exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from model.serving.canary import (
+    CanaryTrack,
+    PartitionCanary,
+    Reason,
+    Verdict,
+    decide,
+    scored_count,
+)
+from model.serving.conformal import SymbolCalibration
+from model.serving.shadow import SymbolShadow
+
+MINUTE = 60 * 10**9
+
+
+def track(n: int, seed: int, worse: float = 0.0, inside: int = 8, start: int = 0) -> CanaryTrack:
+    """A symbol's `n` scored canary forecasts, its losses `worse` x the incumbent's plus noise,
+    `inside` of 10 labels inside its interval."""
+    rng = np.random.default_rng(seed)
+    t = CanaryTrack("c", start)
+    for i in range(n):
+        incumbent = rng.uniform(1.0, 2.0)
+        own = incumbent * (1 + worse) * rng.uniform(0.95, 1.05)
+        t.scored.append((start + i * MINUTE, own, incumbent, inside, 10))
+    return t
+
+
+def test_no_verdict_before_enough_forecasts_are_scored() -> None:
+    tracks = [track(100, 0), track(99, 1)]
+    assert scored_count(tracks) == 199
+    assert decide(tracks, 200) is None
+    assert decide([*tracks, track(1, 2)], 200) is not None
+
+
+def test_a_clearly_worse_canary_is_refused_for_its_pinball() -> None:
+    decision = decide([track(150, 3, worse=0.2), track(150, 4, worse=0.2)], 300)
+    assert decision is not None and decision.verdict is Verdict.REFUSED
+    assert decision.reason is Reason.PINBALL and decision.skill.upper < 0
+    assert decision.forecasts == 300 and "skill over the incumbent" in decision.describe()
+
+
+def test_a_canary_no_worse_is_promoted_unless_its_coverage_is_off() -> None:
+    same = decide([track(300, 5)], 300)
+    assert same is not None and same.verdict is Verdict.PROMOTED and same.coverage == 0.8
+    better = decide([track(300, 6, worse=-0.2)], 300)
+    assert better is not None and better.verdict is Verdict.PROMOTED
+    narrow = decide([track(300, 7, worse=-0.2, inside=5)], 300)
+    assert narrow is not None and narrow.verdict is Verdict.REFUSED
+    assert narrow.reason is Reason.COVERAGE and narrow.coverage == 0.5
+
+
+def test_states_round_trip_and_a_promoted_canary_keeps_its_calibration() -> None:
+    state = PartitionCanary("a", "c", 123, {"b": "refused: pinball"})
+    assert PartitionCanary.from_bytes(state.to_bytes()) == state
+    t = track(5, 8, start=7 * MINUTE)
+    t.calibration = SymbolCalibration(
+        "canary", 7 * MINUTE, [[0.1, -0.2]], 4, [(9, (True,), (False,))]
+    )
+    assert CanaryTrack.from_dict(t.to_dict()) == t
+    promoted = t.promoted()
+    assert promoted.model_id == "c" and promoted.log_scale == [[0.1, -0.2]] and promoted.n == 4
+    shadow = SymbolShadow(window_size=20)
+    shadow.serve("a")
+    shadow.canary = t
+    back = SymbolShadow.from_bytes(shadow.to_bytes())
+    assert back.canary == t and back.to_bytes() == shadow.to_bytes()

@@ -1,0 +1,43 @@
+"""`barcast promote` names the checkpoint to serve in the model directory's PROMOTE, where
+every forecast worker's watcher reads it; a model id not there is refused, naming the fix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from model.serving.checkpoints import PROMOTE, CheckpointWatcher, model_id_of
+from streams.exit_codes import ExitCode
+from streams.tools.cli import main
+from tests.checkpoints import make_checkpoint
+
+
+def test_promote_writes_the_newest_or_the_named_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = make_checkpoint(tmp_path / "a", seed=0)
+    second = make_checkpoint(tmp_path / "b", seed=1)
+    os.utime(tmp_path / "b" / "config.json", ns=(2 * 10**18, 2 * 10**18))  # the newest
+    monkeypatch.setenv("BARCAST_MODEL_DIR", str(tmp_path))
+    watcher = CheckpointWatcher(tmp_path)
+    assert watcher.promoted() is None
+    assert watcher.find(first) == tmp_path / "a" and model_id_of(tmp_path / "b") == second
+    assert main(["promote"]) == ExitCode.OK
+    assert watcher.promoted() == second and f"promote {second}" in capsys.readouterr().out
+    assert main(["promote", first]) == ExitCode.OK
+    assert (tmp_path / PROMOTE).read_text() == first + "\n"
+    assert watcher.newest() == tmp_path / "b"  # PROMOTE is no checkpoint
+
+
+def test_a_model_id_not_in_the_model_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BARCAST_MODEL_DIR", str(tmp_path))
+    assert main(["promote"]) == ExitCode.FILE_NOT_FOUND
+    make_checkpoint(tmp_path / "a")
+    assert main(["promote", "0123456789abcdef"]) == ExitCode.FILE_NOT_FOUND
+    err = capsys.readouterr().err
+    assert "no checkpoint of model id 0123456789abcdef" in err and "weights.sha256" in err
+    assert not (tmp_path / PROMOTE).exists()
