@@ -20,6 +20,10 @@ GOALS = {
     "latency_p50_ms": 30.0,
     "latency_p99_ms": 100.0,
     "scoring_cost": 1.1,  # issue #16: the burst with scoring and calibration / without them
+    "shadow_cost": 1.1,  # issue #42: the burst with the shadow baselines / without them
+    # issue #42: what a canary adds to the burst, over the model's share of it (the engine
+    # alone on the burst's windows): at most doubling it
+    "canary_over_model_share": 1.0,
 }
 
 
@@ -66,9 +70,11 @@ def headline(
 ) -> dict[str, Any]:
     bursts = Bursts(measured.bursts)
     batched, nobatch, full = (bursts.median(n) for n in ("batched", "nobatch", "full"))
-    restarted, uncalibrated, unscored, explained = (
-        bursts.median(n) for n in ("defaults", "nocalibration", "noscoring", "explain")
+    restarted, uncalibrated, unscored, explained, unshadowed, canary = (
+        bursts.median(n)
+        for n in ("defaults", "nocalibration", "noscoring", "explain", "noshadow", "canary")
     )
+    model_share = anchor["inference_1000_ms"]
     return {
         "e2e_bars_per_s": measured.e2e["e2e_bars_per_s"],
         "latency_p50_ms": measured.live["latency_p50_ms"],
@@ -86,17 +92,31 @@ def headline(
         "scoring_cost": ratio(restarted, unscored),
         # Less exposed to a noisy VM than the medians over all restarts: each pair of restarts
         # ran back to back; and the CPU the worker and the broker spent, not the wall.
-        "scoring_cost_per_pair": [
-            ratio(a, b)
-            for a, b in zip(
-                bursts.per_restart("defaults"), bursts.per_restart("noscoring"), strict=False
-            )
-        ],
+        "scoring_cost_per_pair": per_pair(bursts, "noscoring"),
         "scoring_cpu_cost": ratio(bursts.median("defaults", cpu), bursts.median("noscoring", cpu)),
+        "burst_1000_noshadow_ms": unshadowed,
+        "shadow_cost": ratio(restarted, unshadowed),
+        "shadow_cost_per_pair": per_pair(bursts, "noshadow"),
+        "shadow_cpu_cost": ratio(bursts.median("defaults", cpu), bursts.median("noshadow", cpu)),
+        "burst_1000_canary_ms": canary,
+        "canary_cost_ms": None if None in (canary, restarted) else round(canary - restarted, 1),
+        "model_share_ms": round(model_share, 1),
+        "canary_over_model_share": None
+        if None in (canary, restarted)
+        else round((canary - restarted) / model_share, 2),
+        "canary_cpu_cost": ratio(bursts.median("canary", cpu), bursts.median("defaults", cpu)),
         "burst_1000_explain_ms": explained,
         "explain_cost": ratio(explained, restarted),
         "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
     }
+
+
+def per_pair(bursts: Bursts, variant: str) -> list[float | None]:
+    """The defaults over `variant`, per pair of restarts (each pair ran back to back)."""
+    return [
+        ratio(a, b)
+        for a, b in zip(bursts.per_restart("defaults"), bursts.per_restart(variant), strict=False)
+    ]
 
 
 def results(
@@ -146,7 +166,14 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def goals_met(headline: dict[str, Any]) -> dict[str, bool | None]:
     """Each goal against its figure; None where the run did not measure it."""
-    at_most = {"burst_1000_ms", "latency_p50_ms", "latency_p99_ms", "scoring_cost"}
+    at_most = {
+        "burst_1000_ms",
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "scoring_cost",
+        "shadow_cost",
+        "canary_over_model_share",
+    }
     return {
         name: None
         if headline[name] is None
@@ -188,6 +215,15 @@ def table(result: dict) -> str:
         ("scoring_cost", result["scoring_cost"], "x (burst with / without; goal <= 1.1)"),
         ("  per pair of restarts", "/".join(map(str, result["scoring_cost_per_pair"])), "x"),
         ("  worker + broker CPU", result["scoring_cpu_cost"], "x (burst with / without)"),
+        ("burst_1000_noshadow_ms", result["burst_1000_noshadow_ms"],
+         "ms (shadow baselines off, BARCAST_SERVE=model)"),
+        ("shadow_cost", result["shadow_cost"], "x (burst with / without; goal <= 1.1)"),
+        ("  per pair of restarts", "/".join(map(str, result["shadow_cost_per_pair"])), "x"),
+        ("  worker + broker CPU", result["shadow_cpu_cost"], "x (burst with / without)"),
+        ("burst_1000_canary_ms", result["burst_1000_canary_ms"], "ms (a canary beside)"),
+        ("canary_cost_ms", result["canary_cost_ms"],
+         f"ms (over the model's share, {result['model_share_ms']} ms: "
+         f"{result['canary_over_model_share']}x; goal <= 1)"),
         ("burst_1000_explain_ms", result["burst_1000_explain_ms"], "ms (BARCAST_EXPLAIN=true)"),
         ("explain_cost", result["explain_cost"], "x (burst with / without)"),
         ("engine alone, 1000 windows", anchor["inference_1000_ms"], "ms (anchor, this process)"),

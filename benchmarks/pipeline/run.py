@@ -23,12 +23,16 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
   unpadded chunk of one, incremental encoding on), the batching anchor; (e) with
   BARCAST_INCREMENTAL_ENCODING=false, (c') the defaults, (g) with BARCAST_ONLINE_CALIBRATION=false
   (scoring still runs), (h) with scoring and calibration off (BARCAST_ONLINE_SCORING=false: the
-  cost of both), (i) with BARCAST_EXPLAIN=true (the explanations' cost), each after a restart;
-  (f) secondary: the random-weight model, hot-reloaded into the running worker. (d)-(i) measure
-  `--variant-repeats` bursts after one unmeasured burst: the step-encoding cache and the static
-  contexts live in memory only, and a restarted worker reads its windows back lazily. The
-  costs of scoring, calibration and explanations are ratios to (c'), a worker restarted the same
-  way, not to (c); (c') and (h) run `--pairs` times each, alternated, medians compared.
+  cost of both, the shadow baselines' too), (j) with the shadow baselines off
+  (BARCAST_SHADOW_BASELINES=false: their cost, with the fallback's), (k) with a canary of the
+  product's size running beside the model (a random-weight checkpoint dropped into the model
+  directory), (i) with BARCAST_EXPLAIN=true (the explanations' cost), each after a restart;
+  (f) secondary: the random-weight model, a canary promoted by `barcast promote` in the running
+  worker. (d)-(k) measure `--variant-repeats` bursts after one unmeasured burst: the
+  step-encoding cache and the static contexts live in memory only, and a restarted worker reads
+  its windows back lazily. The costs of scoring, calibration, the shadow baselines, a canary
+  and explanations are to (c'), a worker restarted the same way, not to (c); (c'), (h), (j)
+  and (k) run `--pairs` times each, alternated, medians compared.
 - the worker's peak RSS with every symbol's state held, and what it is made of
   (benchmarks/pipeline/memory.py).
 
@@ -51,6 +55,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +81,19 @@ from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "pipeline.json"
-VARIANTS = ("nobatch", "full", "defaults", "nocalibration", "noscoring", "explain", "random")
+VARIANTS = (
+    "nobatch",
+    "full",
+    "defaults",
+    "nocalibration",
+    "noscoring",
+    "noshadow",
+    "canary",
+    "explain",
+    "random",
+)
+# What turns off the shadow baselines and all that scores beside them (the fallback, canaries)
+NO_SHADOW = {"shadow_baselines": False, "serve": "model", "canary": False}
 
 
 def inference_anchor(
@@ -157,10 +175,12 @@ def first_worker(
         )
         out.memory = breakdown(config, n_symbols, ready_rss, status_mb(worker.pid, "VmHWM"))
         bench.say(f"worker memory: {out.memory}")
-        if "random" in args.variants:
+        if "random" in args.variants:  # a canary (BARCAST_CANARY), promoted by barcast promote
             started = time.perf_counter()
             random_checkpoint(settings.model_dir / "random", args.random_hidden, args.random_heads)
-            worker.wait_for_log("hot-reloaded checkpoint", args.timeout_s)
+            worker.wait_for_log("runs beside", args.timeout_s)
+            promote(settings.model_dir)
+            worker.wait_for_log("barcast promote:", args.timeout_s)
             out.restarts["random_hot_reload_s"] = time.perf_counter() - started
             label = f"(f) random {args.random_hidden}/{args.random_heads}"
             out.bursts["random"] = bench.bursts(
@@ -172,27 +192,42 @@ def first_worker(
 
 
 def restarted_workers(
-    bench: Bench, args: argparse.Namespace, plan: Plan, serving: Path, out: Measured
+    bench: Bench,
+    args: argparse.Namespace,
+    plan: Plan,
+    serving: Path,
+    config: TFTConfig,
+    out: Measured,
 ) -> None:
-    """(d), (e), (c'), (g), (h) and (i), each in a worker restarted with its setting."""
+    """(d), (e), (c'), (g), (h), (j), (k) and (i), each in a worker restarted with its
+    setting; (k) serves from a model directory of its own, where a canary lands once it runs."""
     variants = {
         "nobatch": ("(d) max_batch=1 (unpadded)", {"max_batch": 1}),
         "full": ("(e) full encoding", {"incremental_encoding": False}),
         "defaults": ("(c') the defaults, restarted", {}),
         "nocalibration": ("(g) online calibration off", {"online_calibration": False}),
         "noscoring": ("(h) scoring and calibration off", {"online_scoring": False}
-                      | {"online_calibration": False}),
+                      | {"online_calibration": False} | NO_SHADOW),
+        "noshadow": ("(j) shadow baselines off", NO_SHADOW),
+        "canary": ("(k) a canary beside the model", {}),
         "explain": ("(i) explanations on", {"explain": True}),
     }  # fmt: skip
-    # The cost ratios compare restarted workers only, defaults and noscoring alternated.
-    paired = ["defaults", "noscoring"] * args.pairs
-    order = ["nobatch", "full", *paired[:2], "nocalibration", "explain", *paired[2:]]
+    # The cost ratios compare restarted workers only, each alternated with the defaults.
+    paired = ["defaults", "noscoring", "noshadow", "canary"] * args.pairs
+    order = ["nobatch", "full", *paired[:4], "nocalibration", "explain", *paired[4:]]
     for run, name in enumerate([v for v in order if v in args.variants]):
         label, changes = variants[name]
+        model_dir = serving
+        if name == "canary":
+            model_dir = serving.parent.parent / f"canary-{run}"
+            shutil.copytree(serving, model_dir / "serving", dirs_exist_ok=True)
         try:
             worker, out.restarts[f"{name}_{run}_restart_s"] = bench.start_worker(
-                f"worker-{name}-{run}", model_dir=serving, **changes
+                f"worker-{name}-{run}", model_dir=model_dir, **changes
             )
+            if name == "canary":  # a checkpoint of the product's size, random weights
+                random_checkpoint(model_dir / "canary", config.hidden, config.heads, seed=run)
+                worker.wait_for_log("runs beside", args.timeout_s)
         except AssertionError as exc:  # report the others rather than nothing
             out.errors[name] = str(exc).splitlines()[0]
             bench.say(f"{label}: {out.errors[name]}")
@@ -210,6 +245,12 @@ def restarted_workers(
             )
         finally:
             worker.stop()
+
+
+def promote(model_dir: Path) -> None:
+    """`barcast promote` of the newest checkpoint in `model_dir`."""
+    env = os.environ | {"BARCAST_MODEL_DIR": str(model_dir)}
+    subprocess.run([sys.executable, "-m", "streams.tools.cli", "promote"], env=env, check=True)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -248,7 +289,7 @@ def run(args: argparse.Namespace) -> dict:
             collector.start()
             bench = Bench(series, ref, collector, settings, args.timeout_s, broker.pid)
             measured = first_worker(bench, args, plan, broker.pid, config)
-            restarted_workers(bench, args, plan, serving, measured)
+            restarted_workers(bench, args, plan, serving, config, measured)
             collector.stopping.set()
             collector.join(timeout=5)
     model = {"weights": "trained" if product.trained else "random", "checkpoint": product.source}
