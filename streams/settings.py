@@ -13,8 +13,16 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from streams.setting_values import (
+    PREFIX,
+    SettingError,
+    broker_list,
+    format_value,
+    number,
+    parse,
+)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PREFIX = "BARCAST_"
 EMBEDDED = "embedded"
 # A bounded dead letter (streams.runtime.policy, 16 KiB of key and of value) must fit.
 MIN_RECORD_BYTES, MAX_RECORD_BYTES = 65_536, 100_000_000
@@ -30,10 +38,6 @@ REMOVED = {
     "topics barcast owns (streams.runtime.stores), in memory and restored from them; unset "
     "BARCAST_STORE",
 }
-
-
-class SettingError(ValueError):
-    """A `BARCAST_*` variable holds a value barcast cannot use."""
 
 
 # Numeric settings' accepted ranges (inclusive; None: no upper bound) and what they count, for
@@ -261,7 +265,7 @@ class Settings:
             raw = env.get(PREFIX + f.name.upper())
             if raw is None or raw == "":
                 continue
-            values[f.name] = _parse(f.name, f.type, raw)
+            values[f.name] = parse(f.name, f.type, raw)
         settings = cls(**values)
         settings.validate()
         return settings
@@ -287,9 +291,9 @@ class Settings:
         for name, (low, high, unit) in RANGES.items():
             value = getattr(self, name)
             if value < low or (high is not None and value > high):
-                accepted = f"{_number(low)} or more"
+                accepted = f"{number(low)} or more"
                 if high is not None:
-                    accepted = f"{_number(low)}-{_number(high)}"
+                    accepted = f"{number(low)}-{number(high)}"
                 raise SettingError(
                     f"{PREFIX}{name.upper()}={value} is out of range; use {accepted} ({unit})"
                 )
@@ -350,7 +354,7 @@ class Settings:
 
     def to_env(self) -> dict[str, str]:
         """The `BARCAST_*` variables that reproduce these settings in a child process."""
-        return {PREFIX + f.name.upper(): _format(getattr(self, f.name)) for f in fields(self)}
+        return {PREFIX + f.name.upper(): format_value(getattr(self, f.name)) for f in fields(self)}
 
     def redacted(self) -> dict[str, str]:
         """Settings as strings, safe to log: secrets are masked."""
@@ -362,28 +366,6 @@ class Settings:
             )
             for f in fields(self)
         }
-
-
-BROKER_FORMS = (
-    "`embedded`, `host:port[,host:port...]`, `kafka://host:port[,host:port...]` "
-    "or `kafka://host:port;host:port`"
-)
-FAUST_SCHEME = "kafka://"
-
-
-def broker_list(value: str) -> list[str]:
-    """`host:port` of each server in a `BARCAST_BROKER` value, written as Kafka clients do or
-    as Faust does (a `kafka://` scheme, `,` or `;` between servers)."""
-    servers = []
-    for part in value.replace(";", ",").split(","):
-        server = part.strip().removeprefix(FAUST_SCHEME)
-        host, colon, port = server.rpartition(":")
-        if not (colon and host and "/" not in server and port.isdigit() and 0 < int(port) < 65536):
-            raise SettingError(
-                f"{PREFIX}BROKER={value!r}: {part.strip()!r} is not host:port; use {BROKER_FORMS}"
-            )
-        servers.append(f"{host}:{port}")
-    return servers
 
 
 def env_names() -> list[str]:
@@ -398,40 +380,6 @@ def markdown_table() -> str:
         default = f.default
         if isinstance(default, Path):
             default = os.path.relpath(default, REPO_ROOT) + " (from the checkout)"
-        shown = _format(default) or "(empty)"
+        shown = format_value(default) or "(empty)"
         rows.append(f"| `{PREFIX}{f.name.upper()}` | `{shown}` | {f.metadata['doc']} |")
     return "\n".join(rows)
-
-
-def _number(value: float) -> str:
-    """`value` as a person writes it: 60, not 60.0 or 6e+01."""
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _parse(name: str, type_name: Any, raw: str) -> Any:
-    var = PREFIX + name.upper()
-    kind = type_name if isinstance(type_name, str) else type_name.__name__
-    try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-    except ValueError:
-        raise SettingError(f"{var}={raw!r} is not a number; set it to e.g. 10") from None
-    if kind == "bool":
-        lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise SettingError(f"{var}={raw!r} is not a boolean; use true or false")
-    if kind == "Path":
-        # Absolute, but symlinks kept: the path a user set is the path barcast reports.
-        return Path(os.path.abspath(Path(raw).expanduser()))
-    return raw
