@@ -61,7 +61,12 @@ held candidate is decided by the bar's prices brought back to the old contract (
 """
 
 from features.corrections.config import CorrectionConfig
-from features.corrections.history import History, bars_from_frame, correct_history
+from features.corrections.history import (
+    History,
+    bars_from_frame,
+    correct_history,
+    correct_steps,
+)
 from features.corrections.outcome import (
     SYNTHETIC,
     Change,
@@ -94,6 +99,7 @@ __all__ = [
     "bars_from_frame",
     "correct",
     "correct_history",
+    "correct_steps",
     "expect_roll",
     "flush",
     "outage",

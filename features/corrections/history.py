@@ -3,7 +3,7 @@ code as the streaming agent, and `bars.raw` dicts from a DataFrame."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,31 +38,42 @@ def correct_history(values: Iterable[Any], config: CorrectionConfig | None = Non
     """Correct a history of `bars.raw` messages (bytes or dicts, any symbols mixed, in arrival
     order). END_OF_INTERVAL control records flush held spike candidates as the agent does; at
     the end every held candidate is decided, so each input bar has exactly one outcome."""
-    config = config or CorrectionConfig()
     history = History()
-    stats, states = history.stats, history.states
+    for step in correct_steps(values, config, history.stats, history.states):
+        history.add(step)
+    return history
+
+
+def correct_steps(
+    values: Iterable[Any],
+    config: CorrectionConfig | None,
+    stats: CorrectionStats,
+    states: dict[str, SymbolState],
+) -> Iterator[Step]:
+    """`correct_history` as a stream: each input's `Step` as it is decided, then the final
+    flushes, keeping nothing but the symbols' `states` and the `stats` counters. A caller that
+    keeps only the clean bars (training on years of bars) holds no outcome per bar; `values`
+    may be a generator that reads its bars chunk by chunk."""
+    config = config or CorrectionConfig()
     for value in values:
         if oversized(value, 0, config) is not None:
-            history.add(correct(value, SymbolState(), config, stats))  # rejects it as oversized
+            yield correct(value, SymbolState(), config, stats)  # rejects it as oversized
             continue
         data = decode(value)
         if isinstance(data, dict) and is_control(data):
             until = data.get("ts_event")
             for state in states.values():
-                history.add(
-                    flush(state, config, stats, until_ts=until if type(until) is int else None)
-                )
+                yield flush(state, config, stats, until_ts=until if type(until) is int else None)
             continue
         bar = data if isinstance(data, str) else validate(data, value, config)
         if isinstance(bar, str):
-            history.add(correct(value, SymbolState(), config, stats))  # rejects it as malformed
+            yield correct(value, SymbolState(), config, stats)  # rejects it as malformed
             continue
         step = Step()
         process(bar, states.setdefault(bar.symbol, SymbolState()), config, stats, step, None)
-        history.add(step)
+        yield step
     for state in states.values():
-        history.add(flush(state, config, stats))
-    return history
+        yield flush(state, config, stats)
 
 
 def bars_from_frame(
