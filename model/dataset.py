@@ -13,8 +13,6 @@ A window ends on a real bar, as in serving: the worker never forecasts from a ga
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,60 +21,13 @@ from model.bar_files import CleanBars, DataError
 from model.covariates import NS_PER_MIN, SymbolVocab
 from model.normalization import Normalizer, Relative
 from model.releases import ReleaseCalendar, known_future
+from model.splits import Part, Split
 from model.volatility import TimeOfDayProfile, VolatilityScale, contiguous_returns
 
 NS_PER_DAY = 1440 * NS_PER_MIN
-
-
-class Part(IntEnum):
-    TRAIN = 0
-    VAL = 1
-    CALIB = 2
-    TEST = 3
-
-
-@dataclass(frozen=True)
-class Split:
-    """Time boundaries (UTC ns): train < train_end <= val < val_end <= calib < calib_end <=
-    test."""
-
-    train_end: int
-    val_end: int
-    calib_end: int
-    embargo: int
-
-    @classmethod
-    def from_fractions(
-        cls, ts: np.ndarray, val: float, calib: float, test: float, embargo: int
-    ) -> Split:
-        """Boundaries at fractions of the bars (not of the time span, which weekends skew)."""
-        if not (val > 0 and calib > 0 and test >= 0 and val + calib + test < 1):
-            raise DataError(
-                f"--val-fraction {val} / --calib-fraction {calib} / --test-fraction {test}: "
-                "need val > 0, calib > 0, test >= 0 and val + calib + test < 1"
-            )
-        cuts = np.quantile(np.sort(ts), [1 - val - calib - test, 1 - calib - test, 1 - test])
-        train_end, val_end, calib_end = (int(c) for c in cuts)
-        return cls(train_end, val_end, calib_end if test > 0 else int(ts.max()) + 1, embargo)
-
-    @property
-    def bounds(self) -> tuple[int, int, int]:
-        return self.train_end, self.val_end, self.calib_end
-
-    def part_of(self, ts: np.ndarray) -> np.ndarray:
-        return np.searchsorted(np.asarray(self.bounds), ts, side="right").astype(np.int8)
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "train_end": self.train_end,
-            "val_end": self.val_end,
-            "calib_end": self.calib_end,
-            "embargo": self.embargo,
-        }
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Split:
-        return cls(*(int(values[k]) for k in ("train_end", "val_end", "calib_end", "embargo")))
+TRAINING_DTYPE = np.float32  # the panel's features in training: half float64's memory; a
+# feature's relative rounding (6e-8) is far below what its normalized value resolves
+FEATURE_CHUNK = 4096  # bars per feature-engine call (its float64 output is this x 225)
 
 
 @dataclass
@@ -87,7 +38,7 @@ class Panel:
     offsets: np.ndarray  # (n_symbols + 1,)
     ts: np.ndarray  # (R,) int64 ns, bar open
     close: np.ndarray  # (R,) float64
-    features: np.ndarray  # (R, F) float64, raw feature-engine output
+    features: np.ndarray  # (R, F) raw feature-engine output: float32 to train, float64 to serve
     warm: np.ndarray  # (R,) bool
     targets: np.ndarray  # (R, horizon) float64 log returns; NaN where the label is unavailable
     synthetic: np.ndarray  # (R,) bool: a gap fill of the corrections (O=H=L=C, volume 0)
@@ -98,23 +49,44 @@ class Panel:
         return np.repeat(np.arange(len(self.symbols)), np.diff(self.offsets))
 
 
-def build_panel(bars: list[CleanBars], horizon: int) -> Panel:
-    """Run the feature engine in batch over each symbol's clean bars."""
-    from features.engine import FEATURE_NAMES, N_FEATURES, compute_batch
+def build_panel(
+    bars: list[CleanBars], horizon: int, dtype: type = np.float64, chunk: int = FEATURE_CHUNK
+) -> Panel:
+    """Run the feature engine over each symbol's clean bars, `chunk` bars at a time with its
+    state carried (the result equals one pass), into one `(R, 225)` array of `dtype`: training
+    keeps float32 (`TRAINING_DTYPE`), evaluation float64, the worker's own values."""
+    from features.engine import FEATURE_NAMES, N_FEATURES, new_states, update_many
 
-    rows = []
-    for b in bars:
-        values, warm = compute_batch(
-            b.ts_event, b.open, b.high, b.low, b.close, b.volume, b.synthetic
-        )
-        if values.shape != (len(b), N_FEATURES):
-            raise DataError(
-                f"feature engine returned {values.shape} for {b.symbol}; "
-                f"expected ({len(b)}, {N_FEATURES})"
+    lengths = [len(b) for b in bars]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    features = np.empty((int(offsets[-1]), N_FEATURES), dtype=dtype)
+    warm = np.empty(int(offsets[-1]), dtype=bool)
+    for b, base in zip(bars, offsets[:-1], strict=True):
+        states = new_states(1)
+        for lo in range(0, len(b), chunk):
+            hi = min(lo + chunk, len(b))
+            columns = (b.ts_event, b.open, b.high, b.low, b.close, b.volume, b.synthetic)
+            values, ok = update_many(
+                states, np.zeros(hi - lo, dtype=np.int64), *(c[lo:hi] for c in columns)
             )
-        rows.append((b.ts_event, b.close, values, np.asarray(warm, dtype=bool)))
-    synthetic = [np.asarray(b.synthetic, dtype=bool) for b in bars]
-    return panel_from_arrays([b.symbol for b in bars], rows, horizon, synthetic, FEATURE_NAMES)
+            if values.shape != (hi - lo, N_FEATURES):
+                raise DataError(
+                    f"feature engine returned {values.shape} for {hi - lo} bars of {b.symbol}; "
+                    f"expected ({hi - lo}, {N_FEATURES})"
+                )
+            features[base + lo : base + hi] = values
+            warm[base + lo : base + hi] = ok
+    return Panel(
+        symbols=[b.symbol for b in bars],
+        offsets=offsets,
+        ts=np.concatenate([b.ts_event for b in bars]).astype(np.int64),
+        close=np.concatenate([b.close for b in bars]).astype(np.float64),
+        features=features,
+        warm=warm,
+        targets=np.concatenate([forward_returns(b.ts_event, b.close, horizon) for b in bars]),
+        synthetic=np.concatenate([b.synthetic for b in bars]).astype(bool),
+        feature_names=tuple(FEATURE_NAMES),
+    )
 
 
 def panel_from_arrays(
@@ -123,9 +95,10 @@ def panel_from_arrays(
     horizon: int,
     synthetic: list[np.ndarray] | None = None,
     feature_names: tuple[str, ...] = (),
+    dtype: type = np.float64,
 ) -> Panel:
     """A panel from per-symbol (ts, close, features, warm) arrays and gap-fill flags (none if
-    not given; also used by tests)."""
+    not given; tests and synthetic panels)."""
     lengths = [len(r[0]) for r in rows]
     flags = synthetic or [np.zeros(n, dtype=bool) for n in lengths]
     return Panel(
@@ -133,7 +106,7 @@ def panel_from_arrays(
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         ts=np.concatenate([r[0] for r in rows]).astype(np.int64),
         close=np.concatenate([r[1] for r in rows]).astype(np.float64),
-        features=np.concatenate([r[2] for r in rows]).astype(np.float64),
+        features=np.concatenate([r[2] for r in rows]).astype(dtype),
         warm=np.concatenate([r[3] for r in rows]),
         targets=np.concatenate([forward_returns(r[0], r[1], horizon) for r in rows]),
         synthetic=np.concatenate(flags).astype(bool),
@@ -219,8 +192,10 @@ class Batch:
 
 
 class WindowData:
-    """Model-ready tensors of a panel; `batch(ends)` gathers windows without copying the panel
-    per window (a month of feature-row windows would not fit in memory materialized)."""
+    """Model-ready batches of a panel: `batch(ends)` gathers and normalizes the windows' rows
+    and computes their calendar inputs then, so the only per-row array besides the panel is
+    the volatility unit (a normalized or materialized copy of years of feature rows would not
+    fit in memory)."""
 
     def __init__(
         self,
@@ -233,18 +208,12 @@ class WindowData:
         volatility: VolatilityScale,
         calendar: ReleaseCalendar | None = None,
     ) -> None:
-        self.panel = panel
+        self.panel, self.normalizer, self.calendar = panel, normalizer, calendar
         self.lookback, self.horizon, self.target_scale = lookback, horizon, target_scale
-        self.features = torch.from_numpy(normalizer.apply(panel.features))
-        self.future = torch.from_numpy(known_future(panel.ts, horizon, calendar))
-        self.targets = torch.from_numpy((panel.targets / target_scale).astype(np.float32))
-        inputs = window_rows(panel.features[:, list(volatility.columns)], lookback)
-        unit = volatility.scale(panel.ts, inputs, horizon) / target_scale
+        unit = scale_units(panel, volatility, lookback, horizon) / target_scale
         self.unit = torch.from_numpy(unit.astype(np.float32))
         ids, reals = vocab.encode(panel.symbols)
-        row_symbol = torch.from_numpy(panel.row_symbol)
-        self.symbol = torch.from_numpy(ids)[row_symbol]
-        self.static_reals = torch.from_numpy(reals)[row_symbol]
+        self.symbol_ids, self.symbol_reals = torch.from_numpy(ids), torch.from_numpy(reals)
         self._steps = np.arange(-lookback + 1, 1)
 
     def batch(self, ends: np.ndarray) -> Batch:
@@ -252,23 +221,39 @@ class WindowData:
         rows, inverse = np.unique(ends[:, None] + self._steps, return_inverse=True)
         row_window = np.empty(len(rows), dtype=np.int64)
         row_window[inverse.ravel()] = np.repeat(np.arange(len(ends)), self.lookback)
-        t = torch.from_numpy(ends)
+        panel = self.panel
+        symbol = torch.from_numpy(np.searchsorted(panel.offsets, ends, side="right") - 1)
+        y = (panel.targets[ends] / self.target_scale).astype(np.float32)
         return Batch(
-            symbol=self.symbol[t],
-            static_reals=self.static_reals[t],
-            rows=self.features[torch.from_numpy(rows)],
+            symbol=self.symbol_ids[symbol],
+            static_reals=self.symbol_reals[symbol],
+            rows=torch.from_numpy(self.normalizer.apply(panel.features[rows])),
             index=torch.from_numpy(inverse.reshape(len(ends), self.lookback)),
             row_window=torch.from_numpy(row_window),
-            x_future=self.future[t],
-            y=self.targets[t],
-            unit=self.unit[t],
+            x_future=torch.from_numpy(known_future(panel.ts[ends], self.horizon, self.calendar)),
+            y=torch.from_numpy(y),
+            unit=self.unit[torch.from_numpy(ends)],
         )
 
 
+def scale_units(
+    panel: Panel, volatility: VolatilityScale, lookback: int, horizon: int, chunk: int = 4096
+) -> np.ndarray:
+    """`(R, horizon)` float64: the volatility scale of the window ending at each row, computed
+    `chunk` rows at a time (a window's value depends on its own rows only)."""
+    inputs = window_rows(panel.features[:, list(volatility.columns)], lookback)
+    out = np.empty((len(panel.ts), horizon))
+    for lo in range(0, len(out), chunk):
+        hi = lo + chunk
+        out[lo:hi] = volatility.scale(panel.ts[lo:hi], inputs[lo:hi], horizon)
+    return out
+
+
 def window_rows(values: np.ndarray, lookback: int) -> np.ndarray:
-    """`(R, lookback, k)`: each row's window of `values` `(R, k)`, oldest first (a view; the
-    first rows repeat row 0, and no window of them is ever used)."""
-    padded = np.concatenate([np.repeat(values[:1], lookback - 1, axis=0), values])
+    """`(R, lookback, k)` float64: each row's window of `values` `(R, k)`, oldest first (a
+    view of one float64 copy, the dtype the volatility scale computes in; the first rows
+    repeat row 0, and no window of them is ever used)."""
+    padded = np.concatenate([np.repeat(values[:1], lookback - 1, axis=0), values], dtype=np.float64)
     return np.lib.stride_tricks.sliding_window_view(padded, lookback, axis=0).transpose(0, 2, 1)
 
 
@@ -293,21 +278,65 @@ def fit_profile(panel: Panel, train_end: int) -> TimeOfDayProfile:
     return TimeOfDayProfile.fit(panel.ts[train], r[train])
 
 
-def fit_normalizer(panel: Panel, train_ends: np.ndarray, lookback: int) -> Normalizer:
+def fit_normalizer(
+    panel: Panel, train_ends: np.ndarray, lookback: int, block: int = 16
+) -> Normalizer:
     """Normalization statistics from the input rows of training windows only, the return-unit
     features stated relative to the row's slow volatility (`Relative.of`); calendar features
     whose cycle those rows do not span are left out (`Normalizer.ignored`): a month of training
-    has seen a day-of-month only up to its last training day."""
+    has seen a day-of-month only up to its last training day. Fitted `block` features at a
+    time (the statistics are per feature; a copy of every training row would double the
+    panel), each block beside the reference column its relative features are stated against."""
     from features.timefeat import CYCLE_DAYS
 
-    rows = np.unique((train_ends[:, None] + np.arange(-lookback + 1, 1)).ravel())
+    rows = np.flatnonzero(input_rows(len(panel.ts), train_ends, lookback))
+    n_features = panel.features.shape[1]
+    if len(rows) == 0:
+        return Normalizer.fit(np.zeros((0, n_features)))  # its error says why
     span_days = (panel.ts[rows].max() - panel.ts[rows].min()) / NS_PER_DAY
     uncovered = np.array([CYCLE_DAYS.get(n, 0) > span_days for n in panel.feature_names])
-    return Normalizer.fit(
-        panel.features[rows],
-        ignore=uncovered if len(uncovered) else None,
-        relative=Relative.of(panel.feature_names),
+    uncovered = uncovered if len(uncovered) else np.zeros(n_features, dtype=bool)
+    relative = Relative.of(panel.feature_names)
+    parts = [
+        _fit_block(panel, rows, np.arange(lo, min(lo + block, n_features)), uncovered, relative)
+        for lo in range(0, n_features, block)
+    ]
+    return Normalizer(
+        np.concatenate([p.center for p in parts]),
+        np.concatenate([p.scale for p in parts]),
+        parts[0].clip,
+        np.concatenate([p.ignored for p in parts]),
+        relative.reference,
+        relative.log_ratio,
+        relative.ratio,
     )
+
+
+def _fit_block(
+    panel: Panel, rows: np.ndarray, columns: np.ndarray, uncovered: np.ndarray, relative: Relative
+) -> Normalizer:
+    """`Normalizer.fit` of `columns` on `rows`, the reference column appended for their
+    relative features (its own statistics dropped)."""
+    local = Relative()
+    if relative.reference >= 0:
+        local = Relative(
+            len(columns),
+            np.flatnonzero(np.isin(columns, relative.log_ratio)),
+            np.flatnonzero(np.isin(columns, relative.ratio)),
+        )
+        columns = np.append(columns, relative.reference)
+    n = len(columns) - (relative.reference >= 0)
+    fitted = Normalizer.fit(
+        panel.features[np.ix_(rows, columns)], ignore=uncovered[columns], relative=local
+    )
+    return Normalizer(fitted.center[:n], fitted.scale[:n], fitted.clip, fitted.ignored[:n])
+
+
+def input_rows(n_rows: int, ends: np.ndarray, lookback: int) -> np.ndarray:
+    """`(n_rows,)` bool: the rows some window ending at `ends` reads."""
+    starts = np.bincount(ends - lookback + 1, minlength=n_rows + 1)
+    stops = np.bincount(ends + 1, minlength=n_rows + 1)
+    return np.cumsum(starts - stops)[:n_rows] > 0
 
 
 def ignored_names(panel: Panel, ignored: np.ndarray) -> list[str]:

@@ -1,4 +1,5 @@
-"""A learnable synthetic panel (tests, benchmarks): no feature engine, no data files.
+"""A learnable synthetic panel (tests, benchmarks): no feature engine, no data files; and
+random-walk bars for the feature engine.
 
 The close drifts with a slow cycle that features 0 and 1 (its sine and cosine) reveal, so a
 working model can forecast it almost perfectly while a broken one cannot. Features 2..6 are the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from features.long_memory import EWMA_DAY, EWMA_WEEK
+from model.bar_files import CleanBars
 from model.covariates import NS_PER_MIN
 from model.dataset import Panel, panel_from_arrays
 from model.volatility import (
@@ -33,6 +35,7 @@ def synthetic_panel(
     drift: float = 1e-4,
     noise: float = 2e-6,
     seed: int = 0,
+    dtype: type = np.float64,
 ) -> Panel:
     rng = np.random.default_rng(seed)
     rows = []
@@ -50,7 +53,7 @@ def synthetic_panel(
     names = [f"synthetic_{j}" for j in range(n_features)]
     if n_features >= SCALED:
         names[2:SCALED] = SCALE_INPUTS
-    return panel_from_arrays(list(symbols), rows, horizon, feature_names=tuple(names))
+    return panel_from_arrays(list(symbols), rows, horizon, feature_names=tuple(names), dtype=dtype)
 
 
 def scale_inputs(ts: np.ndarray, close: np.ndarray) -> np.ndarray:
@@ -62,3 +65,15 @@ def scale_inputs(ts: np.ndarray, close: np.ndarray) -> np.ndarray:
         for decay in (SCALE_LAMBDA, EWMA_DAY, EWMA_WEEK)
     )
     return np.stack([r, np.sin(angle), np.cos(angle), np.zeros(len(ts)), slow, day, week], axis=1)
+
+
+def random_walk_bars(symbol: str, n: int, seed: int = 0) -> CleanBars:
+    """`n` contiguous clean 1-minute bars of a random walk, for the feature engine."""
+    rng = np.random.default_rng(seed)
+    close = 100.0 * np.exp(np.cumsum(rng.normal(0, 1e-3, n)))
+    open_ = np.r_[close[0], close[:-1]]
+    high = np.maximum(open_, close) * (1 + rng.uniform(0, 5e-4, n))
+    low = np.minimum(open_, close) * (1 - rng.uniform(0, 5e-4, n))
+    ts = START_NS + np.arange(n, dtype=np.int64) * NS_PER_MIN
+    volume = rng.integers(1, 1000, n).astype(np.float64)
+    return CleanBars(symbol, ts, open_, high, low, close, volume, np.zeros(n, dtype=bool))

@@ -1,34 +1,30 @@
-"""Training: AdamW, warm-up + cosine LR, gradient clipping, early stopping on validation pinball.
+"""`barcast train`: bars -> corrections -> features (a float32 panel) -> time splits (by
+fractions or dates) -> normalization and volatility scale (training rows only) -> the loop
+(`model.loop`) -> interval calibration -> checkpoint.
 
-Fails loudly instead of reporting success on a broken run: a NaN/inf loss, a validation loss of
-exactly 0, or a training loss that is exactly the same two epochs running raise TrainingError.
+Each completed epoch saves the loop's state (`model.training_state`): `resume=True` continues an
+interrupted run from there and ends with the checkpoint the uninterrupted run would have written.
 """
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
-import math
-import random
-import sys
-import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from model import checkpoint, plots
-from model.bar_files import data_fingerprint, load_bars
+from model.bar_files import BarSource, DataError, data_fingerprint, load_bars, parse_utc
 from model.calibrated_baselines import fit_served
 from model.calibration import fit_interval_scale, fit_shrink, toward_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import (
-    Batch,
+    TRAINING_DTYPE,
     Panel,
     Part,
     Split,
@@ -42,64 +38,58 @@ from model.dataset import (
     window_ends,
     window_rows,
 )
-from model.forecaster import autocast_for, resolve_device
-from model.guards import TrainingError, check_epoch, check_weights_moved
-from model.memory import peak_memory_mb
+from model.forecaster import resolve_device
+from model.guards import TrainingError
+from model.loop import TrainConfig, fit, log, predict_windows, seed_everything
 from model.releases import release_calendar
 from model.serving import baselines as served_baselines
-from model.tft import TemporalFusionTransformer, TFTOutput
+from model.splits import check_order
+from model.tft import TemporalFusionTransformer
+from model.training_state import STATE_FILE, TrainingState
 from model.volatility import SCALE_INPUTS, VolatilityScale
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    warmup: float = 0.05  # fraction of all steps spent warming the LR up linearly
-    clip_norm: float = 1.0
-    patience: int = 4  # epochs without a better validation loss before stopping
-    seed: int = 0
-    val_fraction: float = 0.1  # early stopping
-    calib_fraction: float = 0.1  # interval calibration
-    test_fraction: float = 0.25
-    embargo: int = 0  # bars between splits; 0 means lookback + horizon
-    windows_per_epoch: int = 0  # random training windows per epoch; 0 means all
-    chunk: int = 8  # batches are random runs of this many consecutive windows: they share
-    # most feature rows, which the model then encodes once (~7x fewer rows at batch 64)
-    symbol_dropout: float = 0.1  # trains embedding row 0, used for symbols unseen in training
-    device: str = "auto"
-    progress: bool = True
-
-
-def pinball_loss(pred: torch.Tensor, y: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
-    """Mean pinball loss of quantile forecasts `(B, H, Q)` against targets `(B, H)`."""
-    err = y.unsqueeze(-1) - pred
-    return torch.maximum(levels * err, (levels - 1.0) * err).mean()
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def train(
-    paths: list[Path], out_dir: Path, model_config: TFTConfig, train_config: TrainConfig
+    sources: list[BarSource] | list[Path],
+    out_dir: Path,
+    model_config: TFTConfig,
+    train_config: TrainConfig,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """`barcast train`: bars -> corrections -> features -> windows -> fit -> checkpoint."""
     from features.engine import FINGERPRINT
 
-    bars, report = load_bars(paths)
-    _log(
+    check_resumable(out_dir, resume)
+    split_dates(train_config)  # a wrong date fails now, not after reading years of bars
+    bars, report = load_bars(sources)
+    seconds = report.pop("seconds")
+    log(
         train_config,
-        f"bars: {report['bars_per_symbol']}; corrections: "
+        f"bars: {report['bars_per_symbol']} (read in {seconds['read']:.0f}s, corrected in "
+        f"{seconds['corrections']:.0f}s); corrections: "
         f"{ {k: v for k, v in report['corrections'].items() if v} }",
     )
-    panel = build_panel(bars, model_config.horizon)
+    panel = build_panel(bars, model_config.horizon, TRAINING_DTYPE)
+    del bars  # the panel holds what training reads of them
     report["fingerprint"] = data_fingerprint(report)
-    return train_on_panel(panel, out_dir, model_config, train_config, FINGERPRINT, report)
+    return train_on_panel(
+        panel, out_dir, model_config, train_config, FINGERPRINT, report, resume=resume
+    )
+
+
+def check_resumable(out_dir: Path, resume: bool) -> None:
+    """A run resumes a state that is there, and a new run never overwrites one."""
+    path = Path(out_dir) / STATE_FILE
+    if resume and not path.exists():
+        raise TrainingError(
+            f"--resume: {out_dir} holds no unfinished run ({STATE_FILE}); train without "
+            "--resume to start one"
+        )
+    if not resume and path.exists():
+        raise TrainingError(
+            f"{out_dir} holds an unfinished run ({STATE_FILE}): pass --resume to continue it, "
+            "or delete that file (or choose another --out) to start over"
+        )
 
 
 def train_on_panel(
@@ -109,8 +99,10 @@ def train_on_panel(
     cfg: TrainConfig,
     feature_fingerprint: str,
     data_report: dict[str, Any],
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Split, normalize (train rows only), fit, and write the checkpoint and metrics."""
+    check_resumable(out_dir, resume)
     seed_everything(cfg.seed)
     c = model_config
     split, ends = split_windows(panel, c, cfg)
@@ -130,11 +122,24 @@ def train_on_panel(
     )
     windows = {p.name.lower(): len(e) for p, e in ends.items()}
     left_out = ignored_names(panel, normalizer.ignored)
-    _log(cfg, f"windows {windows}; left out (constant, or a date cycle not spanned): {left_out}")
+    log(cfg, f"windows {windows}; left out (constant, or a date cycle not spanned): {left_out}")
 
     device = resolve_device(cfg.device)
     model = TemporalFusionTransformer(config).to(device)
-    history, best_state = fit(model, data, ends[Part.TRAIN], ends[Part.VAL], cfg, device)
+    state = TrainingState(
+        out_dir,
+        {
+            "model": config.to_dict(),
+            "train": asdict(replace(cfg, progress=True)),
+            "features": feature_fingerprint,
+            "data": data_report.get("fingerprint"),
+            "split": split.to_dict(),
+            "windows": windows,
+        },
+    )
+    history, best_state = fit(
+        model, data, ends[Part.TRAIN], ends[Part.VAL], cfg, device, state, resume
+    )
     model.load_state_dict(best_state)
     shrink, interval_scale = calibrate(model, data, ends[Part.CALIB], cfg.batch_size * 4, device)
 
@@ -159,7 +164,8 @@ def train_on_panel(
     served_baselines.save(out_dir, fitted, calibrated_on)  # before config.json: it completes one
     model_id = checkpoint.save(out_dir, model, meta)
     write_history(out_dir, history)
-    _log(
+    state.remove()
+    log(
         cfg,
         f"checkpoint {out_dir} (model id {model_id}): best epoch {metrics['best_epoch']}, "
         f"val pinball {metrics['val_pinball_bp']:.3f} bp",
@@ -213,136 +219,41 @@ def run_metrics(
 def split_windows(
     panel: Panel, c: TFTConfig, cfg: TrainConfig
 ) -> tuple[Split, dict[Part, np.ndarray]]:
-    """The time split and each part's windows (calibration's without labels over gap fills);
-    training, validation and calibration must have some."""
-    split = Split.from_fractions(
-        panel.ts,
-        cfg.val_fraction,
-        cfg.calib_fraction,
-        cfg.test_fraction,
-        cfg.embargo or c.lookback + c.horizon,
-    )
+    """The time split (by dates if given, else by fractions) and each part's windows
+    (calibration's without labels over gap fills); training, validation and calibration must
+    have some."""
+    embargo = cfg.embargo or c.lookback + c.horizon
+    dates = split_dates(cfg)
+    if dates is not None:
+        split = Split.from_dates(panel.ts, *dates, embargo)
+    else:
+        split = Split.from_fractions(
+            panel.ts, cfg.val_fraction, cfg.calib_fraction, cfg.test_fraction, embargo
+        )
     ends = {part: window_ends(panel, split, part, c.lookback, c.horizon) for part in Part}
     ends[Part.CALIB] = calibration_windows(panel, ends[Part.CALIB], c.horizon)
     for part in (Part.TRAIN, Part.VAL, Part.CALIB):
         if len(ends[part]) == 0:
             raise TrainingError(
                 f"the {part.name.lower()} split has no complete window; give more data or "
-                "change --val-fraction/--calib-fraction/--test-fraction"
+                "move its boundaries (--val-start/--calib-start/--test-start or the fractions)"
             )
     return split, ends
 
 
-def fit(
-    model: TemporalFusionTransformer,
-    data: WindowData,
-    train_ends: np.ndarray,
-    val_ends: np.ndarray,
-    cfg: TrainConfig,
-    device: torch.device,
-) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
-    """The training loop; returns per-epoch metrics and the best (lowest val loss) weights."""
-    rng = np.random.default_rng(cfg.seed)
-    per_epoch = min(len(train_ends), cfg.windows_per_epoch or len(train_ends))
-    steps_per_epoch = math.ceil(per_epoch / cfg.batch_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    schedule = warmup_cosine(optimizer, steps_per_epoch * cfg.epochs, cfg.warmup)
-    history: list[dict[str, Any]] = []
-    best_state, best_val, stale = None, math.inf, 0
-    for epoch in range(1, cfg.epochs + 1):
-        model.train()
-        started = time.perf_counter()
-        before = [p.detach().clone() for p in model.parameters()]
-        order = epoch_order(train_ends, cfg.chunk, rng)[:per_epoch]
-        steps = [order[i : i + cfg.batch_size] for i in range(0, per_epoch, cfg.batch_size)]
-        train_loss, grad_norm = train_epoch(
-            model, data, steps, optimizer, schedule, cfg, device, epoch
-        )
-        val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, device)
-        record = {
-            "epoch": epoch,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-            "lr": schedule.get_last_lr()[0],
-            "grad_norm": grad_norm,
-            "seconds": time.perf_counter() - started,
-            "peak_memory_mb": peak_memory_mb(device),
-        }
-        check_weights_moved(epoch, before, list(model.parameters()))
-        check_epoch(record, history)
-        history.append(record)
-        _log(
-            cfg,
-            f"epoch {epoch}: train {record['train_loss']:.5f} val {val_loss:.5f} "
-            f"({record['seconds']:.0f}s, peak {record['peak_memory_mb']:.0f} MB)",
-        )
-        if val_loss < best_val:
-            best_val, stale = val_loss, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            stale += 1
-            if stale >= cfg.patience:
-                _log(cfg, f"early stop: no better validation loss for {stale} epochs")
-                break
-    assert best_state is not None  # the first epoch always sets it (val_loss < inf)
-    return history, best_state
-
-
-def warmup_cosine(
-    optimizer: torch.optim.Optimizer, total: int, warmup_fraction: float
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up over `warmup_fraction` of the steps, then a cosine decay to 0."""
-    warmup = max(1, int(warmup_fraction * total))
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: (
-            (s + 1) / warmup
-            if s < warmup
-            else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup)))
-        ),
-    )
-
-
-def train_epoch(
-    model: TemporalFusionTransformer,
-    data: WindowData,
-    steps: list[np.ndarray],
-    optimizer: torch.optim.Optimizer,
-    schedule: torch.optim.lr_scheduler.LambdaLR,
-    cfg: TrainConfig,
-    device: torch.device,
-    epoch: int,
-) -> tuple[float, float]:
-    """One pass over `steps` (each a batch of window ends); mean loss and gradient norm."""
-    levels = torch.tensor(model.config.quantiles, device=device)
-    loss_sum, grad_sum = 0.0, 0.0
-    bar = tqdm(
-        steps,
-        desc=f"epoch {epoch}/{cfg.epochs}",
-        unit="step",
-        disable=None if cfg.progress else True,
-    )
-    for step, ends in enumerate(bar):
-        batch = data.batch(ends)
-        symbol = batch.symbols_dropped(cfg.symbol_dropout)
-        with autocast_for(device):
-            out = forward_batch(model, batch, symbol, device)
-            pred = out.quantiles.float() * batch.unit.to(device).unsqueeze(-1)
-            loss = pinball_loss(pred, batch.y.to(device), levels)
-        if not torch.isfinite(loss):
-            raise TrainingError(
-                f"epoch {epoch} step {step + 1}: training loss is "
-                f"{loss.item()}; lower --lr or check the inputs for NaN"
-            )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-        optimizer.step()
-        schedule.step()
-        loss_sum += loss.item()
-        grad_sum += float(grad_norm)
-        bar.set_postfix(loss=f"{loss_sum / (step + 1):.5f}", refresh=False)
-    return loss_sum / len(steps), grad_sum / len(steps)
+def split_dates(cfg: TrainConfig) -> tuple[int, int, int | None] | None:
+    """The split dates as UTC ns (validation, calibration, test or None), or None when the
+    split is by fractions; checked before any bar is read."""
+    if not (cfg.val_start or cfg.calib_start or cfg.test_start):
+        return None
+    named = {"--val-start": cfg.val_start, "--calib-start": cfg.calib_start}
+    missing = [name for name, value in named.items() if not value]
+    if missing:
+        raise DataError(f"split dates need {' and '.join(missing)} too (--test-start is optional)")
+    named["--test-start"] = cfg.test_start
+    at = {name: parse_utc(str(v), name) for name, v in named.items() if v}
+    check_order(at)
+    return at["--val-start"], at["--calib-start"], at.get("--test-start")
 
 
 def fit_volatility(panel: Panel, split: Split, ends: np.ndarray, lookback: int) -> VolatilityScale:
@@ -362,59 +273,6 @@ def fit_volatility(panel: Panel, split: Split, ends: np.ndarray, lookback: int) 
     )
 
 
-def epoch_order(ends: np.ndarray, chunk: int, rng: np.random.Generator) -> np.ndarray:
-    """Every window once, as runs of `chunk` consecutive windows in random order."""
-    starts = rng.permutation(np.arange(0, len(ends), chunk))
-    index = (starts[:, None] + np.arange(chunk)).ravel()
-    return ends[index[index < len(ends)]]
-
-
-def forward_batch(
-    model: TemporalFusionTransformer, batch: Batch, symbol: torch.Tensor, device: torch.device
-) -> TFTOutput:
-    return model.forward_shared(
-        symbol.to(device),
-        batch.static_reals.to(device),
-        batch.rows.to(device),
-        batch.index.to(device),
-        batch.row_window.to(device),
-        batch.x_future.to(device),
-    )
-
-
-@torch.inference_mode()
-def predict_windows(
-    model: TemporalFusionTransformer,
-    data: WindowData,
-    ends: np.ndarray,
-    batch_size: int,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantile forecasts `(n, H, Q)` and targets `(n, H)` of windows in target units
-    (before interval calibration), in eval mode, on CPU."""
-    model.eval()
-    preds, ys = [], []
-    for start in range(0, len(ends), batch_size):
-        batch = data.batch(ends[start : start + batch_size])
-        with autocast_for(device):
-            out = forward_batch(model, batch, batch.symbol, device)
-        preds.append(out.quantiles.float().cpu() * batch.unit.unsqueeze(-1))
-        ys.append(batch.y)
-    return torch.cat(preds), torch.cat(ys)
-
-
-def evaluate_loss(
-    model: TemporalFusionTransformer,
-    data: WindowData,
-    ends: np.ndarray,
-    batch_size: int,
-    device: torch.device,
-) -> float:
-    """Mean pinball loss over held-out windows (target units)."""
-    q, y = predict_windows(model, data, ends, batch_size, device)
-    return pinball_loss(q, y, torch.tensor(model.config.quantiles)).item()
-
-
 def write_history(out_dir: Path, history: list[dict[str, Any]]) -> None:
     """metrics.csv, metrics.json and training_curve.png next to the checkpoint."""
     with (out_dir / "metrics.csv").open("w", newline="") as f:
@@ -423,8 +281,3 @@ def write_history(out_dir: Path, history: list[dict[str, Any]]) -> None:
         writer.writerows(history)
     (out_dir / "metrics.json").write_text(json.dumps(history, indent=1))
     plots.training_curve(out_dir / "training_curve.png", history)
-
-
-def _log(cfg: TrainConfig, message: str) -> None:
-    if cfg.progress:
-        print(message, file=sys.stderr, flush=True)

@@ -68,10 +68,13 @@ def product_checkpoint(settings: Settings, given: Path | None) -> ServedModel:
     if _usable(out):
         return ServedModel(out, f"reused {out}, trained earlier by this benchmark ({recipe})", True)
     from model.train import TrainConfig, train
+    from model.training_state import STATE_FILE
     from streams.ingest.convert import SIXE_CSV
 
     print(f"training the product model into {out} ({recipe}) ...", flush=True)
-    train([settings.data_dir / SIXE_CSV], out, TFTConfig(), TrainConfig(**RECIPE, progress=False))
+    recipe_config = TrainConfig(**RECIPE, progress=False)
+    resume = (out / STATE_FILE).exists()  # an interrupted run of this recipe goes on
+    train([settings.data_dir / SIXE_CSV], out, TFTConfig(), recipe_config, resume=resume)
     return ServedModel(out, f"trained here on {SIXE_CSV} ({recipe})", trained=True)
 
 

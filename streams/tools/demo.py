@@ -114,6 +114,7 @@ def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
         print(f"[demo] not using {newest}: {problem}", flush=True)
     from model.config import TFTConfig
     from model.train import TrainConfig, train
+    from model.training_state import STATE_FILE
     from streams.ingest.convert import SIXE_CSV
 
     out = settings.model_dir / "demo"
@@ -126,6 +127,7 @@ def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
         TrainConfig(
             epochs=DEMO_TRAINING["epochs"], windows_per_epoch=DEMO_TRAINING["windows_per_epoch"]
         ),
+        resume=(out / STATE_FILE).exists(),  # a demo stopped while training goes on from there
     )
     return out
 

@@ -25,19 +25,13 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     defaults = TFTConfig()
     train = subparsers.add_parser(
         "train",
-        help="train the TFT on bar files (CSV or DBN) and write a checkpoint",
+        help="train the TFT on bar files (CSV, DBN, FirstRate day folders); write a checkpoint",
         description="Bars -> corrections -> features -> windows (time splits with an embargo) "
         "-> TFT; writes model.safetensors, config.json, metrics.csv/json and "
-        "training_curve.png into --out.",
+        "training_curve.png into --out, and after each epoch training_state.safetensors "
+        "(for --resume; removed once the checkpoint is written).",
     )
-    train.add_argument(
-        "--data",
-        type=Path,
-        nargs="+",
-        required=True,
-        metavar="PATH",
-        help="bar files: 6EH4-style CSV (.csv/.csv.gz) or DBN ohlcv-1m",
-    )
+    add_data_options(train)
     train.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="checkpoint directory"
     )
@@ -52,28 +46,17 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
         default=0,
         help="random training windows per epoch (0: all)",
     )
-    train.add_argument(
-        "--val-fraction",
-        type=float,
-        default=0.1,
-        help="share of the bars for validation (early stopping), after training",
-    )
-    train.add_argument(
-        "--calib-fraction",
-        type=float,
-        default=0.1,
-        help="share of the bars for interval calibration, after validation",
-    )
-    train.add_argument(
-        "--test-fraction",
-        type=float,
-        default=0.25,
-        help="share of the bars held out for `barcast evaluate`, at the end",
-    )
+    add_split_options(train)
     train.add_argument(
         "--embargo", type=int, default=0, help="bars skipped between splits (0: lookback + horizon)"
     )
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the unfinished run in --out from its last completed epoch (same "
+        "data and settings); it ends with the checkpoint an uninterrupted run writes",
+    )
     train.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     for name in ("lookback", "horizon", "hidden", "heads", "lstm_layers", "var_dim"):
         train.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
@@ -102,7 +85,7 @@ def _register_evaluate(subparsers: argparse._SubParsersAction) -> None:  # type:
         "fan_chart.png.",
     )
     evaluate.add_argument("--checkpoint", type=Path, required=True, metavar="DIR")
-    evaluate.add_argument("--data", type=Path, nargs="+", required=True, metavar="PATH")
+    add_data_options(evaluate)
     evaluate.add_argument(
         "--split",
         choices=("test", "val", "all"),  # model.evaluate.PARTS, without importing torch here
@@ -121,19 +104,89 @@ def _register_evaluate(subparsers: argparse._SubParsersAction) -> None:  # type:
     evaluate.set_defaults(func=run_evaluate)
 
 
+def add_data_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="bar files: 6EH4-style CSV (.csv/.csv.gz) or DBN ohlcv-1m; or SYMBOL=FOLDER, a "
+        "folder of FirstRate Data day files (ES=/data/dailydata: 2010-06-15.json, ...)",
+    )
+    for name, meaning in (("start", "first"), ("end", "end (exclusive) of the")):
+        parser.add_argument(
+            f"--{name}",
+            default=None,
+            metavar="DATE",
+            help=f"{meaning} UTC date or date-time of the bars read from every --data "
+            "(2013-01-01; a folder's day files outside the range are not read)",
+        )
+
+
+def add_split_options(train: argparse.ArgumentParser) -> None:
+    fractions = (
+        ("val", "validation (early stopping), after training", 0.1),
+        ("calib", "interval calibration, after validation", 0.1),
+        ("test", "held out for `barcast evaluate`, at the end", 0.25),
+    )
+    for name, meaning, default in fractions:
+        train.add_argument(
+            f"--{name}-fraction",
+            type=float,
+            default=None,
+            help=f"share of the bars for {meaning} (default {default})",
+        )
+    for name, meaning in (("val", "validation"), ("calib", "calibration"), ("test", "test")):
+        train.add_argument(
+            f"--{name}-start",
+            default=None,
+            metavar="DATE",
+            help=f"UTC date where {meaning} starts, instead of the fractions"
+            + ("" if name != "test" else " (none: calibration runs to the last bar)"),
+        )
+
+
+def sources(args: argparse.Namespace) -> list[Any]:
+    """`--data` with `--start`/`--end` (the range applies to every source)."""
+    from model.bar_files import BarSource, parse_utc
+
+    start = parse_utc(args.start, "--start") if args.start else None
+    end = parse_utc(args.end, "--end") if args.end else None
+    return [BarSource.parse(text, start, end) for text in args.data]
+
+
 def run_train(args: argparse.Namespace) -> int:
+    from model.bar_files import DataError
     from model.train import TrainConfig, train
 
-    return _guarded(
-        "train",
-        lambda: train(args.data, args.out, _pick(TFTConfig, args), _pick(TrainConfig, args)),
-    )
+    def run() -> dict[str, Any]:
+        fractions = [
+            f"--{n}-fraction"
+            for n in ("val", "calib", "test")
+            if vars(args)[f"{n}_fraction"] is not None
+        ]
+        dates = [f"--{n}-start" for n in ("val", "calib", "test") if vars(args)[f"{n}_start"]]
+        if fractions and dates:
+            raise DataError(
+                f"{' '.join(fractions)} and {' '.join(dates)}: split by fractions or by dates, "
+                "not both"
+            )
+        return train(
+            sources(args),
+            args.out,
+            _pick(TFTConfig, args),
+            _pick(TrainConfig, args),
+            resume=args.resume,
+        )
+
+    return _guarded("train", run)
 
 
 def _pick(cls: type[T], args: argparse.Namespace) -> T:
-    """The dataclass built from the command-line options named like its fields."""
+    """The dataclass built from the command-line options named like its fields (those left
+    unset take the dataclass's defaults)."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in vars(args).items() if k in names})
+    return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -142,7 +195,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     def run() -> dict[str, Any]:
         report = evaluate(
             args.checkpoint,
-            args.data,
+            sources(args),
             part=args.split,
             device=args.device,
             out_dir=args.out,

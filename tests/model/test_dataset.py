@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -21,17 +22,20 @@ from model.covariates import (
     static_reals,
 )
 from model.dataset import (
+    TRAINING_DTYPE,
     Part,
     Split,
     WindowData,
+    build_panel,
     fit_normalizer,
     forward_returns,
+    input_rows,
     labels_over_gap_fills,
     panel_from_arrays,
     window_ends,
 )
 from model.normalization import Normalizer, Relative
-from model.synthetic import START_NS, synthetic_panel
+from model.synthetic import START_NS, random_walk_bars, synthetic_panel
 from model.volatility import TimeOfDayProfile, VolatilityScale
 
 LOOKBACK, HORIZON = 20, 5
@@ -280,3 +284,65 @@ def test_bars_load_from_dbn_and_csv_through_the_corrections(
     # the CSV stamps bar closes; ts_event is the bar open, one minute earlier
     assert six_e.ts_event[0] == np.datetime64("2024-01-01T23:00", "ns").astype(np.int64)
     assert len(six_e) == 199 + report["corrections"]["synthetic"]
+
+
+def test_features_computed_in_chunks_equal_one_pass_and_train_in_float32() -> None:
+    from features.engine import compute_batch
+
+    bars = [random_walk_bars("ESH4", 700, 0), random_walk_bars("NQH4", 500, 1)]
+    whole = build_panel(bars, HORIZON, np.float64, chunk=10**6)
+    chunked = build_panel(bars, HORIZON, np.float64, chunk=97)
+    small = build_panel(bars, HORIZON, TRAINING_DTYPE, chunk=97)
+    values, warm = compute_batch(*(getattr(bars[1], f) for f in BAR_FIELDS))
+    np.testing.assert_array_equal(whole.features[700:], values)
+    np.testing.assert_array_equal(whole.warm[700:], warm)
+    np.testing.assert_array_equal(chunked.features, whole.features)
+    assert small.features.dtype == np.float32 and whole.features.dtype == np.float64
+    np.testing.assert_array_equal(small.features, whole.features.astype(np.float32))
+    np.testing.assert_array_equal(small.targets, whole.targets)
+    assert small.offsets.tolist() == [0, 700, 1200] and small.symbols == ["ESH4", "NQH4"]
+
+
+BAR_FIELDS = ("ts_event", "open", "high", "low", "close", "volume", "synthetic")
+
+
+def test_normalization_fitted_feature_block_by_block_equals_one_fit() -> None:
+    """With relative features in other blocks than their reference column (ret_1 and the
+    EWMA volatilities among the scale's inputs, two more renamed), a NaN and a constant."""
+    panel = synthetic_panel(n_bars=1500, n_features=37, horizon=HORIZON, dtype=np.float32)
+    names = list(panel.feature_names)
+    names[20], names[33] = "roc_5", "rv_20"
+    panel = replace(panel, feature_names=tuple(names))
+    panel.features[:, [20, 33]] = np.abs(panel.features[:, [20, 33]])
+    panel.features[::5, 3] = np.nan
+    panel.features[:, 30] = 2.0
+    _, ends = splits(panel)
+    rows = np.unique((ends[Part.TRAIN][:, None] + np.arange(-LOOKBACK + 1, 1)).ravel())
+    assert np.flatnonzero(input_rows(len(panel.ts), ends[Part.TRAIN], LOOKBACK)).tolist() == (
+        rows.tolist()
+    )
+    relative = Relative.of(panel.feature_names)
+    assert {2, 20}.issubset(relative.ratio) and {6, 7, 8, 33}.issubset(relative.log_ratio)
+    one = Normalizer.fit(panel.features[rows], relative=relative)
+    blocks = fit_normalizer(panel, ends[Part.TRAIN], LOOKBACK, block=8)
+    for field in ("center", "scale", "ignored", "log_ratio", "ratio", "reference"):
+        np.testing.assert_array_equal(getattr(blocks, field), getattr(one, field))
+
+
+def test_split_dates_set_the_boundaries_and_refuse_an_impossible_order() -> None:
+    panel = synthetic_panel(n_bars=3000, horizon=HORIZON)  # 2024-01-01 23:00 + 50 hours
+    at = {d: int(pd.Timestamp(d, tz="UTC").value) for d in ("2024-01-02", "2024-01-03")}
+    val, calib, test = at["2024-01-02"], at["2024-01-02"] + 600 * MIN, at["2024-01-03"]
+    split = Split.from_dates(panel.ts, val, calib, test, 30)
+    assert split.bounds == (val, calib, test)
+    parts = split.part_of(panel.ts)
+    assert panel.ts[parts == Part.VAL].min() == val and panel.ts[parts == Part.TEST].min() == test
+    assert Split.from_dates(panel.ts, val, calib, None, 30).calib_end == panel.ts.max() + 1
+    with pytest.raises(DataError, match=r"--calib-start .* is not before --test-start"):
+        Split.from_dates(panel.ts, val, test, calib, 30)
+    with pytest.raises(DataError, match=r"--val-start .* is not before --calib-start"):
+        Split.from_dates(panel.ts, calib, calib, test, 30)
+    with pytest.raises(DataError, match="no bar is left to train on"):
+        Split.from_dates(panel.ts, int(panel.ts[0]), calib, test, 30)
+    with pytest.raises(DataError, match="no bar is left to calibrate on"):
+        Split.from_dates(panel.ts, val, int(panel.ts[-1]) + MIN, None, 30)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from model.loop import pinball_loss
 from model.metrics import attention_entropy, coverage, pinball, pinball_losses, q_risk, summarize
-from model.train import pinball_loss
 
 QS = (0.1, 0.5, 0.9)
 

@@ -1,11 +1,14 @@
-"""Training learns, fails loudly when it does not, fits batch 32 / hidden 256 on the CPU, and
-`barcast train` + `barcast evaluate` run end to end on a slice of the real 6EH4 month."""
+"""Training learns, fails loudly when it does not, fits batch 32 / hidden 256 on the CPU, builds
+and trains a multi-product panel within a memory bound set by its float32 features, and
+`barcast train` + `barcast evaluate` run end to end on a slice of the real 6EH4 month and on a
+FirstRate folder by dates."""
 
 from __future__ import annotations
 
 import argparse
 import gzip
 import json
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,17 +16,18 @@ import numpy as np
 import pytest
 import torch
 
+from features.engine import FINGERPRINT, N_FEATURES
 from model import checkpoint
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
-from model.dataset import Part, Split, WindowData, window_ends
+from model.dataset import TRAINING_DTYPE, Part, Split, WindowData, build_panel, window_ends
+from model.guards import check_epoch
 from model.normalization import Normalizer
-from model.synthetic import synthetic_panel
+from model.synthetic import random_walk_bars, synthetic_panel
 from model.tft import TemporalFusionTransformer
 from model.train import (
     TrainConfig,
     TrainingError,
-    check_epoch,
     fit_volatility,
     predict_windows,
     split_windows,
@@ -31,6 +35,7 @@ from model.train import (
     train_on_panel,
 )
 from streams.tools import model_cli as cli
+from tests.firstrate_days import write_sessions
 
 torch.set_num_threads(1)
 
@@ -108,7 +113,7 @@ def test_training_refuses_a_validation_loss_of_exactly_0(
 ) -> None:
     """The guard is wired into the epoch loop, not only defined: the seed report's run scored
     a validation loss of exactly 0 and wrote a checkpoint."""
-    monkeypatch.setattr("model.train.evaluate_loss", lambda *args: 0.0)
+    monkeypatch.setattr("model.loop.evaluate_loss", lambda *args: 0.0)
     panel = synthetic_panel(n_bars=900, n_features=16)
     with pytest.raises(TrainingError, match="exactly 0"):
         train_on_panel(panel, tmp_path, TINY, replace(QUIET, epochs=1), "synthetic", {})
@@ -163,8 +168,6 @@ def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_227_features(
 ) -> None:
     """The configuration that ran out of memory in the old report, on real bars through the
     corrections and the feature engine; reports its peak memory."""
-    from features.engine import FINGERPRINT, N_FEATURES
-
     data = sixe_slice(sixe_csv, tmp_path / "6EH4.slice.csv", 800)
     config = TFTConfig(hidden=256, heads=8, lstm_layers=2, var_dim=8)
     run = TrainConfig(
@@ -249,3 +252,76 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
         assert (out / "evaluation" / name).stat().st_size > 1000
     args = parser.parse_args(["evaluate", "--checkpoint", str(tmp_path), "--data", str(data)])
     assert args.func(args) == 2  # not a checkpoint: one clear line, no traceback
+
+
+def test_train_and_evaluate_commands_read_a_firstrate_folder_by_dates(tmp_path: Path) -> None:
+    """`--data ES=FOLDER` with a range and split dates: the splits start where the dates say,
+    only the range's day files are read, and wrong options end in one line naming the fix."""
+    folder = tmp_path / "dailydata"
+    write_sessions(folder, "2012-03-05", days=6)  # Monday to Monday
+    parser = argparse.ArgumentParser(prog="barcast")
+    cli.register(parser.add_subparsers(required=True))
+    out = tmp_path / "ckpt"
+    data = ["--data", f"ES={folder}", "--start", "2012-03-05T06:00", "--end", "2012-03-10"]
+    small = ["--hidden", "16", "--heads", "2", "--lstm-layers", "1", "--var-dim", "4"]
+    dates = ["--val-start", "2012-03-08", "--calib-start", "2012-03-08T12:00"]
+    short = ["--epochs", "1", "--windows-per-epoch", "128", "--test-start", "2012-03-09"]
+    args = parser.parse_args(["train", *data, "--out", str(out), *small, *dates, *short])
+    assert args.func(args) == 0
+    meta = json.loads((out / checkpoint.CONFIG).read_text())
+    iso = {
+        k: str(np.datetime64(v, "ns"))[:16]
+        for k, v in meta["data"]["split"].items()
+        if k != "embargo"
+    }
+    assert iso == {
+        "train_end": "2012-03-08T00:00",
+        "val_end": "2012-03-08T12:00",
+        "calib_end": "2012-03-09T00:00",
+    }
+    read = sorted(Path(p).name for p in meta["data"]["files"])
+    assert read == [f"2012-03-0{d}.json" for d in range(5, 10)]  # not the 12th
+    args = parser.parse_args(["evaluate", "--checkpoint", str(out), *data])
+    assert args.func(args) == 0
+    report = json.loads((out / "evaluation" / "evaluation.json").read_text())
+    assert report["first_window_ts"] >= "2012-03-09" and report["last_window_ts"] < "2012-03-10"
+    for wrong in (
+        [*dates, "--val-fraction", "0.2"],  # fractions and dates
+        ["--calib-start", "2012-03-08"],  # a split date alone
+        ["--resume"],  # the run in --out finished
+    ):
+        args = parser.parse_args(["train", *data, "--out", str(out), *small, *wrong])
+        assert args.func(args) == 2
+
+
+SMALL = TFTConfig(hidden=16, heads=2, lstm_layers=1, var_dim=4)
+ONE_EPOCH = TrainConfig(epochs=1, windows_per_epoch=256, progress=False)
+# Peak memory of building and training, over the panel's features alone (rows x features x 4
+# bytes). On top of them: each row's labels (80 bytes), volatility unit (40) and time, close
+# and flags (18), and the buffers of one chunk of the feature engine and of the volatility
+# scale. Features in float64, a normalized copy of them, the calendar inputs of every row or
+# a copy of the training rows to fit the normalization would each break it.
+BOUND = 1.6
+
+
+def test_a_multi_product_panel_builds_and_trains_within_its_memory_bound(tmp_path: Path) -> None:
+    bars = [random_walk_bars(s, 12_000, seed) for seed, s in enumerate(("ESH4", "NQH4", "6EH4"))]
+    # Compile the feature engine and import what training imports (plots, safetensors) before
+    # measuring: the compiler's and modules' Python objects are traced too.
+    build_panel(bars[:1], SMALL.horizon, TRAINING_DTYPE)
+    warm_up = replace(ONE_EPOCH, windows_per_epoch=32, val_fraction=0.2, test_fraction=0.0)
+    tiny = TFTConfig(lookback=30, hidden=16, heads=2, lstm_layers=1, var_dim=4, n_hist=16)
+    train_on_panel(synthetic_panel(n_bars=900), tmp_path / "warm", tiny, warm_up, "synthetic", {})
+
+    tracemalloc.start()
+    try:
+        panel = build_panel(bars, SMALL.horizon, TRAINING_DTYPE)
+        train_on_panel(panel, tmp_path / "ckpt", SMALL, ONE_EPOCH, FINGERPRINT, {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rows, features = panel.features.shape
+    assert (rows, features) == (36_000, N_FEATURES) and panel.features.dtype == np.float32
+    feature_bytes = rows * features * 4
+    print(f"peak {peak / 2**20:.1f} MiB = {peak / feature_bytes:.2f} x the features' bytes")
+    assert peak < BOUND * feature_bytes
