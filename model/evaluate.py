@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from model import plots
 from model.as_served import SERVED_QUANTILES, online_calibrated
-from model.bar_files import data_fingerprint, load_bars
+from model.bar_files import BarSource, data_fingerprint, load_bars
 from model.calibrated_baselines import calibrated_forecasts
 from model.calibration import apply_interval_scale
 from model.comparison import compare, window_losses
@@ -64,7 +64,7 @@ LOSSES = "losses.npz"  # per-window losses, beside evaluation.json
 
 def evaluate(
     checkpoint_dir: Path,
-    paths: list[Path],
+    sources: list[BarSource] | list[Path],
     *,
     part: str = "test",
     device: str = "auto",
@@ -77,7 +77,7 @@ def evaluate(
     engine = ForecastEngine(checkpoint_dir, device)
     forecaster = engine.served.forecaster
     meta, config = forecaster.meta, forecaster.config
-    bars, data_report = load_bars(paths)
+    bars, data_report = load_bars(sources)
     panel = build_panel(bars, config.horizon)
     split = Split.from_dict(meta.data["split"]) if "split" in meta.data else None
     ends, fit_ends, calibration_source = evaluation_windows(
