@@ -4,6 +4,7 @@ files, the pipeline run's checks, the backtest check and the GPU run."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
@@ -355,3 +356,30 @@ def gpu_run(results: Path = RESULTS) -> str:
         return "No `benchmarks/results/gpu.json` yet: `benchmarks/gpu/gpu.sh` has not run on a GPU."
     report = json.loads(path.read_text())
     return f"```\n{gpu_check.summary(report)}\n```"
+
+
+def train_cost(results: Path = RESULTS) -> str:
+    """What training costs, from train_cost.json: the span it read, its peak memory, and the
+    recipe's time per epoch and in all, projected from the steps it measured."""
+    r = load("train_cost", results)
+    t, f, p = r["training"], r["features"], r["provenance"]
+    start, end = (dt.date.fromisoformat(d[:10]) for d in r["range"])
+    span = f"{r['symbol']} from {start} to {end}"
+    text = (
+        f"Training cost ({span}, {f['rows']:,} bars; `benchmarks/results/train_cost.json`, "
+        f"`python -m benchmarks.train_cost`): {f['features']} {f['dtype']} features in "
+        f"{f['bytes']['total'] / 2**20:,.0f} MiB, peak resident memory "
+        f"{r['peak_rss_mb']:,} MB; an epoch of the default recipe "
+        f"({t['steps_per_recipe_epoch']:,} steps of {t['recipe']['batch_size']} windows and a "
+        f"validation pass) {t['recipe_epoch_s'] / 60:,.0f} min, its {t['recipe']['epochs']} "
+        f"epochs at most {t['recipe_total_s_projected'] / 3600:,.1f} h (projected from "
+        f"{t['epochs_measured'] * t['steps_per_measured_epoch']} measured steps; "
+        f"{p['torch_threads']} torch threads, {p['cpu_model']})."
+    )
+    days = (end - start).days
+    if days < 360:
+        text += (
+            f" It measured {days} days, not a year: a year of one product has about "
+            f"{365 / days:.1f}x the bars, and its epochs and panel grow with them."
+        )
+    return text

@@ -1,0 +1,167 @@
+"""What `barcast train` costs for one product over a span of FirstRate 1-minute bars.
+
+The default recipe (`TrainConfig()` and `TFTConfig()`: every window each epoch, batch 64, the
+product's model) on `--symbol`'s day files from `--start` to `--end`: bars read, the
+corrections, the feature panel (float32) and its bytes, the split's windows, then training
+for `--epochs` of the recipe's epochs (each the recipe's full epoch unless `--steps` caps it).
+Per phase: wall seconds and the process's peak resident memory so far (VmHWM). The total for
+the recipe is projected from the measured epochs (`epochs` x the mean epoch, an upper bound:
+early stopping may end sooner) and labelled as such. Training's process CPU seconds are
+recorded beside its wall seconds: on a shared machine the wall clock also counts others' turns.
+
+    .venv/bin/python -m benchmarks.train_cost /data/dailydata [--start 2012-01-01 --end 2013-01-01]
+
+The folder may also come from BARCAST_FIRSTRATE_DIR. Writes benchmarks/results/train_cost.json
+(or `--out`). The data is read where it lies and never copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.provenance import loadavg, run_metadata
+from model.bar_files import BarSource, load_bars, parse_utc
+from model.config import TFTConfig
+from model.dataset import TRAINING_DTYPE, Panel, Part, build_panel
+from model.memory import peak_rss_mb
+from model.train import TrainConfig, split_windows, train_on_panel
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "train_cost.json"
+FOLDER_ENV = "BARCAST_FIRSTRATE_DIR"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", nargs="?", type=Path, help=f"dailydata/ (or ${FOLDER_ENV})")
+    parser.add_argument("--symbol", default="ES")
+    parser.add_argument("--start", default="2012-01-01")
+    parser.add_argument("--end", default="2013-01-01")
+    parser.add_argument("--epochs", type=int, default=1, help="recipe epochs to measure")
+    parser.add_argument("--steps", type=int, default=0, help="cap steps per epoch (0: none)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads (0: torch's default, one per core); on a shared machine 1 keeps "
+        "the step time from waiting on a second thread the scheduler has not run",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser.parse_args()
+
+
+def folder_or_exit(given: Path | None) -> Path:
+    folder = given or (Path(os.environ[FOLDER_ENV]) if os.environ.get(FOLDER_ENV) else None)
+    if folder is None or not folder.is_dir():
+        where = f"{folder} is not a folder" if folder else "no folder given"
+        sys.exit(
+            f"train_cost: {where}; pass FirstRate's dailydata/ folder (day files "
+            f"YYYY-MM-DD.json) as the first argument or in ${FOLDER_ENV}"
+        )
+    return folder
+
+
+def panel_bytes(panel: Panel) -> dict[str, int]:
+    arrays = {k: v for k, v in vars(panel).items() if isinstance(v, np.ndarray)}
+    return {k: int(v.nbytes) for k, v in arrays.items()} | {
+        "total": int(sum(v.nbytes for v in arrays.values()))
+    }
+
+
+def main() -> int:
+    args = parse_args()
+    folder = folder_or_exit(args.folder)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    provenance = run_metadata()
+    started = time.perf_counter()
+    start, end = parse_utc(args.start, "--start"), parse_utc(args.end, "--end")
+    bars, report = load_bars([BarSource(folder, args.symbol, start, end)])
+    read = {
+        "raw_bars": report["raw_bars"],
+        "clean_bars": report["bars_per_symbol"],
+        "day_files": len(report["files"]),
+        "read_s": round(report["seconds"]["read"], 2),
+        "corrections_s": round(report["seconds"]["corrections"], 2),
+        "corrections": {k: v for k, v in report["corrections"].items() if v},
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+    print(f"read and corrected: {read}", file=sys.stderr)
+
+    at = time.perf_counter()
+    panel = build_panel(bars, TFTConfig().horizon, TRAINING_DTYPE)
+    del bars
+    features = {
+        "seconds": round(time.perf_counter() - at, 2),
+        "rows": len(panel.ts),
+        "features": panel.features.shape[1],
+        "dtype": str(panel.features.dtype),
+        "bytes": panel_bytes(panel),
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+    print(f"features: {features}", file=sys.stderr)
+
+    model, recipe = TFTConfig(), TrainConfig()
+    _, ends = split_windows(panel, model, recipe)
+    n_train = len(ends[Part.TRAIN])
+    per_epoch = min(n_train, recipe.windows_per_epoch or n_train)
+    steps = math.ceil(per_epoch / recipe.batch_size)
+    measured = replace(
+        recipe,
+        epochs=args.epochs,
+        windows_per_epoch=min(per_epoch, args.steps * recipe.batch_size) if args.steps else 0,
+    )
+    at, cpu_at = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        metrics = train_on_panel(panel, Path(out), model, measured, "train_cost", {})
+        history = json.loads((Path(out) / "metrics.json").read_text())
+    train_s, train_cpu_s = time.perf_counter() - at, time.process_time() - cpu_at
+    epoch_s = [h["seconds"] for h in history]
+    val_s = float(np.mean([h["val_seconds"] for h in history]))
+    measured_steps = math.ceil((measured.windows_per_epoch or per_epoch) / recipe.batch_size)
+    step_s = (sum(epoch_s) - val_s * len(history)) / (measured_steps * len(history))
+    recipe_epoch_s = step_s * steps + val_s
+    training = {
+        "windows": {p.name.lower(): len(e) for p, e in ends.items()},
+        "recipe": asdict(recipe),
+        "model_params": metrics["n_params"],
+        "steps_per_recipe_epoch": steps,
+        "epochs_measured": len(history),
+        "steps_per_measured_epoch": measured_steps,
+        "epoch_s": [round(s, 1) for s in epoch_s],
+        "train_step_s": round(step_s, 4),
+        "validation_s": round(val_s, 1),
+        "setup_and_calibration_s": round(train_s - sum(epoch_s), 1),
+        "wall_s": round(train_s, 1),
+        "cpu_s": round(train_cpu_s, 1),
+        "recipe_epoch_s": round(recipe_epoch_s, 1),
+        "recipe_total_s_projected": round(recipe_epoch_s * recipe.epochs, 1),
+        "projection": f"recipe epoch = {steps} steps x the measured mean step time + the "
+        f"measured validation pass; total = {recipe.epochs} such epochs, an upper bound "
+        f"(early stopping, patience {recipe.patience}, may end sooner), setup not included",
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+    result = {
+        "symbol": args.symbol,
+        "range": [args.start, args.end],
+        "read": read,
+        "features": features,
+        "training": training,
+        "peak_rss_mb": round(peak_rss_mb()),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "provenance": provenance | {"loadavg_end": loadavg()},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0
