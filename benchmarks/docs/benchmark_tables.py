@@ -374,7 +374,8 @@ def train_cost(results: Path = RESULTS) -> str:
         f"validation pass) {t['recipe_epoch_s'] / 60:,.0f} min, its {t['recipe']['epochs']} "
         f"epochs at most {t['recipe_total_s_projected'] / 3600:,.1f} h (projected from "
         f"{t['epochs_measured'] * t['steps_per_measured_epoch']} measured steps; "
-        f"{p['torch_threads']} torch threads, {p['cpu_model']})."
+        f"{p['torch_threads']} torch threads, {p['cpu_model']}, load average "
+        f"{p['loadavg_end'][0]:.1f} at its end: on a shared machine, others' work counts too)."
     )
     days = (end - start).days
     if days < 360:
