@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks.walk_forward import run as walk_forward
 from benchmarks.walk_forward.figures import markdown_table, pooled
 from benchmarks.walk_forward.protocol import Protocol, ProtocolError
 from benchmarks.walk_forward.run import PROTOCOL
@@ -127,3 +128,63 @@ def test_pooled_figures_count_wins_and_check_the_issues_acceptance() -> None:
     assert len(rows) == 2 + 3 + 1 and rows[-1].startswith("| **es, pooled** (2 of 3 folds won)")
     missing = pooled(folds, {k: v for k, v in losses.items() if k != "b"})["es"]
     assert missing == {"folds": ["a", "b", "c"], "missing_losses": ["b"]}
+
+
+def test_a_protocol_runs_end_to_end_and_resumes(data_dir: Path, tmp_path: Path) -> None:
+    """Two tiny folds on the shared 6E and BTC months through the product's train and evaluate:
+    one dated (6E: a week of training, then validation, calibration and test days), one
+    leave-one-product-out (trained on 6E, tested on BTC); the results hold both folds' figures
+    and their pooled group, and a second run at the same commit and recipe trains nothing."""
+    sources = {
+        "6E": {"file": "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"},
+        "BTC": {"file": "BTC-PERP.BINANCE_1min_bars_20211231_20220201.csv.gz"},
+    }
+    folds = [
+        {
+            "name": "dated",
+            "group": "g",
+            "sources": ["6E"],
+            "train": ["2024-01-02", "2024-01-09"],
+            "val": ["2024-01-09", "2024-01-10"],
+            "calib": ["2024-01-10", "2024-01-11"],
+            "test": ["2024-01-11", "2024-01-12"],
+        },
+        {
+            "name": "other-product",
+            "group": "g",
+            "train_sources": [{"source": "6E", "range": ["2024-01-02", "2024-01-09"]}],
+            "test_sources": [{"source": "BTC", "range": ["2022-01-01", "2022-01-03"]}],
+        },
+    ]
+    path = tmp_path / "protocol.json"
+    path.write_text(json.dumps({"name": "tiny", "sources": sources, "folds": folds}))
+    tiny = ["hidden=16", "heads=2", "lstm_layers=1", "var_dim=4", "epochs=1"]
+    tiny += ["windows_per_epoch=128", "progress=false"]
+    command = ["--protocol", str(path), "--results", str(tmp_path / "r.json")]
+    command += ["--work", str(tmp_path / "work"), "--set", *tiny]
+    assert walk_forward.main(command) == 0
+    results = json.loads((tmp_path / "r.json").read_text())
+    dated_fold, other = results["folds"]["dated"], results["folds"]["other-product"]
+    assert dated_fold["split"] == "test" and other["split"] == "all"
+    assert dated_fold["first_window_ts"].startswith("2024-01-11")
+    assert dated_fold["calibration"]["first_window_ts"].startswith("2024-01-10")
+    assert other["first_window_ts"].startswith("2022-01-01")
+    for fold in (dated_fold, other):
+        forecasters = set(fold["offline"]["forecasters"])
+        assert {"tft", "har_tod_gaussian", "har_tod_ewma_gaussian"} <= forecasters
+        assert set(fold["served"]["forecasters"]) == forecasters
+        assert 0 <= fold["offline"]["comparison"]["dm_hln_p_value"] <= 1
+    pooled_g = results["pooled"]["g"]
+    assert pooled_g["offline"]["n_windows"] == dated_fold["n_windows"] + other["n_windows"]
+    assert results["recipe"]["overrides"]["hidden"] == 16
+    assert results["provenance"]["commit"] == dated_fold["identity"]["commit"]
+    assert (
+        walk_forward.run(
+            Protocol.load(path),
+            ["dated", "other-product"],
+            results["recipe"]["overrides"],
+            tmp_path / "r.json",
+            tmp_path / "work",
+        )
+        == []
+    )
