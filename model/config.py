@@ -10,6 +10,9 @@ class ConfigError(ValueError):
     """A model configuration that cannot build a working TFT."""
 
 
+ENCODERS = ("window", "stream")
+
+
 @dataclass(frozen=True)
 class TFTConfig:
     lookback: int = 60  # past bars the encoder sees
@@ -25,6 +28,9 @@ class TFTConfig:
     var_dim: int = 8  # width of each variable's own embedding/GRN inside variable selection
     zero_median: bool = True  # forecast a median return of exactly 0, as a martingale's is
     releases: bool = False  # known-future inputs include the release calendar (model.releases)
+    # "window": the encoder LSTM reruns over each forecast's lookback from the static state;
+    # "stream": its state carries from bar to bar (model.stream), each bar encoded once
+    encoder: str = "window"
 
     def __post_init__(self) -> None:
         # JSON round trips turn the tuple into a list; the config must stay hashable.
@@ -66,6 +72,8 @@ class TFTConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"TFTConfig.dropout={self.dropout} must be in [0, 1)")
+        if self.encoder not in ENCODERS:
+            raise ConfigError(f"TFTConfig.encoder={self.encoder!r} must be one of {ENCODERS}")
         qs = self.quantiles
         if list(qs) != sorted(set(qs)) or not all(0.0 < q < 1.0 for q in qs) or 0.5 not in qs:
             raise ConfigError(

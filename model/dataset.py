@@ -13,6 +13,7 @@ A window ends on a real bar, as in serving: the worker never forecasts from a ga
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -188,7 +189,12 @@ class Batch:
         training): the whole batch or none, since each shared row is encoded once with one
         window's symbol context, and a symbol dropped per window would leak into its neighbours'
         rows (and theirs into its own)."""
-        return torch.zeros_like(self.symbol) if torch.rand(()) < p else self.symbol
+        return drop_symbols(self.symbol, p)
+
+
+def drop_symbols(symbol: torch.Tensor, p: float) -> torch.Tensor:
+    """`symbol`, or with probability `p` all 0 (the unknown symbol's row)."""
+    return torch.zeros_like(symbol) if torch.rand(()) < p else symbol
 
 
 class WindowData:
@@ -215,6 +221,18 @@ class WindowData:
         ids, reals = vocab.encode(panel.symbols)
         self.symbol_ids, self.symbol_reals = torch.from_numpy(ids), torch.from_numpy(reals)
         self._steps = np.arange(-lookback + 1, 1)
+
+    @cached_property
+    def run_start(self) -> np.ndarray:
+        """(R,) int64: the first row of each row's run of warm rows of its symbol, where a
+        stream of its bars starts (model.stream); past the row itself for a cold row."""
+        panel, n = self.panel, len(self.panel.ts)
+        begins = np.zeros(n, dtype=np.int64)
+        starts = panel.offsets[:-1][panel.offsets[:-1] < n]  # a symbol without rows: none
+        begins[starts] = starts
+        cold = np.flatnonzero(~panel.warm)
+        begins[cold] = cold + 1
+        return np.maximum.accumulate(begins)
 
     def batch(self, ends: np.ndarray) -> Batch:
         ends = np.asarray(ends, dtype=np.int64)

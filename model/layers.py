@@ -184,13 +184,24 @@ class InterpretableAttention(nn.Module):
 
         Returns the output `(B, Q, H)` and the weights `(B, heads, Q, S)`.
         """
+        return self.attend(queries, *self.project(keys), mask)
+
+    def project(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """The keys `(B, S, H)` and values `(B, S, d_head)` of positions `(B, S, H)`: each
+        position's own, so a stream computes a past position's once, when its bar arrives."""
+        return self.key(positions), self.value(positions)
+
+    def attend(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """`forward` from projected keys and values (`project`)."""
         b, n_q, _ = queries.shape
         n_s = keys.shape[1]
         q = self.query(queries).view(b, n_q, self.heads, self.d_head).transpose(1, 2)
-        k = self.key(keys).view(b, n_s, self.heads, self.d_head).transpose(1, 2)
+        k = keys.view(b, n_s, self.heads, self.d_head).transpose(1, 2)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        mixed = self.dropout(weights).mean(dim=1) @ self.value(keys)
+        mixed = self.dropout(weights).mean(dim=1) @ values
         return self.out(mixed), weights
 
 

@@ -24,7 +24,8 @@ from model.dataset import Batch, WindowData
 from model.forecaster import autocast_for
 from model.guards import TrainingError, check_epoch, check_weights_moved
 from model.memory import peak_memory_mb
-from model.tft import TemporalFusionTransformer, TFTOutput
+from model.stream import Sequences, evaluation_sequences, forward_sequences, training_sequences
+from model.tft import TemporalFusionTransformer
 from model.training_state import Loop, TrainingState
 
 
@@ -126,7 +127,7 @@ def run_epoch(
     order = epoch_order(train_ends, cfg.chunk, loop.order)[:per_epoch]
     steps = [order[i : i + cfg.batch_size] for i in range(0, per_epoch, cfg.batch_size)]
     train_loss, grad_norm = train_epoch(
-        model, data, steps, loop.optimizer, loop.schedule, cfg, device, epoch
+        model, data, steps, loop.optimizer, loop.schedule, cfg, device, epoch, train_ends
     )
     validating = time.perf_counter()
     val_loss = evaluate_loss(model, data, val_ends, cfg.batch_size * 4, device)
@@ -174,8 +175,11 @@ def train_epoch(
     cfg: TrainConfig,
     device: torch.device,
     epoch: int,
+    train_ends: np.ndarray,
 ) -> tuple[float, float]:
-    """One pass over `steps` (each a batch of window ends); mean loss and gradient norm."""
+    """One pass over `steps` (each a batch of window ends); mean loss and gradient norm.
+    A streaming encoder trains on sequences ending at some of them (model.stream), scored
+    at every one of `train_ends` they hold."""
     levels = torch.tensor(model.config.quantiles, device=device)
     loss_sum, grad_sum = 0.0, 0.0
     bar = tqdm(
@@ -185,11 +189,13 @@ def train_epoch(
         disable=None if cfg.progress else True,
     )
     for step, ends in enumerate(bar):
-        batch = data.batch(ends)
-        symbol = batch.symbols_dropped(cfg.symbol_dropout)
+        streaming = model.config.encoder == "stream"
+        batch = training_sequences(data, ends, train_ends) if streaming else data.batch(ends)
         with autocast_for(device):
-            out = forward_batch(model, batch, symbol, device)
-            pred = out.quantiles.float() * batch.unit.to(device).unsqueeze(-1)
+            quantiles = forward_batch(
+                model, batch, batch.symbols_dropped(cfg.symbol_dropout), device
+            )
+            pred = quantiles.float() * batch.unit.to(device).unsqueeze(-1)
             loss = pinball_loss(pred, batch.y.to(device), levels)
         if not torch.isfinite(loss):
             raise TrainingError(
@@ -215,8 +221,14 @@ def epoch_order(ends: np.ndarray, chunk: int, rng: np.random.Generator) -> np.nd
 
 
 def forward_batch(
-    model: TemporalFusionTransformer, batch: Batch, symbol: torch.Tensor, device: torch.device
-) -> TFTOutput:
+    model: TemporalFusionTransformer,
+    batch: Batch | Sequences,
+    symbol: torch.Tensor,
+    device: torch.device,
+) -> torch.Tensor:
+    """The quantiles of a batch's windows, or of the positions its sequences forecast."""
+    if isinstance(batch, Sequences):
+        return forward_sequences(model, batch, symbol, device)
     return model.forward_shared(
         symbol.to(device),
         batch.static_reals.to(device),
@@ -224,7 +236,7 @@ def forward_batch(
         batch.index.to(device),
         batch.row_window.to(device),
         batch.x_future.to(device),
-    )
+    ).quantiles
 
 
 @torch.inference_mode()
@@ -243,12 +255,14 @@ def predict_windows(
     c = model.config
     preds = torch.empty((len(ends), c.horizon, len(c.quantiles)))
     ys = torch.empty((len(ends), c.horizon))
+    streaming = c.encoder == "stream"
     for start in range(0, len(ends), batch_size):
-        batch = data.batch(ends[start : start + batch_size])
+        part = ends[start : start + batch_size]
+        batch = evaluation_sequences(data, part) if streaming else data.batch(part)
         with autocast_for(device):
-            out = forward_batch(model, batch, batch.symbol, device)
+            quantiles = forward_batch(model, batch, batch.symbol, device)
         stop = start + len(batch.y)
-        preds[start:stop] = out.quantiles.float().cpu() * batch.unit.unsqueeze(-1)
+        preds[start:stop] = quantiles.float().cpu() * batch.unit.unsqueeze(-1)
         ys[start:stop] = batch.y
     return preds, ys
 

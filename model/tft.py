@@ -93,27 +93,63 @@ class TemporalFusionTransformer(nn.Module):
     ) -> TFTOutput:
         """encoded `(B, lookback, hidden)` (from `encode_history`), x_future `(B, horizon,
         n_future)`."""
-        c = self.config
-        future, future_weights = self.future_selection(x_future, static.selection)
+        past_out, state = self.encoder(encoded, self.initial_state(static))
+        keys, values = self.remember(past_out, encoded, static.enrichment)
+        return self.decode(state, keys, values, static, x_future)
 
-        state = (
-            static.state_h.unsqueeze(0).expand(c.lstm_layers, -1, -1).contiguous(),
-            static.state_c.unsqueeze(0).expand(c.lstm_layers, -1, -1).contiguous(),
+    def initial_state(self, static: StaticContext) -> tuple[Tensor, Tensor]:
+        """The encoder LSTM's state before a symbol's first bar: `(lstm_layers, B, hidden)`."""
+        layers = self.config.lstm_layers
+        return (
+            static.state_h.unsqueeze(0).expand(layers, -1, -1).contiguous(),
+            static.state_c.unsqueeze(0).expand(layers, -1, -1).contiguous(),
         )
+
+    def step(
+        self, encoded: Tensor, state: tuple[Tensor, Tensor], enrichment: Tensor
+    ) -> tuple[tuple[Tensor, Tensor], Tensor, Tensor]:
+        """One bar through the encoder from `state`: the next state, and the bar's attention
+        key `(B, 1, hidden)` and value `(B, 1, d_head)`. encoded `(B, 1, hidden)`."""
         past_out, state = self.encoder(encoded, state)
+        return (state, *self.remember(past_out, encoded, enrichment))
+
+    def remember(
+        self, past_out: Tensor, encoded: Tensor, enrichment: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Past positions' attention keys and values `(B, T, .)` from their encoder outputs and
+        encodings `(B, T, hidden)`: each position's depends on its own only, so a streaming
+        encoder computes them once, when the position's bar arrives."""
+        temporal = self.lstm_gate(past_out, encoded)
+        return self.attention.project(self.enrichment(temporal, enrichment.unsqueeze(1)))
+
+    def decode(
+        self,
+        state: tuple[Tensor, Tensor],
+        keys: Tensor,
+        values: Tensor,
+        static: StaticContext,
+        x_future: Tensor,
+    ) -> TFTOutput:
+        """The forecast from the encoder's `state` after the newest bar and the past positions'
+        keys and values (`remember`, oldest first): the decoder LSTM over the known-future
+        inputs, attention over past and future, the head."""
+        future, future_weights = self.future_selection(x_future, static.selection)
         future_out, _ = self.decoder(future, state)
-        selected = torch.cat([encoded, future], dim=1)
-        temporal = self.lstm_gate(torch.cat([past_out, future_out], dim=1), selected)
-
+        temporal = self.lstm_gate(future_out, future)
         enriched = self.enrichment(temporal, static.enrichment.unsqueeze(1))
-        n_past, n_fut = encoded.shape[1], x_future.shape[1]
+        future_keys, future_values = self.attention.project(enriched)
+        n_past, n_fut = keys.shape[1], x_future.shape[1]
         # Decoder step i sits at position n_past + i and may see every position up to itself.
-        mask = torch.ones(n_fut, n_past + n_fut, dtype=torch.bool, device=encoded.device)
+        mask = torch.ones(n_fut, n_past + n_fut, dtype=torch.bool, device=keys.device)
         mask = mask.tril(diagonal=n_past)
-        attended, attention = self.attention(enriched[:, n_past:], enriched, mask)
-        attended = self.attention_gate(attended, enriched[:, n_past:])
-
-        decoded = self.output_gate(self.feed_forward(attended), temporal[:, n_past:])
+        attended, attention = self.attention.attend(
+            enriched,
+            torch.cat([keys, future_keys], dim=1),
+            torch.cat([values, future_values], dim=1),
+            mask,
+        )
+        attended = self.attention_gate(attended, enriched)
+        decoded = self.output_gate(self.feed_forward(attended), temporal)
         return TFTOutput(self.head(decoded), attention, future_weights, static.weights)
 
     def forward(

@@ -39,6 +39,7 @@ def make_checkpoint(
     fingerprint: str | None = None,
     symbols: tuple[str, ...] = ("6EH4", "ESU4", "NQU4"),
     median_shift: float | None = None,
+    encoder: str = "window",
 ) -> str:
     """Write a randomly initialised TFT checkpoint; returns its model id. With `median_shift`,
     its head is a new model's instead (Gaussian quantiles of its volatility scale whatever the
@@ -53,6 +54,7 @@ def make_checkpoint(
         n_symbols=vocab.size,
         dropout=0.0,
         zero_median=median_shift is None or median_shift == 0,
+        encoder=encoder,
     )
     if median_shift is None:
         model = untrained_model(config)

@@ -25,7 +25,8 @@ from model.forecaster import Forecaster, autocast_for
 from model.releases import future_names, known_future
 from model.serving.baselines import BaselineSpec, ShadowBaselines
 from model.serving.explain import ExplainArrays, explanations
-from model.serving.programs import ChunkPrograms, chunk_programs
+from model.serving.programs import ChunkPrograms, chunk_programs, chunked
+from model.serving.streaming import Dims, SymbolStream, advance, continues
 from model.tft import StaticContext, TemporalFusionTransformer
 
 # Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
@@ -88,14 +89,7 @@ class _Cached:
     weights: Tensor | None = None
 
     def continued_by(self, request: WindowRequest) -> bool:
-        """Whether `request`'s window holds this one's newest row: a window that restarted
-        (stored by another feature set, its rows numbered anew over other bars) must not
-        reuse the encodings of rows it no longer holds."""
-        ahead = request.count - self.count
-        lookback = len(request.values)
-        return 0 <= ahead < lookback and np.array_equal(
-            request.values[lookback - 1 - ahead], self.newest
-        )
+        return continues(self.count, self.newest, request)
 
 
 @dataclass
@@ -109,6 +103,7 @@ class Served:
     cache: dict[str, _Cached] = field(default_factory=dict)
     static: dict[str, StaticContext] = field(default_factory=dict)
     explaining: ChunkPrograms | None = None  # `programs` that also return explain outputs
+    streams: dict[str, SymbolStream] = field(default_factory=dict)  # a stream encoder's
 
 
 @dataclass(slots=True)
@@ -117,33 +112,6 @@ class _Pass:
 
     quantiles: Tensor
     arrays: ExplainArrays | None = None
-
-
-def _chunked(rows: int, fn, *inputs: Tensor):  # type: ignore[no-untyped-def]
-    """fn over row chunks of exactly `rows` (the last padded by repeating its final row)."""
-    n = inputs[0].shape[0]
-    outputs = []
-    for start in range(0, n, rows):
-        part = [x[start : start + rows] for x in inputs]
-        short = rows - part[0].shape[0]
-        if short:
-            part = [torch.cat([p, p[-1:].expand(short, *p.shape[1:])]) for p in part]
-        out = fn(*part)
-        outputs.append(out if not short else _head(out, rows - short))
-    if isinstance(outputs[0], tuple):
-        return _like(outputs[0], [torch.cat(items) for items in zip(*outputs, strict=True)])
-    return torch.cat(outputs)
-
-
-def _head(out, n: int):  # type: ignore[no-untyped-def]
-    if isinstance(out, tuple):
-        return _like(out, [o[:n] for o in out])
-    return out[:n]
-
-
-def _like(out: tuple, items: list[Tensor]) -> tuple:
-    """`items` as the kind of tuple `out` is: a NamedTuple, or the plain one a trace returns."""
-    return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
 
 
 class ForecastEngine:
@@ -178,6 +146,11 @@ class ForecastEngine:
         except ValueError as exc:
             raise CheckpointError(str(exc)) from None
         served = Served(forecaster, path, programs, ShadowBaselines(meta, spec))
+        if self.explain and meta.config.encoder == "stream":
+            raise CheckpointError(
+                f"{path} has the stream encoder, whose forecasts are not explained yet: serve "
+                "it with BARCAST_EXPLAIN off, or a window-encoder checkpoint"
+            )
         if self.explain:
             self._explaining(served)
         return served
@@ -257,16 +230,18 @@ class ForecastEngine:
         programs = self._explaining(served) if explain else served.programs
         with torch.inference_mode(), autocast_for(self.device):
             static = self._static(model, served, [r.symbol for r in batch])
-            encoded, weights = self._windows(served, programs, batch, incremental, explain)
             ts = np.array([r.ts_event for r in batch])
             unique, inverse = np.unique(ts, return_inverse=True)  # a burst shares one minute
             calendar = served.forecaster.calendar
-            future = known_future(unique, self.horizon, calendar)[inverse]
-            out = _chunked(
+            future = self._tensor(known_future(unique, self.horizon, calendar)[inverse])
+            if programs.step is not None:
+                return _Pass(self._streamed(served, programs, batch, incremental, future, static))
+            encoded, weights = self._windows(served, programs, batch, incremental, explain)
+            out = chunked(
                 programs.forward_rows,
                 lambda e, f, *s: programs.forward(e, *s[:4], f),
                 encoded,
-                self._tensor(future),
+                future,
                 *static,
             )
             if not explain:
@@ -357,6 +332,31 @@ class ForecastEngine:
             )
         return windows, selected
 
+    def _streamed(
+        self,
+        served: Served,
+        programs: ChunkPrograms,
+        batch: list[WindowRequest],
+        incremental: bool,
+        future: Tensor,
+        static: StaticContext,
+    ) -> Tensor:
+        """The streaming encoder's quantiles (model.serving.streaming)."""
+        config, normalizer = served.forecaster.config, served.forecaster.meta.normalizer
+
+        def encode(values: np.ndarray, selection: Tensor) -> Tensor:
+            return _encode(programs, self._tensor(normalizer.apply(values[:, None, :])), selection)
+
+        def step(*inputs: Tensor) -> tuple[Tensor, ...]:
+            return chunked(programs.forward_rows, programs.step, *inputs)
+
+        dims = Dims(config.lstm_layers, config.lookback, config.hidden // config.heads)
+        carried = advance(served.streams, batch, served.static, encode, step, dims, incremental)
+        rows = programs.forward_rows
+        return chunked(
+            rows, programs.forward, *carried, static.selection, static.enrichment, future
+        )
+
     def _tensor(self, array: np.ndarray) -> Tensor:
         tensor = torch.from_numpy(np.ascontiguousarray(array))
         if tensor.is_floating_point():
@@ -367,7 +367,7 @@ class ForecastEngine:
 def _encode(programs: ChunkPrograms, x: Tensor, selection: Tensor) -> Tensor | tuple:
     """(n, 1, F) -> (n, 1, hidden), every step encoded on its own in fixed-size chunks
     (explaining, and its weights (n, 1, F))."""
-    return _chunked(programs.encode_rows, programs.encode, x, selection)
+    return chunked(programs.encode_rows, programs.encode, x, selection)
 
 
 def _reduced(hist: Tensor, static: Tensor, attention: Tensor, future: Tensor) -> ExplainArrays:

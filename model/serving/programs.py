@@ -14,7 +14,8 @@ GIL.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -31,6 +32,10 @@ class ChunkPrograms(NamedTuple):
     encode: Callable[[Tensor, Tensor], Tensor]
     forward_rows: int  # the windows and steps of every call: inputs are padded to them
     encode_rows: int
+    # The streaming encoder's (model.serving.streaming; None: the window encoder's model):
+    # (encoded (n, 1, h), h, c (n, layers, h), enrichment) -> next h, c, and the rows' keys and
+    # values; `forward` is then (keys, values, h, c, selection, enrichment, future) -> quantiles
+    step: Callable[..., tuple[Tensor, ...]] | None = None
 
 
 class _Forward(nn.Module):
@@ -47,6 +52,35 @@ class _Forward(nn.Module):
         static = StaticContext(selection, enrichment, state_h, state_c, selection)
         out = self.model.forward_encoded(encoded, static, future)
         return (out.quantiles, out.attention, out.future_weights) if self.explain else out.quantiles
+
+
+class _Step(nn.Module):
+    """`TemporalFusionTransformer.step` with the state batch-first, as the engine chunks it."""
+
+    def __init__(self, model: TemporalFusionTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, encoded: Tensor, h: Tensor, c: Tensor, enrichment: Tensor
+    ) -> tuple[Tensor, ...]:
+        state = (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous())
+        (h, c), keys, values = self.model.step(encoded, state, enrichment)
+        return h.transpose(0, 1), c.transpose(0, 1), keys, values
+
+
+class _Decode(nn.Module):
+    """`TemporalFusionTransformer.decode`'s quantiles from a stream's carried state."""
+
+    def __init__(self, model: TemporalFusionTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, keys: Tensor, values: Tensor, *state_static_future: Tensor) -> Tensor:
+        h, c, selection, enrichment, future = state_static_future
+        static = StaticContext(selection, enrichment, selection, selection, selection)
+        state = (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous())
+        return self.model.decode(state, keys, values, static, future).quantiles
 
 
 class _Encode(nn.Module):
@@ -72,6 +106,8 @@ def chunk_programs(
     """`explain`: programs that also return what an explanation needs (forward: quantiles,
     attention, future weights; encode: encodings, selection weights). They run the same ops,
     so their quantiles and encodings are bit-identical to the plain programs'."""
+    if model.config.encoder == "stream":
+        return _stream_programs(model, device, precision, forward_rows, encode_rows)
     forward, encode = _Forward(model, explain).eval(), _Encode(model, explain).eval()
     if device.type != "cpu" or precision != "fp32":
         return ChunkPrograms(forward, encode, forward_rows, encode_rows)
@@ -80,6 +116,48 @@ def chunk_programs(
     window = torch.zeros(forward_rows, c.lookback, c.hidden)
     future = torch.zeros(forward_rows, c.horizon, c.n_future)
     steps, selection = torch.zeros(encode_rows, 1, c.n_hist), torch.zeros(encode_rows, c.hidden)
+    with _tracing():
+        # Expected: the deprecation, and shape-derived Python ints frozen into the trace.
+        return ChunkPrograms(
+            torch.jit.trace(forward, (window, *state, future), check_trace=False),
+            torch.jit.trace(encode, (steps, selection), check_trace=False),
+            forward_rows,
+            encode_rows,
+        )
+
+
+def _stream_programs(
+    model: TemporalFusionTransformer,
+    device: torch.device,
+    precision: str,
+    forward_rows: int,
+    encode_rows: int,
+) -> ChunkPrograms:
+    """The streaming encoder's programs: steps run in chunks of `forward_rows` rows too."""
+    decode, step, encode = _Decode(model).eval(), _Step(model).eval(), _Encode(model).eval()
+    if device.type != "cpu" or precision != "fp32":
+        return ChunkPrograms(decode, encode, forward_rows, encode_rows, step)
+    c, n = model.config, forward_rows
+    d_head = c.hidden // c.heads
+    state = [torch.zeros(n, c.lstm_layers, c.hidden) for _ in range(2)]
+    context = [torch.zeros(n, c.hidden) for _ in range(2)]
+    future = torch.zeros(n, c.horizon, c.n_future)
+    ring = (torch.zeros(n, c.lookback, c.hidden), torch.zeros(n, c.lookback, d_head))
+    steps, selection = torch.zeros(encode_rows, 1, c.n_hist), torch.zeros(encode_rows, c.hidden)
+    with _tracing():
+        return ChunkPrograms(
+            torch.jit.trace(decode, (*ring, *state, *context, future), check_trace=False),
+            torch.jit.trace(encode, (steps, selection), check_trace=False),
+            forward_rows,
+            encode_rows,
+            torch.jit.trace(
+                step, (torch.zeros(n, 1, c.hidden), *state, context[0]), check_trace=False
+            ),
+        )
+
+
+@contextmanager
+def _tracing() -> Iterator[None]:
     with torch.no_grad(), warnings.catch_warnings():
         # Expected: the deprecation, and shape-derived Python ints frozen into the trace.
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -87,9 +165,31 @@ def chunk_programs(
         # No check_trace: it reruns each program on these zeros against eager mode, twice the
         # tracing's cost at every load and reload; the engine's tests hold the programs to eager
         # mode on real windows, bit for bit.
-        return ChunkPrograms(
-            torch.jit.trace(forward, (window, *state, future), check_trace=False),
-            torch.jit.trace(encode, (steps, selection), check_trace=False),
-            forward_rows,
-            encode_rows,
-        )
+        yield
+
+
+def chunked(rows: int, fn, *inputs: Tensor):  # type: ignore[no-untyped-def]
+    """fn over row chunks of exactly `rows` (the last padded by repeating its final row)."""
+    n = inputs[0].shape[0]
+    outputs = []
+    for start in range(0, n, rows):
+        part = [x[start : start + rows] for x in inputs]
+        short = rows - part[0].shape[0]
+        if short:
+            part = [torch.cat([p, p[-1:].expand(short, *p.shape[1:])]) for p in part]
+        out = fn(*part)
+        outputs.append(out if not short else _head(out, rows - short))
+    if isinstance(outputs[0], tuple):
+        return _like(outputs[0], [torch.cat(items) for items in zip(*outputs, strict=True)])
+    return torch.cat(outputs)
+
+
+def _head(out, n: int):  # type: ignore[no-untyped-def]
+    if isinstance(out, tuple):
+        return _like(out, [o[:n] for o in out])
+    return out[:n]
+
+
+def _like(out: tuple, items: list[Tensor]) -> tuple:
+    """`items` as the kind of tuple `out` is: a NamedTuple, or the plain one a trace returns."""
+    return type(out)(*items) if hasattr(out, "_fields") else tuple(items)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from features import engine as feature_engine
@@ -18,26 +17,22 @@ from tests.checkpoints import make_checkpoint
 SYMBOLS = ("6EH4", "ESU4", "NQU4")
 
 
-@pytest.fixture(scope="module")
-def feature_rows(sixe_bars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    bars = sixe_bars.iloc[:1200]
-    values, warm = feature_engine.compute_batch(
-        bars["ts_event"].to_numpy(),
-        *(bars[c].to_numpy() for c in ("open", "high", "low", "close", "volume")),
-        np.zeros(len(bars), dtype=np.bool_),
-    )
-    first = int(np.argmax(warm))
-    return values[first:], bars["ts_event"].to_numpy()[first:], bars["close"].to_numpy()[first:]
-
-
 def replay(
     engine: ForecastEngine, rows, start: int, stop: int, batch: int, incremental: bool = True
 ) -> np.ndarray:
     """Three symbols, each replaying the history from its own offset, interleaved by minute
     and forecast in batches of `batch` (so a batch often holds one symbol several times)."""
+    requests = requests_of(rows, start, stop, engine.lookback)
+    out = [
+        engine.predict(requests[i : i + batch], incremental) for i in range(0, len(requests), batch)
+    ]
+    return np.concatenate(out)
+
+
+def requests_of(rows, start: int, stop: int, lookback: int) -> list[WindowRequest]:
+    """`replay`'s requests: minutes `start` to `stop` of each symbol, interleaved."""
     values, ts, close = rows
-    lookback = engine.lookback
-    requests = [
+    return [
         WindowRequest(
             symbol,
             symbol.encode(),
@@ -51,10 +46,6 @@ def replay(
         for t in range(start, stop)
         for k, symbol in enumerate(SYMBOLS)
     ]
-    out = [
-        engine.predict(requests[i : i + batch], incremental) for i in range(0, len(requests), batch)
-    ]
-    return np.concatenate(out)
 
 
 def test_incremental_equals_full_over_a_long_replay(tmp_path: Path, feature_rows) -> None:

@@ -1,0 +1,209 @@
+"""The forecast worker's streaming encoder (`TFTConfig(encoder="stream")`, model.stream): each
+symbol's encoder state and the ring of its `lookback` newest positions' attention keys and
+values, carried from bar to bar, so a new bar costs one encoder step, and a forecast the
+decoder and the attention of the future positions.
+
+A request's rows not yet stepped (the bars since its symbol's last forecast: gap fills, bars
+of a replay that shared the batch) are stepped in order; one whose window does not continue
+its symbol's stream (the first, or after `lookback` bars without a forecast, or rows stored
+anew) starts the stream again from its window's oldest row in the static state, as a stream
+starts in training. Every step runs in fixed-size chunks (model.serving.forecast_engine), so a
+symbol's forecasts are bit-identical however its bars were batched, and equal a recomputation
+of its stream from the start.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from model.tft import StaticContext
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+
+class WindowRequest(Protocol):
+    """What a stream reads of a forecast request (model.serving.forecast_engine)."""
+
+    symbol: str
+    count: int  # rows its symbol's window has seen; the newest row is number `count`
+    values: np.ndarray  # (lookback, n_features), oldest first
+
+
+_HEAD = struct.Struct("<qiiii")  # count, layers, hidden, lookback, d_head
+
+
+@dataclass(slots=True)
+class SymbolStream:
+    """One symbol's carried state, float32 on the model's device."""
+
+    count: int  # the newest row stepped, numbered as its window's rows
+    h: Tensor  # (layers, hidden) the encoder LSTM's state after row `count`
+    c: Tensor
+    keys: Tensor  # (lookback, hidden): row r's attention key in slot (r - 1) % lookback
+    values: Tensor  # (lookback, d_head)
+    newest: np.ndarray  # the raw values of row `count`: a later window holds it, or restarted
+
+    def to_bytes(self) -> bytes:
+        layers, hidden = self.h.shape
+        lookback, d_head = self.values.shape
+        head = _HEAD.pack(self.count, layers, hidden, lookback, d_head)
+        tensors = (self.h, self.c, self.keys, self.values)
+        arrays = b"".join(t.detach().float().cpu().numpy().astype("<f4").tobytes() for t in tensors)
+        return head + arrays + self.newest.astype("<f8").tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, device: torch.device) -> SymbolStream:
+        count, layers, hidden, lookback, d_head = _HEAD.unpack_from(data)
+        shapes = ((layers, hidden), (layers, hidden), (lookback, hidden), (lookback, d_head))
+        offset, tensors = _HEAD.size, []
+        for shape in shapes:
+            n = shape[0] * shape[1]
+            array = np.frombuffer(data, dtype="<f4", count=n, offset=offset).reshape(shape)
+            tensors.append(torch.from_numpy(array.copy()).to(device))
+            offset += 4 * n
+        newest = np.frombuffer(data, dtype="<f8", offset=offset).copy()
+        return cls(count, *tensors, newest)
+
+    def continued_by(self, request: WindowRequest) -> bool:
+        """Whether `request`'s window holds this stream's newest row and all after it."""
+        return continues(self.count, self.newest, request)
+
+
+def continues(count: int, newest: np.ndarray, request: WindowRequest) -> bool:
+    """Whether `request`'s window holds row `count` with values `newest`: a window that
+    restarted (stored by another feature set, its rows numbered anew over other bars) holds
+    rows numbered alike but not the same ones."""
+    ahead = request.count - count
+    lookback = len(request.values)
+    return 0 <= ahead < lookback and np.array_equal(request.values[lookback - 1 - ahead], newest)
+
+
+class Dims(NamedTuple):
+    layers: int
+    lookback: int
+    d_head: int
+
+
+class Carried(NamedTuple):
+    """Per request: what its forecast decodes from."""
+
+    keys: Tensor  # (B, lookback, hidden), oldest first
+    values: Tensor  # (B, lookback, d_head)
+    h: Tensor  # (B, layers, hidden)
+    c: Tensor
+
+
+class _Item(NamedTuple):
+    symbol: int  # its index among the batch's symbols
+    row: int
+    values: np.ndarray  # the row's raw features
+    restart: bool  # the stream starts again at this row (the static state)
+    request: int  # the request whose forecast follows this row (-1: none)
+
+
+def _items(
+    streams: dict[str, SymbolStream], batch: Sequence[WindowRequest], incremental: bool
+) -> list[list[_Item]]:
+    """Per symbol, the rows to step, in order."""
+    lookback = len(batch[0].values)
+    symbols = list(dict.fromkeys(r.symbol for r in batch))
+    position = {s: i for i, s in enumerate(symbols)}
+    items: list[list[_Item]] = [[] for _ in symbols]
+    last: dict[str, tuple[int, np.ndarray]] = {
+        s: (st.count, st.newest) for s in symbols if incremental and (st := streams.get(s))
+    }
+    for j, request in enumerate(batch):
+        prior = last.get(request.symbol)
+        # a row already stepped (a duplicate) restarts too: its forecast needs the state it had
+        carry = prior is not None and request.count > prior[0] and continues(*prior, request)
+        first = prior[0] + 1 if carry else request.count - lookback + 1  # type: ignore[index]
+        k = position[request.symbol]
+        for row in range(first, request.count + 1):
+            values = request.values[lookback - 1 - (request.count - row)]
+            is_last = row == request.count
+            items[k].append(_Item(k, row, values, not carry and row == first, j if is_last else -1))
+        last[request.symbol] = (request.count, request.values[-1])
+    return items
+
+
+def advance(
+    streams: dict[str, SymbolStream],
+    batch: Sequence[WindowRequest],
+    static: dict[str, StaticContext],
+    encode: Callable[[np.ndarray, Tensor], Tensor],
+    step: Callable[..., tuple[Tensor, ...]],
+    dims: Dims,
+    incremental: bool,
+) -> Carried:
+    """Step every row `batch`'s forecasts need, symbol by symbol in order, and keep each
+    symbol's stream in `streams`. `encode`: raw rows `(n, F)` and their selection contexts ->
+    encodings `(n, 1, hidden)`; `step`: (encodings, h, c, enrichment) -> the next (h, c) `(n,
+    layers, hidden)` and the rows' keys and values `(n, 1, .)`, both in fixed-size chunks.
+    Not `incremental`: each window streamed anew from its oldest row."""
+    per_symbol = _items(streams, batch, incremental)
+    symbols = list(dict.fromkeys(r.symbol for r in batch))
+    initial = StaticContext(
+        *(torch.cat(p) for p in zip(*(static[s] for s in symbols), strict=True))
+    )
+    flat = [item for items in per_symbol for item in items]
+    selection = initial.selection[torch.tensor([i.symbol for i in flat])]
+    encoded = encode(np.stack([i.values for i in flat]), selection)
+    initial_h, initial_c, enrichment = initial.state_h, initial.state_c, initial.enrichment
+    h, c, keys, values = _stacked(streams, symbols, initial, dims)
+    lookback, n = dims.lookback, len(batch)
+    out = Carried(
+        keys.new_empty(n, *keys.shape[1:]),
+        values.new_empty(n, *values.shape[1:]),
+        h.new_empty(n, *h.shape[1:]),
+        c.new_empty(n, *c.shape[1:]),
+    )
+    start = np.cumsum([0] + [len(items) for items in per_symbol])
+    for k in range(max(len(items) for items in per_symbol)):
+        now = [items[k] for items in per_symbol if len(items) > k]
+        at = torch.tensor([i.symbol for i in now])
+        flat_at = torch.tensor([start[i.symbol] + k for i in now])
+        restart = torch.tensor([i.restart for i in now])[:, None, None]
+        h_in = torch.where(restart, initial_h[at, None], h[at])
+        c_in = torch.where(restart, initial_c[at, None], c[at])
+        h[at], c[at], key, value = step(encoded[flat_at], h_in, c_in, enrichment[at])
+        slots = torch.tensor([(i.row - 1) % lookback for i in now])
+        keys[at, slots], values[at, slots] = key[:, 0], value[:, 0]
+        for item in now:
+            if item.request >= 0:
+                order = (item.row + torch.arange(lookback)) % lookback  # oldest first
+                s, j = item.symbol, item.request
+                out.keys[j], out.values[j] = keys[s, order], values[s, order]
+                out.h[j], out.c[j] = h[s], c[s]
+    for s, items in enumerate(per_symbol):
+        if items:
+            row = items[-1]
+            streams[symbols[s]] = SymbolStream(
+                row.row, h[s].clone(), c[s].clone(), keys[s].clone(), values[s].clone(),
+                row.values.copy(),
+            )  # fmt: skip
+    return out
+
+
+def _stacked(
+    streams: dict[str, SymbolStream], symbols: list[str], initial: StaticContext, dims: Dims
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The symbols' streams stacked `(S, ...)`: h, c, keys, values; a symbol without one in
+    its static state with an empty ring."""
+    parts = []
+    for k, symbol in enumerate(symbols):
+        stream = streams.get(symbol)
+        if stream is None:
+            h = initial.state_h[k].expand(dims.layers, -1)
+            c = initial.state_c[k].expand(dims.layers, -1)
+            keys = h.new_zeros(dims.lookback, h.shape[-1])
+            stream = SymbolStream(0, h, c, keys, h.new_zeros(dims.lookback, dims.d_head), h)
+        parts.append((stream.h, stream.c, stream.keys, stream.values))
+    h, c, keys, values = (torch.stack(p) for p in zip(*parts, strict=True))
+    return h, c, keys, values
