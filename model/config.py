@@ -14,15 +14,15 @@ class ConfigError(ValueError):
 class TFTConfig:
     lookback: int = 60  # past bars the encoder sees
     horizon: int = 10  # future bars forecast (cumulative log return of the close, 1..horizon)
-    hidden: int = 128
-    heads: int = 8
+    hidden: int = 32
+    heads: int = 4
     dropout: float = 0.1
     lstm_layers: int = 2
     n_hist: int = 227  # feature-engine columns per past bar
     n_static: int = 10  # static variables per symbol: the learned symbol embedding + 9 reals
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
     n_symbols: int = 1  # rows of the symbol embedding; row 0 is "unknown symbol"
-    var_dim: int = 8  # width of each variable's own embedding/GRN inside variable selection
+    var_dim: int = 4  # width of each variable's own embedding/GRN inside variable selection
     zero_median: bool = True  # forecast a median return of exactly 0, as a martingale's is
     releases: bool = False  # known-future inputs include the release calendar (model.releases)
 
