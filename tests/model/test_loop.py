@@ -34,4 +34,3 @@ def test_an_epoch_scales_with_the_training_windows() -> None:
     assert recipe.epoch_windows(5_000_000) == high
     assert replace(recipe, windows_per_epoch=3_000).epoch_windows(700_000) == 3_000
     assert replace(recipe, windows_per_epoch=3_000).epoch_windows(1_000) == 1_000
-
