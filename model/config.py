@@ -1,4 +1,5 @@
-"""The one configuration of the Temporal Fusion Transformer (saved in every checkpoint)."""
+"""The configurations: the Temporal Fusion Transformer's (saved in every checkpoint) and its
+training recipe's (`barcast train`'s defaults are TrainConfig's)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,15 @@ ENCODERS = ("window", "stream")
 class TFTConfig:
     lookback: int = 60  # past bars the encoder sees
     horizon: int = 10  # future bars forecast (cumulative log return of the close, 1..horizon)
-    hidden: int = 128
-    heads: int = 8
+    hidden: int = 32
+    heads: int = 4
     dropout: float = 0.1
     lstm_layers: int = 2
     n_hist: int = 227  # feature-engine columns per past bar
     n_static: int = 10  # static variables per symbol: the learned symbol embedding + 9 reals
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
     n_symbols: int = 1  # rows of the symbol embedding; row 0 is "unknown symbol"
-    var_dim: int = 8  # width of each variable's own embedding/GRN inside variable selection
+    var_dim: int = 4  # width of each variable's own embedding/GRN inside variable selection
     zero_median: bool = True  # forecast a median return of exactly 0, as a martingale's is
     releases: bool = False  # known-future inputs include the release calendar (model.releases)
     # "window": the encoder LSTM reruns over each forecast's lookback from the static state;
@@ -104,3 +105,43 @@ class TFTConfig:
                 "the barcast it was trained with, or retrain"
             )
         return config
+
+
+# An epoch's windows when windows_per_epoch is 0: consecutive windows share all but one bar and
+# nine of their ten label minutes, so a tenth of them is about one pass over the independent
+# labels; bounded so that a month still trains and years do not take days.
+AUTO_EPOCH_WINDOWS = (20_000, 100_000)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 6
+    batch_size: int = 256
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    warmup: float = 0.05  # fraction of all steps spent warming the LR up linearly
+    clip_norm: float = 1.0
+    patience: int = 3  # epochs without a better validation loss before stopping
+    seed: int = 0
+    val_fraction: float = 0.1  # early stopping
+    calib_fraction: float = 0.1  # interval calibration
+    test_fraction: float = 0.25
+    # Split dates (UTC, `2013-01-01` or an ISO date-time) instead of the fractions: where
+    # validation, calibration and the held-out test start (none: calibration runs to the end)
+    val_start: str | None = None
+    calib_start: str | None = None
+    test_start: str | None = None
+    embargo: int = 0  # bars between splits; 0 means lookback + horizon
+    windows_per_epoch: int = 0  # random training windows per epoch; 0: AUTO_EPOCH_WINDOWS
+    chunk: int = 32  # batches are random runs of this many consecutive windows: they share
+    # most feature rows, which the model then encodes once
+    symbol_dropout: float = 0.1  # trains embedding row 0, used for symbols unseen in training
+    device: str = "auto"
+    progress: bool = True
+
+    def epoch_windows(self, n_train: int) -> int:
+        """Training windows drawn per epoch out of `n_train`."""
+        if self.windows_per_epoch:
+            return min(n_train, self.windows_per_epoch)
+        low, high = AUTO_EPOCH_WINDOWS
+        return min(n_train, max(low, min(high, n_train // 10)))

@@ -13,13 +13,13 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from model.config import TrainConfig
 from model.dataset import Batch, WindowData
 from model.forecaster import autocast_for
 from model.guards import TrainingError, check_epoch, check_weights_moved
@@ -27,33 +27,6 @@ from model.memory import peak_memory_mb
 from model.stream import Sequences, evaluation_sequences, forward_sequences, training_sequences
 from model.tft import TemporalFusionTransformer
 from model.training_state import Loop, TrainingState
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    warmup: float = 0.05  # fraction of all steps spent warming the LR up linearly
-    clip_norm: float = 1.0
-    patience: int = 4  # epochs without a better validation loss before stopping
-    seed: int = 0
-    val_fraction: float = 0.1  # early stopping
-    calib_fraction: float = 0.1  # interval calibration
-    test_fraction: float = 0.25
-    # Split dates (UTC, `2013-01-01` or an ISO date-time) instead of the fractions: where
-    # validation, calibration and the held-out test start (none: calibration runs to the end)
-    val_start: str | None = None
-    calib_start: str | None = None
-    test_start: str | None = None
-    embargo: int = 0  # bars between splits; 0 means lookback + horizon
-    windows_per_epoch: int = 0  # random training windows per epoch; 0 means all
-    chunk: int = 8  # batches are random runs of this many consecutive windows: they share
-    # most feature rows, which the model then encodes once (~7x fewer rows at batch 64)
-    symbol_dropout: float = 0.1  # trains embedding row 0, used for symbols unseen in training
-    device: str = "auto"
-    progress: bool = True
 
 
 def pinball_loss(pred: torch.Tensor, y: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
@@ -80,7 +53,7 @@ def fit(
 ) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
     """The training loop; returns per-epoch metrics and the best (lowest val loss) weights.
     With a `state`, each completed epoch is saved to it, and `resume` starts from it."""
-    per_epoch = min(len(train_ends), cfg.windows_per_epoch or len(train_ends))
+    per_epoch = cfg.epoch_windows(len(train_ends))
     steps_per_epoch = math.ceil(per_epoch / cfg.batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     schedule = warmup_cosine(optimizer, steps_per_epoch * cfg.epochs, cfg.warmup)

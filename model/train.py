@@ -21,7 +21,7 @@ from model import checkpoint, plots
 from model.bar_files import BarSource, DataError, data_fingerprint, load_bars, parse_utc
 from model.calibrated_baselines import fit_served
 from model.calibration import fit_interval_scale, fit_shrink, toward_scale
-from model.config import TFTConfig
+from model.config import TFTConfig, TrainConfig
 from model.covariates import SymbolVocab
 from model.dataset import (
     TRAINING_DTYPE,
@@ -40,7 +40,7 @@ from model.dataset import (
 )
 from model.forecaster import resolve_device
 from model.guards import TrainingError
-from model.loop import TrainConfig, fit, log, predict_windows, seed_everything
+from model.loop import fit, log, predict_windows, seed_everything
 from model.releases import release_calendar
 from model.serving import baselines as served_baselines
 from model.splits import check_order

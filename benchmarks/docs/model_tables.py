@@ -96,7 +96,32 @@ def experiments(record: dict[str, Any]) -> str:
         )
         note = f" {sentence(p['note'])}" if "note" in p else ""
         lines.append(f"- {p['name'].removeprefix('probe: ')}. {shown}.{note}")
+    if "design" in record:
+        lines += ["", *design(record["design"])]
     return "\n".join(lines)
+
+
+def design(record: dict[str, Any]) -> list[str]:
+    """The design folds' runs (a table) and probes (a list): ES 2008-2014 only."""
+    lines = [record["about"], "", "**Design runs**", ""]
+    lines += [
+        "| fold | run | TFT | its scale alone | best baseline | TFT vs best | 95 % interval "
+        "(bp) | TFT 80 % coverage |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record["runs"]:
+        lo, hi = r["gain_bp_ci95"]
+        lines.append(
+            f"| {r['fold']} | {r['name']} | {r['tft_mean_pinball']:.5f} | "
+            f"{r['scale_mean_pinball']:.5f} | {r['best_baseline']} "
+            f"{r['best_baseline_mean_pinball']:.5f} | {pct(r['relative_gain'], 2, '+')} | "
+            f"[{lo:+.5f}, {hi:+.5f}] | {r['tft_80pct_interval_coverage']:.3f} |"
+        )
+    notes = [*record["runs"], *record.get("lost", [])]
+    lines += ["", *(f"- {r['fold']} {r['name']}: {sentence(r['note'])}" for r in notes)]
+    lines += ["", "**Design probes**", ""]
+    lines += [f"- {sentence(p['name'])} {figure(p['result'])}." for p in record["probes"]]
+    return lines
 
 
 def pair(online: dict[str, Any], static: dict[str, Any], digits: int) -> tuple[str, str]:

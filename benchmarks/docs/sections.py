@@ -12,6 +12,7 @@ from pathlib import Path
 
 from benchmarks.docs import benchmark_tables as bench
 from benchmarks.docs import model_tables as model
+from benchmarks.docs import walk_forward_tables as walk_forward
 from benchmarks.docs.benchmark_tables import load
 from benchmarks.model_report.run import markdown_table as model_report_table
 from streams.settings import REPO_ROOT
@@ -54,6 +55,10 @@ def model_report() -> str:
 
 
 SECTIONS = (
+    Section("README.md", "walk-forward-recipe", walk_forward.frozen_recipe),
+    Section("README.md", "walk-forward", walk_forward.results_table),
+    Section("docs/model-report.md", "walk-forward-recipe", walk_forward.frozen_recipe),
+    Section("docs/model-report.md", "walk-forward", walk_forward.results_table),
     Section("README.md", "model-scope", lambda: model.scope(load("model_report"))),
     Section("README.md", "model-report", model_report),
     Section("README.md", "model-verdict", lambda: model.verdict(load("model_report"))),

@@ -13,9 +13,9 @@ ratios. Two cases:
 - `cold`: a burst after a start: every window encoded whole (`incremental=False`).
 
 Also timed: `explain_records` (the values and their JSON) for the 1,000 explanations, and the
-bytes of a record and of a symbol's cached weights. The model is the product size (hidden 128,
-8 heads) with random weights (benchmarks.pipeline.models.random_checkpoint): the costs depend
-on the shapes, not on what the weights learned.
+bytes of a record and of a symbol's cached weights. The model is the product's size
+(`TFTConfig()`) with random weights (benchmarks.pipeline.models.random_checkpoint): the costs
+depend on the shapes, not on what the weights learned.
 
     .venv/bin/python -m benchmarks.explain_cost [--rounds 3] [--device cpu]
 
@@ -37,12 +37,14 @@ import torch
 
 from benchmarks.pipeline.models import random_checkpoint
 from benchmarks.provenance import loadavg, run_metadata
+from model.config import TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest, inference_threads
 from streams.runtime.stages.forecasts import explain_records
 from streams.settings import N_FEATURES, Settings
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "explain_cost.json"
-WINDOWS, HIDDEN, HEADS, TOP_K = 1000, 128, 8, 10
+WINDOWS, TOP_K = 1000, 10
+HIDDEN, HEADS = TFTConfig().hidden, TFTConfig().heads
 T0, MINUTE = 1_704_200_000_000_000_000, 60_000_000_000
 
 

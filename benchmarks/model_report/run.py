@@ -29,7 +29,7 @@ from model.train import TrainConfig, train
 from streams.settings import REPO_ROOT, Settings
 
 DATA_FILE = "6EH4.XCME_1min_bars_20240101_20240131.csv.gz"
-# The product's default model (what `barcast train` makes: hidden 128, 8 heads), trained briefly.
+# The product's default model (`TFTConfig()`, what `barcast train` makes), trained briefly.
 RECIPE: dict[str, Any] = {"epochs": 12, "windows_per_epoch": 8000}
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 NAMES = {

@@ -20,9 +20,9 @@ through the scoring stage and the online calibrator, without a broker.
   steps, what holding the rolling coverage nearer 80 % costs in pinball.
 
 Figures and acceptance checks go to benchmarks/results/online_calibration.json.
-Forecasting the month at hidden 128 takes a while on a small CPU, so the forecast values (exactly
-what the worker would publish on `forecasts`) are cached in var/online_calibration, keyed by the
-checkpoint's model id and the bars' hash.
+Forecasting the month at the product's size takes a while on a small CPU, so the forecast
+values (exactly what the worker would publish on `forecasts`) are cached in
+var/online_calibration, keyed by the checkpoint's model id and the bars' hash.
 """
 
 from __future__ import annotations

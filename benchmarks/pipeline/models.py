@@ -1,6 +1,6 @@
 """The pipeline benchmark's checkpoints: the product model trained, and random-weight ones.
 
-The headline rows serve the product's default model (`TFTConfig()`: hidden 128, 8 heads) with
+The headline rows serve the product's default model (`TFTConfig()`) with
 trained weights. `product_checkpoint` takes, in this order: the `--checkpoint` given; the newest
 checkpoint in `BARCAST_MODEL_DIR` whose architecture is the default (e.g. one `barcast train`
 wrote there); one this benchmark trained earlier with the same recipe; else it trains one now

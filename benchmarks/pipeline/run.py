@@ -2,7 +2,7 @@
 
 One run, one broker, one consumer group (`BARCAST_ROLE=all` workers, restarted between the
 configurations; each restart recovers its state from the Faust tables). The worker serves the
-product's default model (hidden 128, 8 heads) with trained weights: `--checkpoint`, a default one
+product's default model (`TFTConfig()`) with trained weights: `--checkpoint`, a default one
 in BARCAST_MODEL_DIR, or one trained by a short fixed recipe (benchmarks/pipeline/models.py; the
 output and the results say which). A random-weight model of `--random-hidden`/`--random-heads`
 (64/4) gives the secondary rows only; `--hidden` (with `--heads`) serves a random-weight model

@@ -114,12 +114,12 @@ def main() -> int:
     model, recipe = TFTConfig(), TrainConfig()
     _, ends = split_windows(panel, model, recipe)
     n_train = len(ends[Part.TRAIN])
-    per_epoch = min(n_train, recipe.windows_per_epoch or n_train)
+    per_epoch = recipe.epoch_windows(n_train)
     steps = math.ceil(per_epoch / recipe.batch_size)
     measured = replace(
         recipe,
         epochs=args.epochs,
-        windows_per_epoch=min(per_epoch, args.steps * recipe.batch_size) if args.steps else 0,
+        windows_per_epoch=min(per_epoch, args.steps * recipe.batch_size or per_epoch),
     )
     at, cpu_at = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as out:
@@ -128,7 +128,7 @@ def main() -> int:
     train_s, train_cpu_s = time.perf_counter() - at, time.process_time() - cpu_at
     epoch_s = [h["seconds"] for h in history]
     val_s = float(np.mean([h["val_seconds"] for h in history]))
-    measured_steps = math.ceil((measured.windows_per_epoch or per_epoch) / recipe.batch_size)
+    measured_steps = math.ceil(measured.windows_per_epoch / recipe.batch_size)
     step_s = (sum(epoch_s) - val_s * len(history)) / (measured_steps * len(history))
     recipe_epoch_s = step_s * steps + val_s
     training = {

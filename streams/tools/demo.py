@@ -30,7 +30,7 @@ FIRST_FORECAST_TIMEOUT_S = 300.0  # a cold start compiles the Numba kernels firs
 IDLE_EXIT_S = 8.0
 REDRAW_S = 1.0
 SERVE_POLL_S = 0.5
-DEMO_TRAINING = {"hidden": 32, "heads": 4, "epochs": 3, "windows_per_epoch": 2048}
+DEMO_TRAINING = {"epochs": 3, "windows_per_epoch": 2048}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -119,11 +119,10 @@ def ensure_checkpoint(settings: Settings, retrain: bool) -> Path:
 
     out = settings.model_dir / "demo"
     print(f"[demo] training a small TFT on {SIXE_CSV} into {out}", flush=True)
-    config = TFTConfig(hidden=DEMO_TRAINING["hidden"], heads=DEMO_TRAINING["heads"])
     train(
         [settings.data_dir / SIXE_CSV],
         out,
-        config,
+        TFTConfig(),
         TrainConfig(
             epochs=DEMO_TRAINING["epochs"], windows_per_epoch=DEMO_TRAINING["windows_per_epoch"]
         ),

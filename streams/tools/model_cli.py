@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from model.config import TFTConfig
+from model.config import AUTO_EPOCH_WINDOWS, TFTConfig, TrainConfig
 from streams.exit_codes import ExitCode
 
 T = TypeVar("T")
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    defaults = TFTConfig()
+    defaults, recipe = TFTConfig(), TrainConfig()
     train = subparsers.add_parser(
         "train",
         help="train the TFT on bar files (CSV, DBN, FirstRate day folders); write a checkpoint",
@@ -35,16 +35,17 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     train.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="checkpoint directory"
     )
-    train.add_argument("--epochs", type=int, default=20)
-    train.add_argument("--batch-size", type=int, default=64)
-    train.add_argument("--lr", type=float, default=1e-3)
-    train.add_argument("--weight-decay", type=float, default=1e-4)
-    train.add_argument("--patience", type=int, default=4, help="early-stopping patience")
+    for name in ("epochs", "batch_size", "chunk", "patience"):
+        train.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(recipe, name))
+    for name in ("lr", "weight_decay"):
+        train.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(recipe, name))
+    low, high = AUTO_EPOCH_WINDOWS
     train.add_argument(
         "--windows-per-epoch",
         type=int,
-        default=0,
-        help="random training windows per epoch (0: all)",
+        default=recipe.windows_per_epoch,
+        help=f"random training windows per epoch (0: a tenth of the training windows, within "
+        f"{low:,}-{high:,}, all when fewer)",
     )
     add_split_options(train)
     train.add_argument(
@@ -157,7 +158,7 @@ def sources(args: argparse.Namespace) -> list[Any]:
 
 def run_train(args: argparse.Namespace) -> int:
     from model.bar_files import DataError
-    from model.train import TrainConfig, train
+    from model.train import train
 
     def run() -> dict[str, Any]:
         fractions = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,18 @@ from benchmarks.walk_forward import run as walk_forward
 from benchmarks.walk_forward.figures import markdown_table, pooled
 from benchmarks.walk_forward.protocol import Protocol, ProtocolError
 from benchmarks.walk_forward.run import PROTOCOL
+from model.config import TFTConfig, TrainConfig
 
 QUARTERS = ("2015Q1", "2016Q2", "2017Q3", "2018Q4", "2019Q1", "2020Q2", "2021Q3")
+
+
+def test_the_default_recipe_is_the_frozen_one() -> None:
+    """`barcast train`'s defaults are what the protocol froze: a default changed after the freeze
+    fails here, and needs a new freeze (its commit) and a new run of every fold."""
+    frozen = json.loads(PROTOCOL.read_text())["frozen"]
+    assert len(frozen["commit"]) == 40
+    assert json.loads(json.dumps(asdict(TFTConfig()))) == frozen["model"]
+    assert json.loads(json.dumps(asdict(TrainConfig()))) == frozen["training"]
 
 
 def test_the_registered_protocol_is_the_one_the_issue_describes() -> None:

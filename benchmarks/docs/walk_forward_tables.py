@@ -1,0 +1,67 @@
+"""The walk-forward sections of the README and docs/model-report.md: the frozen recipe (from the
+protocol) and the folds' figures (from benchmarks/results/walk_forward.json)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from benchmarks.docs.benchmark_tables import RESULTS, tree_at
+from benchmarks.walk_forward.figures import markdown_table
+from benchmarks.walk_forward.run import PROTOCOL
+from model.config import AUTO_EPOCH_WINDOWS
+
+
+def frozen_recipe() -> str:
+    """What the protocol froze, and where."""
+    frozen = json.loads(PROTOCOL.read_text())["frozen"]
+    m, t = frozen["model"], frozen["training"]
+    low, high = AUTO_EPOCH_WINDOWS
+    per_epoch = (
+        f"{t['windows_per_epoch']:,} windows an epoch"
+        if t["windows_per_epoch"]
+        else f"an epoch a tenth of the training windows within {low:,}-{high:,}"
+    )
+    return (
+        f"The recipe is `barcast train`'s defaults, frozen at `{frozen['commit'][:7]}` before any "
+        f"fold ran ({frozen['design']}): `TFTConfig()`, hidden {m['hidden']}, {m['heads']} "
+        f"heads, variable width {m['var_dim']}, {m['lstm_layers']} LSTM layers, dropout "
+        f"{m['dropout']:g}, {m['lookback']} bars back, {m['horizon']} ahead, release calendar "
+        f"{'on' if m['releases'] else 'off'}; `TrainConfig()`, up to {t['epochs']} epochs "
+        f"(patience {t['patience']}), batches of {t['batch_size']} in runs of {t['chunk']} "
+        f"windows, lr {t['lr']:g}, {per_epoch}. A test fails if the defaults leave it."
+    )
+
+
+def results_table() -> str:
+    """The folds run so far, pooled per group, and the issue's checks."""
+    path = RESULTS / "walk_forward.json"
+    if not path.exists():
+        return "No fold has run yet."
+    results = json.loads(path.read_text())
+    lines = [
+        f"{len(results['folds'])} of {len(json.loads(PROTOCOL.read_text())['folds'])} folds run "
+        f"(at {tree_at(results['provenance'])}, {results['provenance']['cpu_model']}); mean "
+        "pinball in basis points of cumulative log return over horizons 1..10, offline.",
+        "",
+        markdown_table(results),
+        "",
+    ]
+    for group, entry in results["pooled"].items():
+        lines.append(f"- {group}: {checks(entry.get('acceptance', {}))}")
+    return "\n".join(lines)
+
+
+def checks(acceptance: dict[str, Any]) -> str:
+    if not acceptance:
+        return "too few folds to pool."
+    said = {True: "reached", False: "**not reached**"}
+    band = (
+        "within 80 +/- 2 % and each tail within 2 points in every fold"
+        if acceptance["calibrated_in_every_fold"]
+        else "outside the band in " + "; ".join(acceptance["outside_band"])
+    )
+    return (
+        f"milestone {said[acceptance['milestone']]}, goal (1 %) {said[acceptance['goal']]}; "
+        f"the TFT's intervals {band}."
+    )
