@@ -27,38 +27,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
 from model import plots
 from model.as_served import SERVED_QUANTILES, online_calibrated
-from model.bar_files import BarSource, data_fingerprint, load_bars
+from model.bar_files import BarSource, data_fingerprint, iso_utc, load_bars
 from model.calibrated_baselines import calibrated_forecasts
 from model.calibration import apply_interval_scale
 from model.comparison import compare, window_losses
 from model.covariates import STATIC_NAMES
-from model.dataset import (
-    Panel,
-    Part,
-    Split,
-    build_panel,
-    calibration_windows,
-    fit_profile,
-    labels_over_gap_fills,
-    window_ends,
-)
+from model.dataset import Panel, build_panel, labels_over_gap_fills
+from model.evaluation_windows import EvaluationWindows, choose_windows
 from model.explain import explain_windows
 from model.forecaster import Forecaster
 from model.metrics import coverage, summarize
 from model.releases import future_names
-from model.volatility import TimeOfDayProfile
 
 if TYPE_CHECKING:  # the engine module is imported when evaluating, not with this one
     from model.serving.forecast_engine import ForecastEngine
 
 ROLLING_WINDOW = 1380  # one CME Globex trading day of 1-minute bars
-NEW_DATA_CALIBRATION = 0.2  # share of a file's windows that calibrate the baselines (--split all)
-PARTS = ("test", "val", "all")
 LOSSES = "losses.npz"  # per-window losses, beside evaluation.json
 
 
@@ -72,54 +60,43 @@ def evaluate(
     rolling_window: int = ROLLING_WINDOW,
     batch_size: int = 256,
 ) -> dict[str, Any]:
+    """Evaluate the checkpoint on the bars of `sources` and write the report's files:
+
+    1. Load the checkpoint into the serving engine and the bars into a feature panel.
+    2. Choose the windows scored and those that calibrate (`model.evaluation_windows`).
+    3. Every forecaster's quantiles there, calibrated alike, scored offline.
+    4. The same forecasts scored as the worker would publish them.
+    5. The report: evaluation.json, losses.npz and the figures.
+    """
     from model.serving.forecast_engine import ForecastEngine
 
+    # 1. The served model and the data.
     engine = ForecastEngine(checkpoint_dir, device)
     forecaster = engine.served.forecaster
-    meta, config = forecaster.meta, forecaster.config
+    config = forecaster.config
     bars, data_report = load_bars(sources)
     panel = build_panel(bars, config.horizon)
-    split = Split.from_dict(meta.data["split"]) if "split" in meta.data else None
-    ends, fit_ends, calibration_source = evaluation_windows(
-        panel, split, part, config.lookback, config.horizon
-    )
-    if part == "all":
-        calibration_source |= trained_on_these(data_report["files"], meta.data.get("files", {}))
-    # Where the TFT's scale chose its blend: the baseline's blend may be chosen there too.
-    select_ends = (
-        window_ends(panel, split, Part.VAL, config.lookback, config.horizon)
-        if split is not None and part == "test"
-        else None
-    )
-    profiles = {"checkpoint": meta.volatility.profile}
-    if part == "all":  # a product or period the checkpoint's profile may not describe
-        profiles["calibration bars"] = fit_profile(panel, int(panel.ts[fit_ends].max()) + 1)
+    # 2. The windows.
+    windows = choose_windows(panel, forecaster.meta, part, data_report["files"])
+    ends = windows.scored
+    # 3. Offline.
     forecasts, fitted, deployed, calibrated_on = every_forecaster(
-        engine, panel, ends, fit_ends, rolling_window, batch_size, select_ends, profiles
+        engine, panel, windows, rolling_window, batch_size
     )
     scored, scores, losses = score(panel, ends, forecasts, fitted, config.quantiles)
-    calibration_source |= {
-        "n_windows": len(calibrated_on),
-        "n_windows_in_period": len(fit_ends),
-        "first_window_ts": _iso(panel.ts[calibrated_on].min()),
-        "last_window_ts": _iso(panel.ts[calibrated_on].max()),
-    }
+    # 4. As served.
     served_report, served_losses = as_served(
         panel, ends, scored, forecasts | {"tft": deployed}, config.quantiles
     )
+    # 5. The report.
     report = {
         "checkpoint": str(checkpoint_dir),
         "model_id": forecaster.model_id,
         "feature_fingerprint": forecaster.fingerprint,
         "device": forecaster.name,
-        "data": {
-            "files": data_report["files"],
-            "fingerprint": data_fingerprint(data_report),
-            "trained_on": meta.data.get("fingerprint"),
-            "corrections": data_report["corrections"],
-        },
+        "data": data_section(data_report, forecaster.meta.data),
         "part": part,
-        "calibration": calibration_source,
+        "calibration": windows.source | calibrated_span(panel, calibrated_on, windows),
         "rolling_window_bars": rolling_window,
         **scores,
         "as_served": served_report,
@@ -133,27 +110,48 @@ def evaluate(
     return report
 
 
+def data_section(data_report: dict[str, Any], trained: dict[str, Any]) -> dict[str, Any]:
+    """The bars evaluated (`load_bars`' report) beside the fingerprint of those the checkpoint
+    was trained on (its `meta.data`)."""
+    return {
+        "files": data_report["files"],
+        "fingerprint": data_fingerprint(data_report),
+        "trained_on": trained.get("fingerprint"),
+        "corrections": data_report["corrections"],
+    }
+
+
+def calibrated_span(
+    panel: Panel, calibrated_on: np.ndarray, windows: EvaluationWindows
+) -> dict[str, Any]:
+    """How many of the calibration period's windows calibrated, and when they start and end."""
+    return {
+        "n_windows": len(calibrated_on),
+        "n_windows_in_period": len(windows.calibration),
+        "first_window_ts": iso_utc(panel.ts[calibrated_on].min()),
+        "last_window_ts": iso_utc(panel.ts[calibrated_on].max()),
+    }
+
+
 def every_forecaster(
     engine: ForecastEngine,
     panel: Panel,
-    ends: np.ndarray,
-    fit_ends: np.ndarray,
+    windows: EvaluationWindows,
     rolling_window: int,
     batch_size: int,
-    select_ends: np.ndarray | None,
-    profiles: dict[str, TimeOfDayProfile],
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]], np.ndarray, np.ndarray]:
-    """Every forecaster's offline quantiles on `ends` and what was fitted for each, the TFT's
-    as the engine serves them, and the calibration windows used. The engine runs on the
-    calibration windows too: offline, the TFT is calibrated like every forecaster, from its
+    """Every forecaster's offline quantiles on the scored windows and what was fitted for each,
+    the TFT's as the engine serves them, and the calibration windows used. The engine runs on
+    the calibration windows too: offline, the TFT is calibrated like every forecaster, from its
     quantiles before the checkpoint's interval scale (which `apply_interval_scale` with its
     inverse recovers)."""
     meta = engine.served.forecaster.meta
+    ends, fit_ends = windows.scored, windows.calibration
     deployed = run_engine(engine, panel, np.concatenate([fit_ends, ends]), batch_size, "tft")
     median = meta.config.quantiles.index(0.5)
     tft = apply_interval_scale(deployed, 1.0 / meta.interval_scale, median)
     forecasts, fitted, calibrated_on = calibrated_forecasts(
-        panel, ends, fit_ends, meta, rolling_window, tft, select_ends, profiles
+        panel, ends, fit_ends, meta, rolling_window, tft, windows.selection, windows.profiles
     )
     return forecasts, fitted, deployed[len(fit_ends) :], calibrated_on
 
@@ -182,8 +180,8 @@ def score(
         {
             "n_windows": int(scored.sum()),
             "left_out": left_out_counts(forecasts, defined, over_gap),
-            "first_window_ts": _iso(panel.ts[ends[scored]].min()),
-            "last_window_ts": _iso(panel.ts[ends[scored]].max()),
+            "first_window_ts": iso_utc(panel.ts[ends[scored]].min()),
+            "last_window_ts": iso_utc(panel.ts[ends[scored]].max()),
             "units": "basis points of cumulative log return",
             "model": results["tft"] | fitted.get("tft", {}),
             "baselines": {k: v | fitted.get(k, {}) for k, v in results.items() if k != "tft"},
@@ -245,67 +243,6 @@ def importance(
             "future": _ranked(future_names(forecaster.config.releases), explain["future"]),
             "n_historical_inputs": len(explain["hist"]),
         },
-    }
-
-
-def evaluation_windows(
-    panel: Panel, split: Split | None, part: str, lookback: int, horizon: int
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """(scored windows, the calibration windows, where the latter come from).
-
-    `all` scores a file the model may never have seen: its first windows calibrate every
-    forecaster, the TFT too (embargoed from the rest and scored by nobody).
-    """
-    if part not in PARTS:
-        raise ValueError(f"--split {part!r}; use one of {PARTS}")
-    if part == "all":
-        start = int(panel.ts.min())
-        cut = int(np.quantile(panel.ts, NEW_DATA_CALIBRATION))
-        split = Split(start, start, cut, lookback + horizon)
-        source = {"source": f"first {NEW_DATA_CALIBRATION:.0%} of this data's bars"}
-    elif split is None:
-        raise ValueError(f"the checkpoint records no data split; use --split all, not {part}")
-    else:
-        source = {"source": "the checkpoint's calibration split"}
-    source["tft"] = (
-        "recalibrated there like every forecaster (offline, the checkpoint's interval scale is "
-        "replaced; as served, the worker's forecasts keep it)"
-    )
-    if part == "val":
-        source["in_sample"] = (
-            "the validation windows chose the TFT's best epoch and its scale, and the calibration "
-            "split after them calibrates every forecaster: not an out-of-sample score"
-        )
-    scored_part = Part.VAL if part == "val" else Part.TEST
-    ends = window_ends(panel, split, scored_part, lookback, horizon)
-    fit_ends = calibration_windows(
-        panel, window_ends(panel, split, Part.CALIB, lookback, horizon), horizon
-    )
-    bounds = {"val": split.train_end, "test": split.calib_end, "all": split.calib_end}
-    if len(ends) == 0:
-        raise ValueError(
-            f"no complete {part} window in the data: that period starts at "
-            f"{_iso(bounds[part])}; pass data covering it, or --split all for data the model "
-            "was not trained on"
-        )
-    if len(fit_ends) == 0:
-        raise ValueError(
-            f"no calibration window in the data: the checkpoint's calibration period is "
-            f"{_iso(split.val_end)} to {_iso(split.calib_end)}; pass data covering it too, "
-            "or --split all"
-        )
-    return ends, fit_ends, source
-
-
-def trained_on_these(files: dict[str, str], trained: dict[str, str]) -> dict[str, str]:
-    """An `in_sample` warning where a file to score (path -> sha256) trained the checkpoint."""
-    seen = sorted(path for path, digest in files.items() if digest in set(trained.values()))
-    if not seen:
-        return {}
-    return {
-        "in_sample": f"{', '.join(seen)} trained this checkpoint: --split all scores its "
-        "training, validation and calibration windows too, not an out-of-sample score; "
-        "--split test scores the windows it never saw"
     }
 
 
@@ -383,7 +320,7 @@ def write_report(
         panel.close[rows],
         origins - rows[0],
         prices,
-        f"{panel.symbols[panel.row_symbol[ends[0]]]} from {_iso(panel.ts[rows[0]])}: "
+        f"{panel.symbols[panel.row_symbol[ends[0]]]} from {iso_utc(panel.ts[rows[0]])}: "
         f"TFT q10-q90 forecasts vs realized close",
     )
 
@@ -409,7 +346,3 @@ def write_losses(
 def _ranked(names: Any, weights: np.ndarray) -> dict[str, float]:
     order = np.argsort(weights)[::-1]
     return {str(names[i]): float(weights[i]) for i in order}
-
-
-def _iso(ts: int) -> str:
-    return str(pd.Timestamp(int(ts), unit="ns", tz="UTC"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from model.dataset import (
 from model.forecaster import resolve_device
 from model.guards import TrainingError
 from model.loop import fit, log, predict_windows, seed_everything
+from model.normalization import Normalizer
 from model.releases import release_calendar
 from model.serving import baselines as served_baselines
 from model.splits import check_order
@@ -92,6 +93,23 @@ def check_resumable(out_dir: Path, resume: bool) -> None:
         )
 
 
+@dataclass(frozen=True)
+class TrainingInputs:
+    """The panel's windows in time and what scales the network's inputs and outputs, fitted
+    before the network on training rows only."""
+
+    split: Split
+    ends: dict[Part, np.ndarray]  # each part's windows
+    normalizer: Normalizer
+    target_scale: float
+    volatility: VolatilityScale
+    vocab: SymbolVocab
+    config: TFTConfig  # the model's, sized to the panel's symbols and features
+    data: WindowData
+    windows: dict[str, int]  # each part's number of windows
+    left_out: list[str]  # features the normalizer ignores
+
+
 def train_on_panel(
     panel: Panel,
     out_dir: Path,
@@ -101,10 +119,51 @@ def train_on_panel(
     data_report: dict[str, Any],
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Split, normalize (train rows only), fit, and write the checkpoint and metrics."""
+    """Split, normalize (train rows only), fit, and write the checkpoint and metrics:
+
+    1. Split the windows in time and fit the scales on the training rows (`fit_inputs`).
+    2. Fit the network epoch by epoch (each saved for `resume`), keeping its best epoch.
+    3. Calibrate its intervals on the calibration windows.
+    4. Write the checkpoint and its history, then drop the saved state.
+    """
     check_resumable(out_dir, resume)
     seed_everything(cfg.seed)
-    c = model_config
+    # 1. The windows and the scales.
+    inputs = fit_inputs(panel, model_config, cfg)
+    ends = inputs.ends
+    # 2. The network.
+    device = resolve_device(cfg.device)
+    model = TemporalFusionTransformer(inputs.config).to(device)
+    state = TrainingState(out_dir, run_identity(inputs, cfg, feature_fingerprint, data_report))
+    history, best_state = fit(
+        model, inputs.data, ends[Part.TRAIN], ends[Part.VAL], cfg, device, state, resume
+    )
+    model.load_state_dict(best_state)
+    # 3. Its intervals.
+    shrink, interval_scale = calibrate(
+        model, inputs.data, ends[Part.CALIB], cfg.batch_size * 4, device
+    )
+    metrics = run_metrics(
+        history, model.n_params(), inputs.target_scale, interval_scale, device, cfg
+    )
+    metrics["shrink"] = shrink
+    # 4. The checkpoint.
+    meta = checkpoint_meta(
+        panel, inputs, feature_fingerprint, data_report, interval_scale, shrink, metrics
+    )
+    model_id = write_checkpoint(out_dir, model, meta, panel, ends[Part.CALIB], history)
+    state.remove()
+    log(
+        cfg,
+        f"checkpoint {out_dir} (model id {model_id}): best epoch {metrics['best_epoch']}, "
+        f"val pinball {metrics['val_pinball_bp']:.3f} bp",
+    )
+    return metrics | {"model_id": model_id}
+
+
+def fit_inputs(panel: Panel, c: TFTConfig, cfg: TrainConfig) -> TrainingInputs:
+    """The split and its windows, the normalizer and the target and volatility scales (fitted
+    on training rows), and the model-ready windows they make."""
     split, ends = split_windows(panel, c, cfg)
     normalizer = fit_normalizer(panel, ends[Part.TRAIN], c.lookback)
     target_scale = float(np.std(panel.targets[ends[Part.TRAIN]]))
@@ -123,54 +182,73 @@ def train_on_panel(
     windows = {p.name.lower(): len(e) for p, e in ends.items()}
     left_out = ignored_names(panel, normalizer.ignored)
     log(cfg, f"windows {windows}; left out (constant, or a date cycle not spanned): {left_out}")
-
-    device = resolve_device(cfg.device)
-    model = TemporalFusionTransformer(config).to(device)
-    state = TrainingState(
-        out_dir,
-        {
-            "model": config.to_dict(),
-            "train": asdict(replace(cfg, progress=True)),
-            "features": feature_fingerprint,
-            "data": data_report.get("fingerprint"),
-            "split": split.to_dict(),
-            "windows": windows,
-        },
+    return TrainingInputs(
+        split, ends, normalizer, target_scale, volatility, vocab, config, data, windows, left_out
     )
-    history, best_state = fit(
-        model, data, ends[Part.TRAIN], ends[Part.VAL], cfg, device, state, resume
-    )
-    model.load_state_dict(best_state)
-    shrink, interval_scale = calibrate(model, data, ends[Part.CALIB], cfg.batch_size * 4, device)
 
-    metrics = run_metrics(history, model.n_params(), target_scale, interval_scale, device, cfg)
-    metrics["shrink"] = shrink
-    meta = checkpoint.CheckpointMeta(
-        config=config,
+
+def run_identity(
+    inputs: TrainingInputs, cfg: TrainConfig, feature_fingerprint: str, data_report: dict[str, Any]
+) -> dict[str, Any]:
+    """What names the run in its saved state: a resume must match it."""
+    return {
+        "model": inputs.config.to_dict(),
+        "train": asdict(replace(cfg, progress=True)),
+        "features": feature_fingerprint,
+        "data": data_report.get("fingerprint"),
+        "split": inputs.split.to_dict(),
+        "windows": inputs.windows,
+    }
+
+
+def checkpoint_meta(
+    panel: Panel,
+    inputs: TrainingInputs,
+    feature_fingerprint: str,
+    data_report: dict[str, Any],
+    interval_scale: np.ndarray,
+    shrink: float,
+    metrics: dict[str, Any],
+) -> checkpoint.CheckpointMeta:
+    """Everything the checkpoint holds besides the weights."""
+    return checkpoint.CheckpointMeta(
+        config=inputs.config,
         feature_fingerprint=feature_fingerprint,
-        normalizer=normalizer,
-        volatility=volatility,
+        normalizer=inputs.normalizer,
+        volatility=inputs.volatility,
         interval_scale=interval_scale,
-        vocab=vocab,
-        persistence_quantiles=target_quantiles(panel, ends[Part.TRAIN], c.quantiles),
+        vocab=inputs.vocab,
+        persistence_quantiles=target_quantiles(
+            panel, inputs.ends[Part.TRAIN], inputs.config.quantiles
+        ),
         data=data_report
-        | {"split": split.to_dict(), "windows": windows, "ignored_features": left_out},
+        | {
+            "split": inputs.split.to_dict(),
+            "windows": inputs.windows,
+            "ignored_features": inputs.left_out,
+        },
         metrics=metrics,
         shrink=shrink,
     )
-    fitted, n_windows = fit_served(panel, ends[Part.CALIB], meta)
+
+
+def write_checkpoint(
+    out_dir: Path,
+    model: TemporalFusionTransformer,
+    meta: checkpoint.CheckpointMeta,
+    panel: Panel,
+    calib_ends: np.ndarray,
+    history: list[dict[str, Any]],
+) -> str:
+    """The served baselines fitted on the calibration windows, the checkpoint and the training
+    history in `out_dir`; the checkpoint's model id."""
+    fitted, n_windows = fit_served(panel, calib_ends, meta)
     out_dir.mkdir(parents=True, exist_ok=True)
     calibrated_on = {"source": "the checkpoint's calibration split", "n_windows": n_windows}
     served_baselines.save(out_dir, fitted, calibrated_on)  # before config.json: it completes one
     model_id = checkpoint.save(out_dir, model, meta)
     write_history(out_dir, history)
-    state.remove()
-    log(
-        cfg,
-        f"checkpoint {out_dir} (model id {model_id}): best epoch {metrics['best_epoch']}, "
-        f"val pinball {metrics['val_pinball_bp']:.3f} bp",
-    )
-    return metrics | {"model_id": model_id}
+    return model_id
 
 
 def calibrate(

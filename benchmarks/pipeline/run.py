@@ -92,6 +92,9 @@ VARIANTS = (
     "explain",
     "random",
 )
+# The variants whose cost is a ratio to the restarted defaults: alternated with them, `--pairs`
+# restarts each (the defaults first)
+PAIRED = ("defaults", "noscoring", "noshadow", "canary")
 # What turns off the shadow baselines and all that scores beside them (the fallback, canaries)
 NO_SHADOW = {"shadow_baselines": False, "serve": "model", "canary": False}
 
@@ -142,7 +145,7 @@ class Plan:
     def of(cls, args: argparse.Namespace) -> Plan:
         n_burst, n_live = args.symbols, args.live_symbols
         bursts_from = args.minutes  # the burst symbols' next minute after the throughput phase
-        workers = len(VARIANTS) + 2 * (args.pairs - 1)  # (c') and (h) run `pairs` times
+        workers = len(VARIANTS) + len(PAIRED) * (args.pairs - 1)  # PAIRED run `pairs` times
         n_bursts = args.repeats + workers * (1 + args.variant_repeats)  # + warm-ups
         return cls(
             burst_rows=range(n_burst),
@@ -213,8 +216,9 @@ def restarted_workers(
         "explain": ("(i) explanations on", {"explain": True}),
     }  # fmt: skip
     # The cost ratios compare restarted workers only, each alternated with the defaults.
-    paired = ["defaults", "noscoring", "noshadow", "canary"] * args.pairs
-    order = ["nobatch", "full", *paired[:4], "nocalibration", "explain", *paired[4:]]
+    paired = list(PAIRED) * args.pairs
+    first, rest = paired[: len(PAIRED)], paired[len(PAIRED) :]
+    order = ["nobatch", "full", *first, "nocalibration", "explain", *rest]
     for run, name in enumerate([v for v in order if v in args.variants]):
         label, changes = variants[name]
         model_dir = serving
@@ -316,7 +320,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="batched bursts")
     parser.add_argument("--variant-repeats", type=int, default=2, help="bursts per variant")
     parser.add_argument(
-        "--pairs", type=int, default=2, help="restarts of (c') and (h) each, alternated"
+        "--pairs", type=int, default=2, help="restarts of each of (c'), (h), (j), (k), alternated"
     )
     parser.add_argument("--random-hidden", type=int, default=64, help="secondary model")
     parser.add_argument("--random-heads", type=int, default=4)

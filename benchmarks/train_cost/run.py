@@ -26,12 +26,13 @@ import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from benchmarks.provenance import loadavg, run_metadata
-from model.bar_files import BarSource, load_bars, parse_utc
+from model.bar_files import BarSource, CleanBars, load_bars, parse_utc
 from model.config import TFTConfig
 from model.dataset import TRAINING_DTYPE, Panel, Part, build_panel
 from model.memory import peak_rss_mb
@@ -79,78 +80,29 @@ def panel_bytes(panel: Panel) -> dict[str, int]:
 
 
 def main() -> int:
+    """Measure the recipe's cost phase by phase and write the results file:
+
+    1. Read and correct the span's bars.
+    2. Build the float32 feature panel from them.
+    3. Train the measured epochs; project the recipe's epoch and total from them.
+    4. Write the results with the run's provenance.
+    """
     args = parse_args()
     folder = folder_or_exit(args.folder)
     if args.threads:
         torch.set_num_threads(args.threads)
     provenance = run_metadata()
     started = time.perf_counter()
-    start, end = parse_utc(args.start, "--start"), parse_utc(args.end, "--end")
-    bars, report = load_bars([BarSource(folder, args.symbol, start, end)])
-    read = {
-        "raw_bars": report["raw_bars"],
-        "clean_bars": report["bars_per_symbol"],
-        "day_files": len(report["files"]),
-        "read_s": round(report["seconds"]["read"], 2),
-        "corrections_s": round(report["seconds"]["corrections"], 2),
-        "corrections": {k: v for k, v in report["corrections"].items() if v},
-        "peak_rss_mb": round(peak_rss_mb()),
-    }
+    # 1. The bars.
+    bars, read = read_bars(folder, args.symbol, args.start, args.end)
     print(f"read and corrected: {read}", file=sys.stderr)
-
-    at = time.perf_counter()
-    panel = build_panel(bars, TFTConfig().horizon, TRAINING_DTYPE)
+    # 2. The panel; the bars freed before training, as `barcast train` does.
+    panel, features = build_features(bars)
     del bars
-    features = {
-        "seconds": round(time.perf_counter() - at, 2),
-        "rows": len(panel.ts),
-        "features": panel.features.shape[1],
-        "dtype": str(panel.features.dtype),
-        "bytes": panel_bytes(panel),
-        "peak_rss_mb": round(peak_rss_mb()),
-    }
     print(f"features: {features}", file=sys.stderr)
-
-    model, recipe = TFTConfig(), TrainConfig()
-    _, ends = split_windows(panel, model, recipe)
-    n_train = len(ends[Part.TRAIN])
-    per_epoch = recipe.epoch_windows(n_train)
-    steps = math.ceil(per_epoch / recipe.batch_size)
-    measured = replace(
-        recipe,
-        epochs=args.epochs,
-        windows_per_epoch=min(per_epoch, args.steps * recipe.batch_size or per_epoch),
-    )
-    at, cpu_at = time.perf_counter(), time.process_time()
-    with tempfile.TemporaryDirectory() as out:
-        metrics = train_on_panel(panel, Path(out), model, measured, "train_cost", {})
-        history = json.loads((Path(out) / "metrics.json").read_text())
-    train_s, train_cpu_s = time.perf_counter() - at, time.process_time() - cpu_at
-    epoch_s = [h["seconds"] for h in history]
-    val_s = float(np.mean([h["val_seconds"] for h in history]))
-    measured_steps = math.ceil(measured.windows_per_epoch / recipe.batch_size)
-    step_s = (sum(epoch_s) - val_s * len(history)) / (measured_steps * len(history))
-    recipe_epoch_s = step_s * steps + val_s
-    training = {
-        "windows": {p.name.lower(): len(e) for p, e in ends.items()},
-        "recipe": asdict(recipe),
-        "model_params": metrics["n_params"],
-        "steps_per_recipe_epoch": steps,
-        "epochs_measured": len(history),
-        "steps_per_measured_epoch": measured_steps,
-        "epoch_s": [round(s, 1) for s in epoch_s],
-        "train_step_s": round(step_s, 4),
-        "validation_s": round(val_s, 1),
-        "setup_and_calibration_s": round(train_s - sum(epoch_s), 1),
-        "wall_s": round(train_s, 1),
-        "cpu_s": round(train_cpu_s, 1),
-        "recipe_epoch_s": round(recipe_epoch_s, 1),
-        "recipe_total_s_projected": round(recipe_epoch_s * recipe.epochs, 1),
-        "projection": f"recipe epoch = {steps} steps x the measured mean step time + the "
-        f"measured validation pass; total = {recipe.epochs} such epochs, an upper bound "
-        f"(early stopping, patience {recipe.patience}, may end sooner), setup not included",
-        "peak_rss_mb": round(peak_rss_mb()),
-    }
+    # 3. Training.
+    training = measure_training(panel, args.epochs, args.steps)
+    # 4. The results file.
     result = {
         "symbol": args.symbol,
         "range": [args.start, args.end],
@@ -165,3 +117,79 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0
+
+
+def read_bars(
+    folder: Path, symbol: str, start: str, end: str
+) -> tuple[list[CleanBars], dict[str, Any]]:
+    """The corrected bars of `symbol` from `start` to `end`, and what reading them cost."""
+    source = BarSource(folder, symbol, parse_utc(start, "--start"), parse_utc(end, "--end"))
+    bars, report = load_bars([source])
+    return bars, {
+        "raw_bars": report["raw_bars"],
+        "clean_bars": report["bars_per_symbol"],
+        "day_files": len(report["files"]),
+        "read_s": round(report["seconds"]["read"], 2),
+        "corrections_s": round(report["seconds"]["corrections"], 2),
+        "corrections": {k: v for k, v in report["corrections"].items() if v},
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+
+
+def build_features(bars: list[CleanBars]) -> tuple[Panel, dict[str, Any]]:
+    """The recipe's float32 feature panel of `bars`, and what building it cost."""
+    at = time.perf_counter()
+    panel = build_panel(bars, TFTConfig().horizon, TRAINING_DTYPE)
+    return panel, {
+        "seconds": round(time.perf_counter() - at, 2),
+        "rows": len(panel.ts),
+        "features": panel.features.shape[1],
+        "dtype": str(panel.features.dtype),
+        "bytes": panel_bytes(panel),
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+
+
+def measure_training(panel: Panel, epochs: int, steps: int) -> dict[str, Any]:
+    """`epochs` of the default recipe on `panel` (each capped at `steps` steps unless 0), timed,
+    and the recipe's epoch and total projected from them."""
+    model, recipe = TFTConfig(), TrainConfig()
+    _, ends = split_windows(panel, model, recipe)
+    n_train = len(ends[Part.TRAIN])
+    per_epoch = recipe.epoch_windows(n_train)
+    recipe_steps = math.ceil(per_epoch / recipe.batch_size)
+    measured = replace(
+        recipe,
+        epochs=epochs,
+        windows_per_epoch=min(per_epoch, steps * recipe.batch_size or per_epoch),
+    )
+    at, cpu_at = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        metrics = train_on_panel(panel, Path(out), model, measured, "train_cost", {})
+        history = json.loads((Path(out) / "metrics.json").read_text())
+    train_s, train_cpu_s = time.perf_counter() - at, time.process_time() - cpu_at
+    epoch_s = [h["seconds"] for h in history]
+    val_s = float(np.mean([h["val_seconds"] for h in history]))
+    measured_steps = math.ceil(measured.windows_per_epoch / recipe.batch_size)
+    step_s = (sum(epoch_s) - val_s * len(history)) / (measured_steps * len(history))
+    recipe_epoch_s = step_s * recipe_steps + val_s
+    return {
+        "windows": {p.name.lower(): len(e) for p, e in ends.items()},
+        "recipe": asdict(recipe),
+        "model_params": metrics["n_params"],
+        "steps_per_recipe_epoch": recipe_steps,
+        "epochs_measured": len(history),
+        "steps_per_measured_epoch": measured_steps,
+        "epoch_s": [round(s, 1) for s in epoch_s],
+        "train_step_s": round(step_s, 4),
+        "validation_s": round(val_s, 1),
+        "setup_and_calibration_s": round(train_s - sum(epoch_s), 1),
+        "wall_s": round(train_s, 1),
+        "cpu_s": round(train_cpu_s, 1),
+        "recipe_epoch_s": round(recipe_epoch_s, 1),
+        "recipe_total_s_projected": round(recipe_epoch_s * recipe.epochs, 1),
+        "projection": f"recipe epoch = {recipe_steps} steps x the measured mean step time + the "
+        f"measured validation pass; total = {recipe.epochs} such epochs, an upper bound "
+        f"(early stopping, patience {recipe.patience}, may end sooner), setup not included",
+        "peak_rss_mb": round(peak_rss_mb()),
+    }

@@ -89,7 +89,7 @@ def _register_evaluate(subparsers: argparse._SubParsersAction) -> None:  # type:
     add_data_options(evaluate)
     evaluate.add_argument(
         "--split",
-        choices=("test", "val", "all"),  # model.evaluate.PARTS, without importing torch here
+        choices=("test", "val", "all"),  # model.evaluation_windows.PARTS, not imported (torch)
         default="test",
         help="the checkpoint's test or validation period, or every window (a file the model "
         "never saw; its first 20%% of bars calibrate every forecaster, the TFT too)",

@@ -13,7 +13,8 @@ from model.as_served import online_calibrated
 from model.bar_files import load_bars
 from model.calibration import fit_interval_scale
 from model.dataset import Part, Split, build_panel, window_ends
-from model.evaluate import PARTS, evaluate, run_engine, trained_on_these
+from model.evaluate import evaluate, run_engine
+from model.evaluation_windows import PARTS, trained_on_these
 from model.serving.conformal import CalibrationConfig, calibrate_offline
 from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import (

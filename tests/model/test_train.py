@@ -202,34 +202,22 @@ def test_batch_32_hidden_256_trains_an_epoch_on_cpu_with_all_227_features(
     assert model.hist_selection.combine.in_features == 227 * 8
 
 
-def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path) -> None:
-    data = sixe_slice(sixe_csv, tmp_path / "6EH4.slice.csv", 2500)
+# SMALL (below) as `barcast train` options
+SMALL_ARGS = ["--hidden", "16", "--heads", "2", "--lstm-layers", "1", "--var-dim", "4"]
+
+
+def barcast_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="barcast")
     cli.register(parser.add_subparsers(required=True))
+    return parser
+
+
+def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path) -> None:
+    data = sixe_slice(sixe_csv, tmp_path / "6EH4.slice.csv", 2500)
+    parser = barcast_parser()
     out = tmp_path / "ckpt"
-    args = parser.parse_args(
-        [
-            "train",
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--epochs",
-            "2",
-            "--hidden",
-            "16",
-            "--heads",
-            "2",
-            "--lstm-layers",
-            "1",
-            "--var-dim",
-            "4",
-            "--windows-per-epoch",
-            "256",
-            "--test-fraction",
-            "0.3",
-        ]
-    )
+    short = ["--epochs", "2", "--windows-per-epoch", "256", "--test-fraction", "0.3"]
+    args = parser.parse_args(["train", "--data", str(data), "--out", str(out), *SMALL_ARGS, *short])
     assert args.func(args) == 0
     args = parser.parse_args(["evaluate", "--checkpoint", str(out), "--data", str(data)])
     assert args.func(args) == 0
@@ -270,14 +258,12 @@ def test_train_and_evaluate_commands_read_a_firstrate_folder_by_dates(tmp_path: 
     only the range's day files are read, and wrong options end in one line naming the fix."""
     folder = tmp_path / "dailydata"
     write_sessions(folder, "2012-03-05", days=6)  # Monday to Monday
-    parser = argparse.ArgumentParser(prog="barcast")
-    cli.register(parser.add_subparsers(required=True))
+    parser = barcast_parser()
     out = tmp_path / "ckpt"
     data = ["--data", f"ES={folder}", "--start", "2012-03-05T06:00", "--end", "2012-03-10"]
-    small = ["--hidden", "16", "--heads", "2", "--lstm-layers", "1", "--var-dim", "4"]
     dates = ["--val-start", "2012-03-08", "--calib-start", "2012-03-08T12:00"]
     short = ["--epochs", "1", "--windows-per-epoch", "128", "--test-start", "2012-03-09"]
-    args = parser.parse_args(["train", *data, "--out", str(out), *small, *dates, *short])
+    args = parser.parse_args(["train", *data, "--out", str(out), *SMALL_ARGS, *dates, *short])
     assert args.func(args) == 0
     meta = json.loads((out / checkpoint.CONFIG).read_text())
     iso = {
@@ -301,7 +287,7 @@ def test_train_and_evaluate_commands_read_a_firstrate_folder_by_dates(tmp_path: 
         ["--calib-start", "2012-03-08"],  # a split date alone
         ["--resume"],  # the run in --out finished
     ):
-        args = parser.parse_args(["train", *data, "--out", str(out), *small, *wrong])
+        args = parser.parse_args(["train", *data, "--out", str(out), *SMALL_ARGS, *wrong])
         assert args.func(args) == 2
 
 

@@ -1,9 +1,9 @@
 """Shadow checkpoints (canaries) through the real broker and real worker processes: a new
 checkpoint dropped into the model directory forecasts beside the serving one on
 `forecasts.shadow`; one whose median is off by a known amount is refused once its scores are in,
-one that forecasts better is promoted and serves from the row of its verdict; and a worker
-SIGKILLed in the middle of a canary publishes, after its restart, the same bytes on every topic
-as one never killed, reaching the same verdict at the same row."""
+one that forecasts better, or the same, is promoted and serves from the row of its verdict; and
+a worker SIGKILLed in the middle of a canary publishes, after its restart, the same bytes on
+every topic as one never killed, reaching the same verdict at the same row."""
 
 from __future__ import annotations
 
@@ -191,14 +191,22 @@ def test_a_worse_canary_is_refused_and_a_kill_in_its_middle_resumes_it_exactly(
     assert killed.scores == whole.scores
 
 
-def test_a_better_canary_is_promoted_and_serves_from_its_verdict(
-    broker_settings: Settings, tmp_path: Path, raw: list[dict[str, Any]]
+# The canary forecasts its volatility scale's Gaussian quantiles. Against an incumbent of
+# random weights it is better; against one forecasting the same quantiles (other weights, so
+# another model id) it is the same, and the same is not worse.
+@pytest.mark.parametrize("incumbent_shift", [None, 0.0], ids=["better", "same"])
+def test_a_canary_better_or_the_same_is_promoted_and_serves_from_its_verdict(
+    broker_settings: Settings,
+    tmp_path: Path,
+    raw: list[dict[str, Any]],
+    incumbent_shift: float | None,
 ) -> None:
-    random, better = tmp_path / "random", tmp_path / "better"
-    incumbent_id = make_checkpoint(random)  # random weights: the baselines beat it
-    canary_id = make_checkpoint(better, median_shift=0.0)
-    settings = replace(settings_for(broker_settings, tmp_path, "better"), serve="model")
-    result = run(settings, raw, (random, better))
+    incumbent, canary = tmp_path / "incumbent", tmp_path / "canary"
+    incumbent_id = make_checkpoint(incumbent, median_shift=incumbent_shift)
+    canary_id = make_checkpoint(canary, seed=1, median_shift=0.0)
+    assert canary_id != incumbent_id
+    settings = replace(settings_for(broker_settings, tmp_path, "promoted"), serve="model")
+    result = run(settings, raw, (incumbent, canary))
 
     assert f"canary {canary_id} promoted on partition" in result.log
     forecasts = decoded(result.forecasts)
