@@ -77,6 +77,7 @@ class WindowRequest:
     # defined yet, or no baselines scored)
     variances: tuple[float, float] | None = None
     canary: str | None = None  # the model id of a canary to forecast it too (None: none)
+    offset: int = 0  # the row's source offset: a stored stream is as of it
 
 
 @dataclass(slots=True)
@@ -172,6 +173,11 @@ class ForecastEngine:
     @property
     def model_id(self) -> str:
         return self.served.forecaster.model_id
+
+    @property
+    def streams(self) -> dict[str, SymbolStream] | None:
+        """A stream encoder's per-symbol streams (None: the window encoder keeps none)."""
+        return self.served.streams if self.served.programs.step is not None else None
 
     @property
     def fingerprint(self) -> str:

@@ -37,6 +37,7 @@ class WindowRequest(Protocol):
 
 
 _HEAD = struct.Struct("<qiiii")  # count, layers, hidden, lookback, d_head
+_LENGTH = struct.Struct("<I")
 
 
 @dataclass(slots=True)
@@ -71,9 +72,36 @@ class SymbolStream:
         newest = np.frombuffer(data, dtype="<f8", offset=offset).copy()
         return cls(count, *tensors, newest)
 
+    def to(self, device: torch.device) -> SymbolStream:
+        h, c, keys, values = (t.to(device) for t in (self.h, self.c, self.keys, self.values))
+        return SymbolStream(self.count, h, c, keys, values, self.newest)
+
     def continued_by(self, request: WindowRequest) -> bool:
         """Whether `request`'s window holds this stream's newest row and all after it."""
         return continues(self.count, self.newest, request)
+
+
+def streams_to_bytes(streams: dict[str, SymbolStream]) -> bytes:
+    """A symbol's streams by model id, each id and stream behind its length."""
+    parts = []
+    for model_id, stream in sorted(streams.items()):
+        for part in (model_id.encode(), stream.to_bytes()):
+            parts += [_LENGTH.pack(len(part)), part]
+    return b"".join(parts)
+
+
+def streams_from_bytes(data: bytes) -> dict[str, SymbolStream]:
+    """`streams_to_bytes`'s streams, on the CPU (`SymbolStream.to` moves one)."""
+    parts, offset = [], 0
+    while offset < len(data):
+        (length,) = _LENGTH.unpack_from(data, offset)
+        parts.append(data[offset + _LENGTH.size : offset + _LENGTH.size + length])
+        offset += _LENGTH.size + length
+    cpu = torch.device("cpu")
+    return {
+        model_id.decode(): SymbolStream.from_bytes(stream, cpu)
+        for model_id, stream in zip(parts[::2], parts[1::2], strict=True)
+    }
 
 
 def continues(count: int, newest: np.ndarray, request: WindowRequest) -> bool:

@@ -1,10 +1,10 @@
-"""Stores: the worker's state (corrections states, feature states, forecast windows) in memory,
-made durable in a changelog topic the runtime owns, not a Faust table (the contract:
-streams.runtime). The changelog partition is the source partition: a store is co-partitioned
-with its topic. A restore skips a record past its boundary (written by a flush whose offsets were
-never committed) and writes the key's restored entry again: otherwise, once a segment roll let
-the log cleaner keep only each key's last record, a worker crashing in every checkpoint would
-lose the key's state to records it never restores."""
+"""Stores: the worker's state (corrections states, feature states, forecast windows, a stream
+encoder's streams) in memory, made durable in a changelog topic the runtime owns, not a Faust
+table (the contract: streams.runtime). The changelog partition is the source partition: a store
+is co-partitioned with its topic. A restore skips a record past its boundary (written by a flush
+whose offsets were never committed) and writes the key's restored entry again: otherwise, once a
+segment roll let the log cleaner keep only each key's last record, a worker crashing in every
+checkpoint would lose the key's state to records it never restores."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class StoreName(StrEnum):
     FORECAST_WINDOWS = "forecast-window-slots"
     SHADOW = "shadow-state"
     CANARY = "canary-state"
+    STREAMS = "encoder-streams"
 
 
 def marks_name(topic: str) -> str:

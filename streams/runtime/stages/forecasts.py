@@ -30,6 +30,7 @@ from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
+from streams.runtime.stages.carried import Carried, Streams
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
@@ -38,7 +39,7 @@ from streams.schema import BAR_HEADERS, encode_explanation, encode_forecast
 if TYPE_CHECKING:
     from model.serving.checkpoints import CheckpointWatcher
     from streams.runtime.commit import Runtime
-    from streams.runtime.stores import Store, WindowStore
+    from streams.runtime.stores import StateStore, Store, WindowStore
 
 log = logging.getLogger("barcast.forecast")
 BACKLOG_BATCHES = 4
@@ -47,12 +48,14 @@ BACKLOG_BATCHES = 4
 class Predicted(NamedTuple):
     """What the inference thread makes of a batch, per request: the quantiles `(H, Q)` of the
     checkpoint serving it, with BARCAST_EXPLAIN their explanations ([] without), each shadow
-    baseline's (None without) and the canary's (None: no canary beside it)."""
+    baseline's (None without), the canary's (None: no canary beside it) and its symbol's
+    streams (stages/carried.py)."""
 
     quantiles: list[np.ndarray]
     explanations: list[dict[str, Any]]
     baselines: dict[str, list[np.ndarray]] | None
     canary: list[np.ndarray | None]
+    streams: list[Streams]
 
 
 class Plan(NamedTuple):
@@ -61,18 +64,28 @@ class Plan(NamedTuple):
     engines: list[ForecastEngine]
     canaries: list[ForecastEngine | None]
 
+    @property
+    def per_request(self) -> list[tuple[ForecastEngine | None, ...]]:
+        return list(zip(self.engines, self.canaries, strict=True))
+
 
 class Forecasting:
     """The forecast stage: the windows (stages/windows.py) in front of the model."""
 
     def __init__(
-        self, runtime: Runtime, serving: Serving, store: WindowStore, scoring: Scoring
+        self,
+        runtime: Runtime,
+        serving: Serving,
+        store: WindowStore,
+        scoring: Scoring,
+        streams: StateStore[Streams],
     ) -> None:
         settings = self.settings = runtime.settings
         self.runtime, self.windows, self.lookback = runtime, store, store.lookback
         self.scoring = scoring  # calibrates each forecast, then scores it once its bars are in
         self.serving = serving  # which checkpoint serves each partition; the canary
-        self.stores: list[Store] = [store, *scoring.stores]
+        self.carried = Carried(streams)
+        self.stores: list[Store] = [store, streams, *scoring.stores]
         if serving.store is not None:
             self.stores.append(serving.store)
         self.watcher: CheckpointWatcher | None = None
@@ -162,6 +175,7 @@ class Forecasting:
         engines = [self.serving.route(r.partition)[0] for r in batch]
         canaries = [self.serving.engines.get(r.canary) if r.canary else None for r in batch]
         plan = Plan(engines, canaries)  # type: ignore[arg-type]
+        self.carried.resume(batch, plan.per_request)
         return batch, plan, loop.run_in_executor(self.executor, self._predict, batch, plan)
 
     def _predict(self, batch: list[WindowRequest], plan: Plan) -> Predicted:
@@ -190,9 +204,10 @@ class Forecasting:
             forecast = engine.predict([batch[i] for i in rows], self.incremental)
             for i, q in zip(rows, forecast, strict=True):
                 canary[i] = q
+        streams = Carried.taken(batch, plan.per_request)
         metrics.inference_seconds.observe(time.perf_counter() - started)
         metrics.batch_size.observe(n)
-        return Predicted(quantiles, explanations, baselines, canary)
+        return Predicted(quantiles, explanations, baselines, canary, streams)
 
     async def _publish(
         self, batch: list[WindowRequest], plan: Plan, predicted: Predicted
@@ -210,6 +225,7 @@ class Forecasting:
             for r, c, q in zip(batch, plan.canaries, predicted.canary, strict=True)
         ]
         values = self.scoring.forecasts(batch, values, predicted.baselines, scored, canaries)
+        self.carried.keep(batch, predicted.streams)
         forecasts = [
             Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
             for r, v in zip(batch, values, strict=True)

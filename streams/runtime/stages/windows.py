@@ -73,4 +73,5 @@ def slide(store: WindowStore, row: FeatureRow, forecast: bool) -> WindowRequest 
         close=row.close,
         received_ns=time.time_ns() if row.received_ns is None else row.received_ns,
         raw_symbol=row.raw_symbol,
+        offset=row.offset,
     )

@@ -28,7 +28,7 @@ from model.serving.checkpoints import CheckpointWatcher
 from model.serving.forecast_engine import ForecastEngine
 from streams.metrics import Metrics
 from streams.runtime.commit import Runtime
-from streams.runtime.pipeline import build_pipeline
+from streams.runtime.pipeline import build_pipeline, stream_store
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.serving import Serving
@@ -84,7 +84,8 @@ def test_scores_of_a_minutes_bars_follow_its_forecasts(tmp_path: Path) -> None:
     windows = WindowStore(
         Changelog("t-windows-changelog", io), engine.lookback, N_FEATURES, FINGERPRINT
     )
-    stage = Forecasting(runtime, Serving(engine, runtime.metrics, 1), windows, scoring(io))
+    streams = stream_store(lambda name: Changelog(f"t-{name}", io))
+    stage = Forecasting(runtime, Serving(engine, runtime.metrics, 1), windows, scoring(io), streams)
     first_scored = engine.lookback - 1 + engine.horizon  # the minute whose bars decide scores
 
     async def minute(items: list[FeatureRow]) -> tuple[list[str], list[str]]:
