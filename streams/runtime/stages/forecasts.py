@@ -85,9 +85,10 @@ class Forecasting:
         self.scoring = scoring  # calibrates each forecast, then scores it once its bars are in
         self.serving = serving  # which checkpoint serves each partition; the canary
         self.carried = Carried(streams)
-        self.stores: list[Store] = [store, streams, *scoring.stores]
+        self.stores: list[Store] = [store, *scoring.stores]
         if serving.store is not None:
             self.stores.append(serving.store)
+        self.stores.append(streams)
         self.watcher: CheckpointWatcher | None = None
         self.topic, self.incremental = settings.topic_forecasts, settings.incremental_encoding
         self.topic_shadow = settings.topic_shadow

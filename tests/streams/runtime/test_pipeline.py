@@ -26,6 +26,7 @@ ALL = [
     "g-calibration-state-changelog",
     "g-shadow-state-changelog",
     "g-canary-state-changelog",
+    "g-encoder-streams-changelog",
 ]
 
 
@@ -44,6 +45,7 @@ def test_the_store_names_are_those_workers_have_stored_under() -> None:
         "forecast-window-slots",
         "shadow-state",
         "canary-state",
+        "encoder-streams",
     ]
     assert marks_name("bars.raw") == "bars.raw-checkpoints"
 
@@ -66,7 +68,7 @@ def test_each_role_runs_its_stages_with_their_stores(role: str, topics: list[str
     assert [store.changelog.topic for store in pipeline.stores] == topics
 
 
-def test_without_online_scoring_the_forecast_stage_keeps_only_its_windows() -> None:
+def test_without_online_scoring_the_forecast_stage_keeps_only_its_windows_and_streams() -> None:
     settings = Settings(
         role="forecast",
         online_scoring=False,
@@ -75,13 +77,13 @@ def test_without_online_scoring_the_forecast_stage_keeps_only_its_windows() -> N
         serve="model",
     )
     pipeline = build_pipeline(settings, runtime(settings))
-    assert [store.changelog.topic for store in pipeline.stores] == ALL[2:3]
+    assert [store.changelog.topic for store in pipeline.stores] == [ALL[2], ALL[-1]]
 
 
 def test_without_shadow_baselines_the_forecast_stage_keeps_no_shadow_state() -> None:
     settings = Settings(role="forecast", shadow_baselines=False, serve="model")
     pipeline = build_pipeline(settings, runtime(settings))
-    assert [store.changelog.topic for store in pipeline.stores] == ALL[2:5]
+    assert [store.changelog.topic for store in pipeline.stores] == [*ALL[2:5], ALL[-1]]
 
 
 def test_role_all_takes_raw_records_into_the_forecast_windows(sixe_bars: pd.DataFrame) -> None:
