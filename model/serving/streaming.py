@@ -36,13 +36,16 @@ class WindowRequest(Protocol):
     values: np.ndarray  # (lookback, n_features), oldest first
 
 
-_HEAD = struct.Struct("<qiiii")  # count, layers, hidden, lookback, d_head
+_HEAD = struct.Struct("<qiiiii")  # count, layers, hidden, lookback, d_head, features
 _LENGTH = struct.Struct("<I")
 
 
 @dataclass(slots=True)
 class SymbolStream:
-    """One symbol's carried state, float32 on the model's device."""
+    """One symbol's carried state, float32 on the model's device. Never changed in place (a
+    step makes a new one), so a reference to one keeps it as it was. Stored as a head (row
+    count, LSTM state, newest row) and the ring's slots, each slot's key and value together: a
+    new bar changes one slot (streams.runtime.stores.StreamStore)."""
 
     count: int  # the newest row stepped, numbered as its window's rows
     h: Tensor  # (layers, hidden) the encoder LSTM's state after row `count`
@@ -51,26 +54,62 @@ class SymbolStream:
     values: Tensor  # (lookback, d_head)
     newest: np.ndarray  # the raw values of row `count`: a later window holds it, or restarted
 
-    def to_bytes(self) -> bytes:
+    def head_bytes(self) -> bytes:
         layers, hidden = self.h.shape
         lookback, d_head = self.values.shape
-        head = _HEAD.pack(self.count, layers, hidden, lookback, d_head)
-        tensors = (self.h, self.c, self.keys, self.values)
-        arrays = b"".join(t.detach().float().cpu().numpy().astype("<f4").tobytes() for t in tensors)
-        return head + arrays + self.newest.astype("<f8").tobytes()
+        head = _HEAD.pack(self.count, layers, hidden, lookback, d_head, len(self.newest))
+        return (
+            head
+            + _f4(self.h).tobytes()
+            + _f4(self.c).tobytes()
+            + self.newest.astype("<f8").tobytes()
+        )
+
+    def slots_bytes(self, slots: Sequence[int]) -> list[bytes]:
+        keys, values = _f4(self.keys), _f4(self.values)
+        return [keys[slot].tobytes() + values[slot].tobytes() for slot in slots]
+
+    def changed_slots(self, prior: SymbolStream | None) -> list[int]:
+        """The ring's slots whose contents differ from `prior`'s (None: every slot)."""
+        if prior is None or (prior.keys.shape, prior.values.shape) != (
+            self.keys.shape,
+            self.values.shape,
+        ):
+            return list(range(len(self.keys)))
+        changed = (self.keys != prior.keys).any(1) | (self.values != prior.values).any(1)
+        return changed.nonzero().flatten().tolist()
+
+    def to_bytes(self) -> bytes:
+        return self.head_bytes() + b"".join(self.slots_bytes(range(len(self.keys))))
 
     @classmethod
     def from_bytes(cls, data: bytes, device: torch.device) -> SymbolStream:
-        count, layers, hidden, lookback, d_head = _HEAD.unpack_from(data)
-        shapes = ((layers, hidden), (layers, hidden), (lookback, hidden), (lookback, d_head))
-        offset, tensors = _HEAD.size, []
-        for shape in shapes:
-            n = shape[0] * shape[1]
-            array = np.frombuffer(data, dtype="<f4", count=n, offset=offset).reshape(shape)
-            tensors.append(torch.from_numpy(array.copy()).to(device))
-            offset += 4 * n
-        newest = np.frombuffer(data, dtype="<f8", offset=offset).copy()
-        return cls(count, *tensors, newest)
+        _, layers, hidden, lookback, d_head, features = _HEAD.unpack_from(data)
+        end = _HEAD.size + 8 * layers * hidden + 8 * features
+        size = 4 * (hidden + d_head)
+        slots = [data[end + size * slot : end + size * (slot + 1)] for slot in range(lookback)]
+        return cls.from_parts(data[:end], slots, device)
+
+    @classmethod
+    def from_parts(cls, head: bytes, slots: Sequence[bytes], device: torch.device) -> SymbolStream:
+        """The stream of `head_bytes` and its `slots_bytes` of every slot in order."""
+        count, layers, hidden, lookback, d_head, features = _HEAD.unpack_from(head)
+        n = layers * hidden
+        state = np.frombuffer(head, dtype="<f4", count=2 * n, offset=_HEAD.size)
+        newest = np.frombuffer(head, dtype="<f8", count=features, offset=_HEAD.size + 8 * n)
+        ring = np.frombuffer(b"".join(slots), dtype="<f4").reshape(lookback, hidden + d_head)
+        arrays = (
+            state[:n].reshape(layers, hidden),
+            state[n:].reshape(layers, hidden),
+            ring[:, :hidden],
+            ring[:, hidden:],
+        )
+        tensors = (torch.from_numpy(a.copy()).to(device) for a in arrays)
+        return cls(count, *tensors, newest.copy())
+
+    @staticmethod
+    def lookback_of(head: bytes) -> int:
+        return _HEAD.unpack_from(head)[3]
 
     def to(self, device: torch.device) -> SymbolStream:
         h, c, keys, values = (t.to(device) for t in (self.h, self.c, self.keys, self.values))
@@ -81,27 +120,27 @@ class SymbolStream:
         return continues(self.count, self.newest, request)
 
 
-def streams_to_bytes(streams: dict[str, SymbolStream]) -> bytes:
-    """A symbol's streams by model id, each id and stream behind its length."""
+def _f4(tensor: Tensor) -> np.ndarray:
+    return tensor.detach().float().cpu().numpy().astype("<f4")
+
+
+def heads_bytes(streams: dict[str, SymbolStream]) -> bytes:
+    """A symbol's streams' heads in model id order, each id and head behind its length."""
     parts = []
     for model_id, stream in sorted(streams.items()):
-        for part in (model_id.encode(), stream.to_bytes()):
+        for part in (model_id.encode(), stream.head_bytes()):
             parts += [_LENGTH.pack(len(part)), part]
     return b"".join(parts)
 
 
-def streams_from_bytes(data: bytes) -> dict[str, SymbolStream]:
-    """`streams_to_bytes`'s streams, on the CPU (`SymbolStream.to` moves one)."""
+def heads_from_bytes(data: bytes) -> list[tuple[str, bytes]]:
+    """`heads_bytes`'s model ids and heads, in order."""
     parts, offset = [], 0
     while offset < len(data):
         (length,) = _LENGTH.unpack_from(data, offset)
         parts.append(data[offset + _LENGTH.size : offset + _LENGTH.size + length])
         offset += _LENGTH.size + length
-    cpu = torch.device("cpu")
-    return {
-        model_id.decode(): SymbolStream.from_bytes(stream, cpu)
-        for model_id, stream in zip(parts[::2], parts[1::2], strict=True)
-    }
+    return [(i.decode(), head) for i, head in zip(parts[::2], parts[1::2], strict=True)]
 
 
 def continues(count: int, newest: np.ndarray, request: WindowRequest) -> bool:

@@ -18,8 +18,6 @@ from model.serving.canary import PartitionCanary
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.scoring_state import SymbolScoring
 from model.serving.skill import ServeMode
-from model.serving.streaming import streams_from_bytes, streams_to_bytes
-from streams.runtime.stages.carried import Streams
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
 from streams.runtime.stages.forecasts import Forecasting
@@ -31,6 +29,7 @@ from streams.runtime.stores import (
     StateStore,
     Store,
     StoreName,
+    StreamStore,
     WindowStore,
 )
 
@@ -93,7 +92,7 @@ def build_pipeline(
         )
         scoring = build_scoring(settings, changelog)
         serving = build_serving(settings, runtime, engine, scoring)
-        streams = stream_store(changelog)
+        streams = StreamStore(changelog(StoreName.STREAMS))
         pipeline.forecasting = Forecasting(runtime, serving, windows, scoring, streams)
     return pipeline
 
@@ -123,11 +122,6 @@ def build_scoring(settings: Settings, changelog: Callable[[str], Changelog]) -> 
         scores, calibrations, calibration, settings.topic_scores, settings.online_scoring,
         shadows, ServeMode(settings.serve),
     )  # fmt: skip
-
-
-def stream_store(changelog: Callable[[str], Changelog]) -> StateStore[Streams]:
-    """A stream encoder's per-symbol streams by model id (streams.runtime.stages.carried)."""
-    return StateStore(changelog(StoreName.STREAMS), streams_from_bytes, streams_to_bytes, dict)
 
 
 def state_store(

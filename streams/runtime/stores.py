@@ -15,13 +15,17 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
+import torch
+
 from model.serving.shadow import SymbolShadow
+from model.serving.streaming import SymbolStream, heads_bytes, heads_from_bytes
 from model.serving.windows import SymbolWindow, meta_key, meta_layout, slot_key
 
 log = logging.getLogger("barcast.runtime")
 
 _HEAD = struct.Struct("<qi")  # source offset, source partition
 S = TypeVar("S")
+Streams = dict[str, SymbolStream]  # a symbol's streams by model id
 
 
 class StoreName(StrEnum):
@@ -294,3 +298,52 @@ class ShadowStore(StateStore[SymbolShadow]):
             put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
         put(key, partition, offset, self.encode(state))
         self.flushed[key] = window.count
+
+
+class StreamStore(Store[Streams]):
+    """Per-symbol streams of a stream encoder by model id (streams.runtime.stages.carried),
+    stored as the windows are: each slot of a stream's ring under a key of its own (symbol,
+    place, slot), written when its contents changed since the last flush (a new bar's slot;
+    every slot of a stream started again), and the streams' heads under the symbol's key. A
+    place is a stream's rank in model id order among its symbol's (the serving checkpoint's and
+    a canary's), so a symbol's slots are bounded however many checkpoints have served it."""
+
+    def __init__(self, changelog: Changelog) -> None:
+        super().__init__(changelog)
+        self.flushed: dict[bytes, Streams] = {}  # key -> its streams at its last flush
+
+    def read(self, key: bytes) -> Streams:
+        """The key's streams: in memory, else rebuilt from its restored entries, else none."""
+        streams = self.states.get(key)
+        if streams is None:
+            entries, streams = self.changelog.entries, {}
+            heads = entries.get(key)
+            for place, (model_id, head) in enumerate(heads_from_bytes(heads[2] if heads else b"")):
+                places = range(SymbolStream.lookback_of(head))
+                slots = [entries[_stream_slot_key(key, place, slot)][2] for slot in places]
+                streams[model_id] = SymbolStream.from_parts(head, slots, torch.device("cpu"))
+            self.states[key] = streams
+            self.flushed[key] = dict(streams)
+        return streams
+
+    def forget(self) -> None:
+        super().forget()
+        self.flushed.clear()
+
+    def _put(self, key: bytes, partition: int, offset: int) -> None:
+        """The slots changed since the last flush, then the heads."""
+        streams, put = self.states[key], self.changelog.put
+        before = sorted(self.flushed.get(key, {}).items())
+        for place, (model_id, stream) in enumerate(sorted(streams.items())):
+            prior = (
+                before[place][1] if place < len(before) and before[place][0] == model_id else None
+            )
+            changed = stream.changed_slots(prior)
+            for slot, data in zip(changed, stream.slots_bytes(changed), strict=True):
+                put(_stream_slot_key(key, place, slot), partition, offset, data)
+        put(key, partition, offset, heads_bytes(streams))
+        self.flushed[key] = dict(streams)
+
+
+def _stream_slot_key(symbol: bytes, place: int, slot: int) -> bytes:
+    return symbol + b"\x00" + place.to_bytes(1, "little") + slot.to_bytes(8, "little")

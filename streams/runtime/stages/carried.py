@@ -10,13 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from model.serving.streaming import SymbolStream
-
 if TYPE_CHECKING:
     from model.serving.forecast_engine import ForecastEngine, WindowRequest
-    from streams.runtime.stores import StateStore
+    from streams.runtime.stores import Streams, StreamStore
 
-Streams = dict[str, SymbolStream]  # a symbol's streams by model id
 Engines = Sequence[Sequence["ForecastEngine | None"]]  # per request: the engines forecasting it
 
 
@@ -24,7 +21,7 @@ class Carried:
     """The forecast stage's stream store: streams resumed from it before a batch's inference,
     and each batch's streams written to it, as of their requests' rows."""
 
-    def __init__(self, store: StateStore[Streams]) -> None:
+    def __init__(self, store: StreamStore) -> None:
         self.store = store
 
     def resume(self, batch: Sequence[WindowRequest], engines: Engines) -> None:

@@ -30,7 +30,7 @@ from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
-from streams.runtime.stages.carried import Carried, Streams
+from streams.runtime.stages.carried import Carried
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
@@ -39,7 +39,7 @@ from streams.schema import BAR_HEADERS, encode_explanation, encode_forecast
 if TYPE_CHECKING:
     from model.serving.checkpoints import CheckpointWatcher
     from streams.runtime.commit import Runtime
-    from streams.runtime.stores import StateStore, Store, WindowStore
+    from streams.runtime.stores import Store, Streams, StreamStore, WindowStore
 
 log = logging.getLogger("barcast.forecast")
 BACKLOG_BATCHES = 4
@@ -78,7 +78,7 @@ class Forecasting:
         serving: Serving,
         store: WindowStore,
         scoring: Scoring,
-        streams: StateStore[Streams],
+        streams: StreamStore,
     ) -> None:
         settings = self.settings = runtime.settings
         self.runtime, self.windows, self.lookback = runtime, store, store.lookback

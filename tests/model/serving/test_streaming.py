@@ -74,7 +74,7 @@ def test_a_symbols_state_is_bounded_whatever_it_has_streamed(stream_checkpoint, 
         sizes.append(len(engine.served.streams[SYMBOLS[0]].to_bytes()))
     d_head = config.hidden // config.heads
     floats = 2 * config.lstm_layers * config.hidden + config.lookback * (config.hidden + d_head)
-    assert sizes == [24 + 4 * floats + 8 * config.n_hist] * 2
+    assert sizes == [28 + 4 * floats + 8 * config.n_hist] * 2  # 28: the head's counts
 
 
 def test_a_stream_checkpoint_is_refused_where_forecasts_are_explained(stream_checkpoint):

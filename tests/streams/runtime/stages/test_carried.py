@@ -16,11 +16,10 @@ from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import DELIVERY
 from streams.metrics import Metrics
 from streams.runtime.commit import Runtime
-from streams.runtime.pipeline import stream_store
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
-from streams.runtime.stores import Changelog, WindowStore
+from streams.runtime.stores import Changelog, StreamStore, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.streams.runtime.stages.test_forecasts import Producer, rows
@@ -37,7 +36,9 @@ def stage(io: MemoryChangelogs, model: Path) -> tuple[Forecasting, Producer]:
     changelog = lambda name: Changelog(f"t-{name}", io)  # noqa: E731
     windows = WindowStore(changelog("windows"), engine.lookback, N_FEATURES, FINGERPRINT)
     serving = Serving(engine, runtime.metrics, 1)
-    return Forecasting(runtime, serving, windows, scoring(io), stream_store(changelog)), producer
+    return Forecasting(
+        runtime, serving, windows, scoring(io), StreamStore(changelog("encoder-streams"))
+    ), producer
 
 
 async def forecast(stage: Forecasting, minutes: range) -> None:
@@ -112,5 +113,32 @@ def test_a_stored_stream_of_another_model_is_not_resumed(tmp_path: Path) -> None
             assert all(r is not None for r in requests)
             again.carried.resume(requests, [(engine,)] * len(requests))  # type: ignore[arg-type]
             assert (set(engine.streams) == {"6EH4", "ESU4"}) is resumed, model
+
+    asyncio.run(run())
+
+
+def test_a_commit_writes_the_slots_a_stream_changed_and_its_head(tmp_path: Path) -> None:
+    """Each symbol's stream stored whole once, then per bar one slot of its ring and its head,
+    as the windows are; a stream started again (its window restored, its stream not) writes
+    every slot again."""
+    make_checkpoint(tmp_path / "model", encoder="stream")
+    io = MemoryChangelogs()
+    topic = ("t-encoder-streams", 0)
+    lookback = 60
+
+    async def written(stage: Forecasting, minutes: range) -> int:
+        await forecast(stage, minutes)
+        before = len(io.partitions.get(topic, []))
+        await commit(stage)
+        return len(io.partitions[topic]) - before
+
+    async def run() -> None:
+        first, _ = stage(io, tmp_path / "model")
+        assert await written(first, range(lookback)) == 2 * (lookback + 1)
+        assert await written(first, range(lookback, lookback + 1)) == 2 * 2
+        assert await written(first, range(lookback + 1, lookback + 3)) == 2 * 3
+        again, _ = stage(io, tmp_path / "model")
+        await again.windows.restore(0, 2 * (lookback + 3))
+        assert await written(again, range(lookback + 3, lookback + 4)) == 2 * (lookback + 1)
 
     asyncio.run(run())

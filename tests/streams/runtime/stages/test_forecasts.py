@@ -28,11 +28,11 @@ from model.serving.checkpoints import CheckpointWatcher
 from model.serving.forecast_engine import ForecastEngine
 from streams.metrics import Metrics
 from streams.runtime.commit import Runtime
-from streams.runtime.pipeline import build_pipeline, stream_store
+from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.serving import Serving
-from streams.runtime.stores import Changelog, WindowStore
+from streams.runtime.stores import Changelog, StreamStore, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.streams.runtime.stages.test_scores import TOPIC, scoring
@@ -84,7 +84,7 @@ def test_scores_of_a_minutes_bars_follow_its_forecasts(tmp_path: Path) -> None:
     windows = WindowStore(
         Changelog("t-windows-changelog", io), engine.lookback, N_FEATURES, FINGERPRINT
     )
-    streams = stream_store(lambda name: Changelog(f"t-{name}", io))
+    streams = StreamStore(Changelog("t-encoder-streams", io))
     stage = Forecasting(runtime, Serving(engine, runtime.metrics, 1), windows, scoring(io), streams)
     first_scored = engine.lookback - 1 + engine.horizon  # the minute whose bars decide scores
 
