@@ -110,6 +110,10 @@ class Settings:
         default=REPO_ROOT.parent / "shared" / "data",
         metadata={"doc": "Directory of input data (6EH4 CSV, `dbn/`)."},
     )
+    firstrate_dir: Path = field(
+        default=REPO_ROOT.parent / "shared" / "firstrate",
+        metadata={"doc": "Folder of FirstRate day files (`dailydata/`) for the walk-forward."},
+    )
     model_dir: Path = field(
         default=REPO_ROOT / "var" / "models",
         metadata={"doc": "Checkpoint directory the forecast worker loads and watches."},

@@ -11,8 +11,8 @@ recorded beside its wall seconds: on a shared machine the wall clock also counts
 
     .venv/bin/python -m benchmarks.train_cost /data/dailydata [--start 2012-01-01 --end 2013-01-01]
 
-The folder may also come from BARCAST_FIRSTRATE_DIR. Writes benchmarks/results/train_cost.json
-(or `--out`). The data is read where it lies and never copied.
+The folder may also come from the BARCAST_FIRSTRATE_DIR setting. Writes
+benchmarks/results/train_cost.json (or `--out`). The data is read where it lies and never copied.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -37,14 +36,16 @@ from model.config import TFTConfig
 from model.dataset import TRAINING_DTYPE, Panel, Part, build_panel
 from model.memory import peak_rss_mb
 from model.train import TrainConfig, split_windows, train_on_panel
+from streams.settings import Settings
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "train_cost.json"
-FOLDER_ENV = "BARCAST_FIRSTRATE_DIR"
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", nargs="?", type=Path, help=f"dailydata/ (or ${FOLDER_ENV})")
+    parser.add_argument(
+        "folder", nargs="?", type=Path, help="dailydata/ (default: BARCAST_FIRSTRATE_DIR)"
+    )
     parser.add_argument("--symbol", default="ES")
     parser.add_argument("--start", default="2012-01-01")
     parser.add_argument("--end", default="2013-01-01")
@@ -62,12 +63,11 @@ def parse_args() -> argparse.Namespace:
 
 
 def folder_or_exit(given: Path | None) -> Path:
-    folder = given or (Path(os.environ[FOLDER_ENV]) if os.environ.get(FOLDER_ENV) else None)
-    if folder is None or not folder.is_dir():
-        where = f"{folder} is not a folder" if folder else "no folder given"
+    folder = given or Settings.from_env().firstrate_dir
+    if not folder.is_dir():
         sys.exit(
-            f"train_cost: {where}; pass FirstRate's dailydata/ folder (day files "
-            f"YYYY-MM-DD.json) as the first argument or in ${FOLDER_ENV}"
+            f"train_cost: {folder} is not a folder; pass FirstRate's dailydata/ folder (day "
+            "files YYYY-MM-DD.json) as the first argument or in BARCAST_FIRSTRATE_DIR"
         )
     return folder
 

@@ -4,7 +4,7 @@ A protocol file (JSON; the registered one is `benchmarks/walk_forward/protocol.j
 committed before the run it governs:
 
     {"name": ..., "frozen": {"commit": ..., "recipe": ...}, "recipe": {FIELD: VALUE},
-     "sources": {NAME: {"file": FILE} | {"folder_env": VAR, "symbol": SYMBOL,
+     "sources": {NAME: {"file": FILE} | {"firstrate": true, "symbol": SYMBOL,
                         "held_out_from": DATE}},
      "folds": [{"name": ..., "group": ..., "sources": [NAME, ...],
                 "train": [START, END], "val": [START, END], "calib": [START, END],
@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,18 +167,18 @@ def check_held_out(fold: str, part: SourceRange, source: dict[str, Any]) -> None
         )
 
 
-def source_location(name: str, source: dict[str, Any], data_dir: Path) -> tuple[Path, str | None]:
+def source_location(
+    name: str, source: dict[str, Any], data_dir: Path, firstrate_dir: Path
+) -> tuple[Path, str | None]:
     """Where a source's bars are and the symbol they take (a folder needs one)."""
     if "file" in source:
         return data_dir / source["file"], None
-    variable = source["folder_env"]
-    folder = os.environ.get(variable)
-    if not folder:
+    if not firstrate_dir.is_dir():
         raise ProtocolError(
-            f"source {name}: set {variable} to the folder of its FirstRate day files "
-            "(e.g. dailydata/)"
+            f"source {name}: {firstrate_dir} is not a folder; set BARCAST_FIRSTRATE_DIR to the "
+            "folder of its FirstRate day files (e.g. dailydata/)"
         )
-    return Path(folder), source["symbol"]
+    return firstrate_dir, source["symbol"]
 
 
 def digest(values: Any) -> str:

@@ -1,7 +1,7 @@
 """The walk-forward model report: every fold of a pre-registered protocol trained with the frozen
 recipe by the product's own `train`, evaluated by its own `evaluate`, and pooled.
 
-    BARCAST_ES_DAILY=/path/dailydata .venv/bin/python -m benchmarks.walk_forward
+    BARCAST_FIRSTRATE_DIR=/path/dailydata .venv/bin/python -m benchmarks.walk_forward
         [--protocol benchmarks/walk_forward/protocol.json] [--fold NAME ...]
         [--results benchmarks/results/walk_forward.json] [--set FIELD=VALUE ...]
 
@@ -74,13 +74,15 @@ def frozen_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def sources(protocol: Protocol, parts: tuple[Any, ...], data_dir: Path) -> list[Any]:
+def sources(protocol: Protocol, parts: tuple[Any, ...], settings: Settings) -> list[Any]:
     """The `BarSource`s of a fold's training or evaluation data."""
     from model.bar_files import BarSource, parse_utc
 
     out = []
     for part in parts:
-        path, symbol = source_location(part.source, protocol.sources[part.source], data_dir)
+        path, symbol = source_location(
+            part.source, protocol.sources[part.source], settings.data_dir, settings.firstrate_dir
+        )
         start = parse_utc(part.start, "start") if part.start else None
         end = parse_utc(part.end, "end") if part.end else None
         out.append(BarSource(path, symbol, start, end))
@@ -92,16 +94,16 @@ def run_fold(protocol: Protocol, fold: Fold, recipe: dict[str, Any], work: Path)
     from model.evaluate import LOSSES, evaluate
     from model.train import train
 
-    data_dir = Settings.from_env().data_dir
+    settings = Settings.from_env()
     checkpoint = work / fold.name / "checkpoint"
     started = time.perf_counter()
     metrics = train(
-        sources(protocol, fold.train, data_dir), checkpoint, *recipe_configs(recipe, fold)
+        sources(protocol, fold.train, settings), checkpoint, *recipe_configs(recipe, fold)
     )
     trained = time.perf_counter() - started
     report = evaluate(
         checkpoint,
-        sources(protocol, fold.evaluate, data_dir),
+        sources(protocol, fold.evaluate, settings),
         part=fold.split,
         device="cpu",
         out_dir=work / fold.name / "evaluation",

@@ -66,7 +66,9 @@ def test_tail_without_a_broker_fails_within_the_timeout(broker_settings: Setting
     done = run_barcast(settings, "tail", "forecasts")
     elapsed = time.monotonic() - started
     assert done.returncode == 3
-    assert elapsed < 2 + 15  # the timeout plus interpreter start-up, never a hang
+    # The timeout plus interpreter start-up, never a hang; start-up with both cores busy takes
+    # many seconds, so the bound leaves room for a loaded machine.
+    assert elapsed < 2 + 45
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and dead in lines[0] and "BARCAST_BROKER" in lines[0], done.stderr
 
