@@ -39,8 +39,9 @@ def results_table() -> str:
     if not path.exists():
         return "No fold has run yet."
     results = json.loads(path.read_text())
+    registered = json.loads(PROTOCOL.read_text())["folds"]
     lines = [
-        f"{len(results['folds'])} of {len(json.loads(PROTOCOL.read_text())['folds'])} folds run "
+        f"{len(results['folds'])} of {len(registered)} folds run "
         f"(at {tree_at(results['provenance'])}, {results['provenance']['cpu_model']}); mean "
         "pinball in basis points of cumulative log return over horizons 1..10, offline.",
         "",
@@ -48,7 +49,11 @@ def results_table() -> str:
         "",
     ]
     for group, entry in results["pooled"].items():
-        lines.append(f"- {group}: {checks(entry.get('acceptance', {}))}")
+        of = sum(f["group"] == group for f in registered)
+        lines.append(
+            f"- {group}, on its {len(entry['folds'])} of {of} folds run so far: "
+            f"{checks(entry.get('acceptance', {}))}"
+        )
     return "\n".join(lines)
 
 
