@@ -23,11 +23,11 @@ def span(low: float, high: float) -> str:
 def scope(report: dict[str, Any]) -> str:
     """What was trained and what was scored."""
     e, recipe = report["evaluation"], report["recipe"]
-    flags = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in recipe.items())
+    flags = "".join(f" --{name.replace('_', '-')} {value}" for name, value in recipe.items())
     files = ", ".join(f"`{path.rsplit('/', 1)[-1]}`" for path in e["data"]["files"])
     (apart,) = e["left_out"].values()
     return (
-        f"Recipe: `barcast train {flags}` on {files}, every other setting the default: the "
+        f"Recipe: `barcast train{flags}` on {files}, every other setting the default: the "
         f"product's model ({report['train']['n_params']:,} parameters), torch on "
         f"{count(report['provenance']['torch_threads'], 'CPU thread')}. Scored: the test "
         f"split, {e['n_windows']:,} served windows ending {e['first_window_ts'][:16]} to "
