@@ -47,6 +47,7 @@ RANGES: dict[str, tuple[float, float | None, str]] = {
     "replication": (1, None, "replicas per partition, at most the brokers'"),
     "max_batch": (1, None, "forecast requests per micro-batch"),
     "max_delay_ms": (0, None, "ms"),
+    "inference_threads": (1, None, "threads running model chunks"),
     "session_timeout_s": (0.001, None, "s"),
     "rebalance_timeout_s": (0.001, None, "s"),
     "connect_timeout_s": (0.001, None, "s"),
@@ -125,6 +126,14 @@ class Settings:
     device: str = field(default="auto", metadata={"doc": "`auto`, `cpu` or `cuda`."})
     max_batch: int = field(default=256, metadata={"doc": "Micro-batch size cap."})
     max_delay_ms: float = field(default=5.0, metadata={"doc": "Micro-batch max wait (ms)."})
+    inference_threads: int = field(
+        default=1,
+        metadata={
+            "doc": "Threads that run a micro-batch's model chunks side by side on CPU (each "
+            "chunk on one core, so forecasts are the same whatever this is); at most the cores "
+            "the worker may use less one, which the event loop keeps."
+        },
+    )
     incremental_encoding: bool = field(
         default=True,
         metadata={"doc": "Cache per-bar encodings and encode only each window's new bar."},

@@ -15,7 +15,7 @@ from model import checkpoint
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
-from model.serving.forecast_engine import inference_threads
+from model.serving.programs import TORCH_THREADS
 from model.tft import TemporalFusionTransformer
 
 SCALE_FLOOR = 1e-6  # log return per minute: below 6E's quietest minutes (an untrained one's is not)
@@ -76,8 +76,8 @@ def torch_threads_of_a_worker() -> Iterator[int]:
     """torch runs on the forecast worker's thread count inside: forecasts computed here equal a
     worker's bit for bit only then (whatever other test modules set at import)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(inference_threads())
+    torch.set_num_threads(TORCH_THREADS)
     try:
-        yield inference_threads()
+        yield TORCH_THREADS
     finally:
         torch.set_num_threads(before)

@@ -38,7 +38,8 @@ import torch
 from benchmarks.pipeline.models import random_checkpoint
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
-from model.serving.forecast_engine import ForecastEngine, WindowRequest, inference_threads
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.programs import TORCH_THREADS
 from streams.runtime.stages.forecasts import explain_records
 from streams.settings import N_FEATURES, Settings
 
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    torch.set_num_threads(inference_threads())
+    torch.set_num_threads(TORCH_THREADS)
     provenance = run_metadata()  # now: others may commit while this runs
     print(f"{WINDOWS} windows, product-size TFT with RANDOM weights, on {args.device} ...")
     result = {**run(args.rounds, args.device), "provenance": provenance}

@@ -16,7 +16,8 @@ import torch
 from benchmarks.memory_probe.parts import RELEASED, Probe
 from benchmarks.pipeline.data import Series, build_series
 from benchmarks.pipeline.models import product_checkpoint
-from model.serving.forecast_engine import ForecastEngine, inference_threads
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.programs import TORCH_THREADS
 from streams import schema
 from streams.agents import BATCH_MAX
 from streams.metrics import Metrics
@@ -72,7 +73,7 @@ class ProbeWorker:
     def __init__(self, checkpoint: Path | None, symbols: int) -> None:
         settings = replace(Settings.from_env(), role="all")
         self.model = product_checkpoint(settings, checkpoint)
-        torch.set_num_threads(inference_threads())
+        torch.set_num_threads(TORCH_THREADS)
         self.runtime = HeldRuntime(settings)
         self.io = self.runtime.io
         self.engine = ForecastEngine.from_settings(self.model.path, settings)

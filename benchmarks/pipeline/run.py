@@ -76,6 +76,7 @@ from benchmarks.pipeline.report import Measured, results, table
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.programs import TORCH_THREADS
 from streams.broker import EmbeddedBroker
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
@@ -104,8 +105,8 @@ def inference_anchor(
 ) -> dict:
     """The engine alone on the burst's windows, as the worker's inference thread runs it (on
     the worker's device: BARCAST_DEVICE=cuda makes both CUDA)."""
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    engine = ForecastEngine(path, settings.device)
+    torch.set_num_threads(TORCH_THREADS)
+    engine = ForecastEngine.from_settings(path, settings)
     lone = ForecastEngine(path, settings.device, padded=False)  # the worker's, max_batch=1
     max_batch = settings.max_batch
     cold, warm, full, padded, single = sorted(windows)
@@ -303,7 +304,8 @@ def run(args: argparse.Namespace) -> dict:
             "max_batch": base.max_batch,
             "max_delay_ms": base.max_delay_ms,
             "partitions": base.partitions,
-            "worker_torch_threads": max(1, (os.cpu_count() or 2) - 1),
+            "worker_torch_threads": TORCH_THREADS,
+            "inference_threads": base.inference_threads,
         },
         "provenance": provenance | {"loadavg_end": loadavg()},
         "command": " ".join(["python -m benchmarks.pipeline", *sys.argv[1:]]),

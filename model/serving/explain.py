@@ -3,7 +3,8 @@
 `barcast evaluate` (model.explain) explains a model over many windows; this explains each
 forecast from the very forward pass that made it (`ForecastEngine.predict_explained`): the
 historical features the variable selection weighted most over the window, the static and
-known-future weights, and where the attention looked. Pure: numpy in, plain data out.
+known-future weights, and where the attention looked. Pure: numpy in, plain data out
+(`reduced` first makes the forward pass's tensors those few numbers per forecast).
 
 Fields of an explanation (weights rounded to 5 decimals, entropies to 4):
 - `historical`: the top k historical features by variable-selection weight averaged over the
@@ -28,12 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from features.registry import FEATURE_NAMES
 from model.covariates import FUTURE_NAMES, STATIC_NAMES
+
+if TYPE_CHECKING:  # tensors come in from the engine; this module imports no torch
+    from torch import Tensor
 
 SCHEMA_VERSION = 1
 WEIGHT_DIGITS, ENTROPY_DIGITS = 5, 4
@@ -50,6 +54,23 @@ class ExplainArrays:
     future: np.ndarray  # (B, n_future) selection weights, mean over the horizon
     entropy: np.ndarray  # (B, horizon) attention entropy (nats), mean over heads
     attention: np.ndarray  # (B, lookback + horizon) head-mean weights, mean over the horizon
+
+
+def reduced(hist: Tensor, static: Tensor, attention: Tensor, future: Tensor) -> ExplainArrays:
+    """Explanation inputs reduced on the model's device, so that only a few numbers per
+    forecast cross to the host: hist (B, lookback, n_hist), static (B, n_static), attention
+    (B, heads, horizon, lookback + horizon), future (B, horizon, n_future)."""
+    attention = attention.float()
+    # model.metrics.attention_entropy per head and horizon: masked positions hold 0
+    entropy = -(attention * attention.clamp(1e-12, 1.0).log()).sum(-1).mean(1)
+    parts = (
+        hist.float().mean(1),
+        static.float(),
+        future.float().mean(1),
+        entropy,
+        attention.mean((1, 2)),
+    )
+    return ExplainArrays(*(p.cpu().numpy().astype(np.float64) for p in parts))
 
 
 def _named(names: Sequence[str], weights: np.ndarray, what: str) -> list[str]:

@@ -10,7 +10,6 @@ explanation (model.serving.explain) from the same forward pass.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,8 +23,8 @@ from model.checkpoint import CheckpointError
 from model.forecaster import Forecaster, autocast_for
 from model.releases import future_names, known_future
 from model.serving.baselines import BaselineSpec, ShadowBaselines
-from model.serving.explain import ExplainArrays, explanations
-from model.serving.programs import ChunkPrograms, chunk_programs, chunked
+from model.serving.explain import ExplainArrays, explanations, reduced
+from model.serving.programs import ChunkPrograms, chunk_pool, chunk_programs, chunked
 from model.serving.streaming import Dims, SymbolStream, advance, continues
 from model.tft import StaticContext, TemporalFusionTransformer
 
@@ -60,6 +59,9 @@ class ServingSettings(Protocol):
 
     @property
     def explain(self) -> bool: ...
+
+    @property
+    def inference_threads(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -117,20 +119,28 @@ class _Pass:
 
 class ForecastEngine:
     def __init__(
-        self, path: Path, device: str = "cpu", padded: bool = True, explain: bool = False
+        self,
+        path: Path,
+        device: str = "cpu",
+        padded: bool = True,
+        explain: bool = False,
+        threads: int = 1,
     ) -> None:
         """`padded`: fixed chunks of FORWARD_ROWS windows and ENCODE_ROWS steps, so that any
         batch composition gives the same forecasts; else chunks of one (one window per call).
         `explain`: prepare the explaining programs with each checkpoint, not on the first
-        `predict_explained` (tracing them takes the inference thread a while)."""
+        `predict_explained` (tracing them takes the inference thread a while). `threads`: a
+        batch's chunks run on that many threads at once on CPU (model.serving.programs)."""
         self.device_setting = device
         self.padded = padded
         self.explain = explain
+        self.pool = chunk_pool(threads)
         self.served = self.prepare(path)
 
     @classmethod
     def from_settings(cls, path: Path, settings: ServingSettings) -> ForecastEngine:
-        return cls(path, settings.device, padded=settings.max_batch > 1, explain=settings.explain)
+        padded, threads = settings.max_batch > 1, settings.inference_threads
+        return cls(path, settings.device, padded, settings.explain, threads)
 
     def prepare(self, path: Path) -> Served:
         """Load and validate a checkpoint (refusing another feature set) onto our device."""
@@ -243,7 +253,7 @@ class ForecastEngine:
             if programs.step is not None:
                 return _Pass(self._streamed(served, programs, batch, incremental, future, static))
             encoded, weights = self._windows(served, programs, batch, incremental, explain)
-            out = chunked(
+            out = self._chunked(
                 programs.forward_rows,
                 lambda e, f, *s: programs.forward(e, *s[:4], f),
                 encoded,
@@ -253,7 +263,7 @@ class ForecastEngine:
             if not explain:
                 return _Pass(out)
             assert weights is not None
-            return _Pass(out[0], _reduced(weights, static.weights, *out[1:]))
+            return _Pass(out[0], reduced(weights, static.weights, *out[1:]))
 
     def _returns(self, batch: list[WindowRequest], quantiles: Tensor) -> np.ndarray:
         meta = self.served.forecaster.meta
@@ -321,7 +331,7 @@ class ForecastEngine:
             selection = torch.cat([served.static[symbols[k]].selection for k in unique // stride])
             x = self._tensor(served.forecaster.meta.normalizer.apply(values[:, None, :]))
             index[new] = lookback * len(blocks) + np.searchsorted(unique, keys)
-            encoded = _encode(programs, x, selection)
+            encoded = self._chunked(programs.encode_rows, programs.encode, x, selection)
             if explain:
                 encoded, weights = encoded
                 weight_blocks.append(weights[:, 0])
@@ -351,50 +361,25 @@ class ForecastEngine:
         config, normalizer = served.forecaster.config, served.forecaster.meta.normalizer
 
         def encode(values: np.ndarray, selection: Tensor) -> Tensor:
-            return _encode(programs, self._tensor(normalizer.apply(values[:, None, :])), selection)
+            x = self._tensor(normalizer.apply(values[:, None, :]))
+            return self._chunked(programs.encode_rows, programs.encode, x, selection)
 
         def step(*inputs: Tensor) -> tuple[Tensor, ...]:
-            return chunked(programs.forward_rows, programs.step, *inputs)
+            return self._chunked(programs.forward_rows, programs.step, *inputs)
 
         dims = Dims(config.lstm_layers, config.lookback, config.hidden // config.heads)
         carried = advance(served.streams, batch, served.static, encode, step, dims, incremental)
         rows = programs.forward_rows
-        return chunked(
+        return self._chunked(
             rows, programs.forward, *carried, static.selection, static.enrichment, future
         )
+
+    def _chunked(self, rows: int, fn, *inputs: Tensor):  # type: ignore[no-untyped-def]
+        """`chunked` on the engine's threads where its programs are traced (CPU: fp32)."""
+        return chunked(rows, fn, *inputs, pool=self.pool if self.device.type == "cpu" else None)
 
     def _tensor(self, array: np.ndarray) -> Tensor:
         tensor = torch.from_numpy(np.ascontiguousarray(array))
         if tensor.is_floating_point():
             tensor = tensor.float()
         return tensor.to(self.device)
-
-
-def _encode(programs: ChunkPrograms, x: Tensor, selection: Tensor) -> Tensor | tuple:
-    """(n, 1, F) -> (n, 1, hidden), every step encoded on its own in fixed-size chunks
-    (explaining, and its weights (n, 1, F))."""
-    return chunked(programs.encode_rows, programs.encode, x, selection)
-
-
-def _reduced(hist: Tensor, static: Tensor, attention: Tensor, future: Tensor) -> ExplainArrays:
-    """Explanation inputs reduced on the model's device, so that only a few numbers per
-    forecast cross to the host: hist (B, lookback, n_hist), static (B, n_static), attention
-    (B, heads, horizon, lookback + horizon), future (B, horizon, n_future)."""
-    attention = attention.float()
-    # model.metrics.attention_entropy per head and horizon: masked positions hold 0
-    entropy = -(attention * attention.clamp(1e-12, 1.0).log()).sum(-1).mean(1)
-    parts = (
-        hist.float().mean(1),
-        static.float(),
-        future.float().mean(1),
-        entropy,
-        attention.mean((1, 2)),
-    )
-    return ExplainArrays(*(p.cpu().numpy().astype(np.float64) for p in parts))
-
-
-def inference_threads() -> int:
-    """torch's intra-op threads in a worker: one core stays with the event loop, which torch's
-    threads spinning on it would slow. Forecasts are bit-identical for one thread count only
-    (reductions split differently): an offline reference must run with as many."""
-    return max(1, (os.cpu_count() or 2) - 1)

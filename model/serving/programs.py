@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import cache
 from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from model.tft import StaticContext, TemporalFusionTransformer
+
+# torch's intra-op threads in a forecast worker. A chunk runs on one core, and a micro-batch's
+# chunks run side by side on `chunk_pool`'s threads instead (BARCAST_INFERENCE_THREADS):
+# reductions split over intra-op threads round differently, whereas a chunk on one thread
+# computes the same wherever it runs, so forecasts do not depend on the setting or the machine.
+# An offline reference of a worker's forecasts must run with as many.
+TORCH_THREADS = 1
 
 
 class ChunkPrograms(NamedTuple):
@@ -168,17 +177,38 @@ def _tracing() -> Iterator[None]:
         yield
 
 
-def chunked(rows: int, fn, *inputs: Tensor):  # type: ignore[no-untyped-def]
-    """fn over row chunks of exactly `rows` (the last padded by repeating its final row)."""
+@cache
+def chunk_pool(threads: int) -> ThreadPoolExecutor | None:
+    """The threads that run `threads` chunks at once (None: one, the caller's), one pool per
+    process for every engine: hot reloads and canaries share it."""
+    return ThreadPoolExecutor(threads, "barcast-chunks") if threads > 1 else None
+
+
+def chunked(rows: int, fn, *inputs: Tensor, pool: ThreadPoolExecutor | None = None):  # type: ignore[no-untyped-def]
+    """fn over row chunks of exactly `rows` (the last padded by repeating its final row); with
+    `pool`, the chunks side by side on its threads. Only traced programs run there: autocast,
+    which eager CUDA programs rely on, holds in the caller's thread alone."""
     n = inputs[0].shape[0]
-    outputs = []
-    for start in range(0, n, rows):
+    modes = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
+    def one(start: int):  # type: ignore[no-untyped-def]
         part = [x[start : start + rows] for x in inputs]
         short = rows - part[0].shape[0]
         if short:
             part = [torch.cat([p, p[-1:].expand(short, *p.shape[1:])]) for p in part]
         out = fn(*part)
-        outputs.append(out if not short else _head(out, rows - short))
+        return out if not short else _head(out, rows - short)
+
+    def pooled(start: int):  # type: ignore[no-untyped-def]
+        # the caller's inference and grad modes are its thread's alone
+        with torch.inference_mode(modes[0]), torch.set_grad_enabled(modes[1]):
+            return one(start)
+
+    starts = range(0, n, rows)
+    if pool is None or len(starts) == 1:
+        outputs = [one(start) for start in starts]
+    else:
+        outputs = list(pool.map(pooled, starts))
     if isinstance(outputs[0], tuple):
         return _like(outputs[0], [torch.cat(items) for items in zip(*outputs, strict=True)])
     return torch.cat(outputs)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from model.checkpoint import CheckpointError
 from model.serving.checkpoints import CheckpointWatcher, load_engine
-from model.serving.forecast_engine import inference_threads
+from model.serving.programs import TORCH_THREADS
 from streams.exit_codes import ExitCode
 from streams.metrics import MetricsFeed
 from streams.runtime.commit import TICK_S, Committer, Handle
@@ -127,7 +127,7 @@ def serving_engine(app: BarcastApp) -> tuple[ForecastEngine | None, CheckpointWa
         return None, None
     import torch
 
-    torch.set_num_threads(inference_threads())
+    torch.set_num_threads(TORCH_THREADS)
     watcher = CheckpointWatcher(app.barcast.model_dir)
     return initial_engine(app, watcher), watcher
 

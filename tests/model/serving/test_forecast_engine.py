@@ -167,3 +167,18 @@ def test_a_window_that_restarted_over_other_bars_is_not_served_from_the_cache(
     assert engine.served.cache["6EH4"].count == 200
     # Every row encoded afresh, as a full recomputation encodes them: the very same numbers.
     assert np.array_equal(engine.predict([other], True), full.predict([other], False))
+
+
+@pytest.mark.parametrize("encoder", ["window", "stream"])
+def test_a_forecast_does_not_depend_on_the_inference_threads(
+    tmp_path: Path, feature_rows, encoder: str
+) -> None:
+    """BARCAST_INFERENCE_THREADS runs a batch's chunks side by side, each on one core: the same
+    forecasts bit for bit, cold (every row of 3 symbols' windows) and warm, many chunks each."""
+    make_checkpoint(tmp_path / "a", encoder=encoder)
+    one = ForecastEngine(tmp_path / "a")
+    three = ForecastEngine.from_settings(tmp_path / "a", Settings(inference_threads=3))
+    assert three.pool is not None and three.pool._max_workers == 3
+    a = replay(one, feature_rows, 60, 140, batch=48)
+    b = replay(three, feature_rows, 60, 140, batch=48)
+    assert np.array_equal(a, b)
