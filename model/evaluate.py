@@ -100,7 +100,7 @@ def evaluate(
         "rolling_window_bars": rolling_window,
         **scores,
         "as_served": served_report,
-        **importance(forecaster, panel, ends[scored], batch_size),
+        **importance(forecaster, panel, ends[scored], batch_size, checkpoint_dir),
     }
     out_dir = out_dir or Path(checkpoint_dir) / "evaluation"
     shown = {k: f[scored] for k, f in forecasts.items()}
@@ -228,15 +228,28 @@ def as_served(
 
 
 def importance(
-    forecaster: Forecaster, panel: Panel, ends: np.ndarray, batch_size: int
+    forecaster: Forecaster, panel: Panel, ends: np.ndarray, batch_size: int, checkpoint: Path
 ) -> dict[str, Any]:
-    """Attention entropy and variable-selection importances over the scored windows."""
+    """Attention entropy and variable-selection importances over the scored windows. The
+    selection weights depend on a bar's features and the symbol only, so they are every
+    encoder's; the attention of a stream checkpoint depends on the state its stream carried
+    in, which `explain_windows` (each window encoded from the static state) does not have."""
     from features.engine import FEATURE_NAMES
 
     explain = explain_windows(forecaster, panel, ends, batch_size)
-    return {
+    attention = {
         "attention_entropy": explain["attention_entropy"],
         "attention_entropy_uniform": explain["attention_entropy_uniform"],
+    }
+    if forecaster.config.encoder == "stream":
+        attention = {
+            "attention_entropy": None,
+            "attention_skipped": f"{checkpoint} has the stream encoder: its attention "
+            "depends on the state carried from earlier bars, which a window alone does not give; "
+            "its variable-selection importances are exact. For attention figures, evaluate "
+            "a window-encoder checkpoint of the same recipe",
+        }
+    return attention | {
         "importance": {
             "historical": _ranked(FEATURE_NAMES, explain["hist"]),
             "static": _ranked(STATIC_NAMES, explain["static"]),

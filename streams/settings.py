@@ -191,7 +191,8 @@ class Settings:
         default=False,
         metadata={
             "doc": "Publish each forecast's explanation (variable-selection weights, attention "
-            "summary) on `BARCAST_TOPIC_EXPLAIN`, from the forward pass that made it."
+            "summary) on `BARCAST_TOPIC_EXPLAIN`, from the forward pass that made it; a "
+            'stream-encoder checkpoint (`TFTConfig.encoder="stream"`) is refused then.'
         },
     )
     explain_top_k: int = field(

@@ -13,7 +13,7 @@ from model.as_served import online_calibrated
 from model.bar_files import load_bars
 from model.calibration import fit_interval_scale
 from model.dataset import Part, Split, build_panel, window_ends
-from model.evaluate import evaluate, run_engine
+from model.evaluate import evaluate, importance, run_engine
 from model.evaluation_windows import PARTS, trained_on_these
 from model.serving.conformal import CalibrationConfig, calibrate_offline
 from model.serving.forecast_engine import ForecastEngine
@@ -162,3 +162,32 @@ def test_the_command_line_offers_exactly_the_splits_evaluate_takes() -> None:
     assert [parser.parse_args([*command, part]).split for part in PARTS] == list(PARTS)
     with pytest.raises(SystemExit):
         parser.parse_args([*command, "calib"])  # the baselines calibrate on it: nothing to score
+
+
+def test_a_stream_checkpoints_importances_are_the_window_ones_and_its_attention_is_not_faked(
+    slice_csv: Path, tmp_path: Path
+) -> None:
+    """The variable selection does not depend on the encoder: a stream checkpoint's importances
+    are those of the window checkpoint of the same weights. Its attention depends on the state
+    carried in, which a window alone lacks: none is reported, and the report says why and what
+    to do, naming the checkpoint."""
+    bars, _ = load_bars([slice_csv])
+    panel = build_panel(bars, 10)
+    everything = int(panel.ts.max()) + 1
+    ends = window_ends(panel, Split(everything, everything, everything, 70), Part.TRAIN, 60, 10)
+    reports = {}
+    for encoder in ("window", "stream"):
+        path = tmp_path / encoder
+        make_checkpoint(path, symbols=("6EH4",), encoder=encoder)
+        forecaster = ForecastEngine(path).served.forecaster
+        reports[encoder] = importance(forecaster, panel, ends[::5], 32, path)
+    window, stream = reports["window"], reports["stream"]
+    assert window["attention_entropy"] > 0 and "attention_skipped" not in window
+    assert stream["attention_entropy"] is None
+    assert str(tmp_path / "stream") in stream["attention_skipped"]
+    assert "window-encoder checkpoint" in stream["attention_skipped"]
+    for kind in ("historical", "static", "future"):
+        expected = {
+            name: pytest.approx(w, abs=1e-6) for name, w in window["importance"][kind].items()
+        }
+        assert stream["importance"][kind] == expected
