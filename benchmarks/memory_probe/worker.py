@@ -72,7 +72,7 @@ def input_series(symbols: int, minutes: int) -> Series:
 class ProbeWorker:
     def __init__(self, checkpoint: Path | None, symbols: int) -> None:
         settings = replace(Settings.from_env(), role="all")
-        self.model = product_checkpoint(settings, checkpoint)
+        self.model = product_checkpoint(settings, checkpoint, "window")
         torch.set_num_threads(TORCH_THREADS)
         self.runtime = HeldRuntime(settings)
         self.io = self.runtime.io

@@ -175,9 +175,16 @@ class Bench:
             "bars_per_worker_cpu_s": round(len(values) / worker_cpu, 1),
         }
 
-    def latency(self, rows: range, first_minute: int, rounds: int, interval_s: float) -> dict:
+    def latency(
+        self, rows: range, first_minute: int, rounds: int, interval_s: float, warm_up: bool = False
+    ) -> dict:
+        """`rounds` paced rounds from `first_minute`; `warm_up`: after one unmeasured round (a
+        restarted worker reads its windows back, and encodes or streams them, on first use)."""
         producer = self.live
         sent: dict[Key, float] = {}
+        if warm_up:
+            self.burst(rows, first_minute, "(b) warm-up round")
+            first_minute += 1
         # As before a burst: the worker stores its states in the first quiet after the replay,
         # and live bars would not meet that store again.
         time.sleep(SETTLE_S)

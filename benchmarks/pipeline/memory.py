@@ -22,13 +22,20 @@ __all__ = ["breakdown", "held_per_symbol", "status_mb"]
 
 
 def held_per_symbol(config: TFTConfig) -> dict[str, int]:
-    """Bytes the worker keeps for each symbol it forecasts."""
-    return {
+    """Bytes the worker keeps for each symbol it forecasts: the window encoder caches the
+    window's step encodings, the stream encoder its stream (model.serving.streaming)."""
+    held = {
         "feature_state": 8 * STATE_SIZE,  # float64 state of every feature
         "window_rows": 8 * config.lookback * config.n_hist,  # the last lookback rows, float64
-        "step_encodings": 4 * config.lookback * config.hidden,  # the engine's cache, float32
         "static_context": 4 * 4 * config.hidden,  # four (hidden,) float32 per symbol
     }
+    if config.encoder == "stream":
+        d_head = config.hidden // config.heads
+        # float32 LSTM state and ring of keys and values, the newest row's float64 values
+        ring = config.lookback * (config.hidden + d_head)
+        return held | {"stream": 4 * (2 * config.lstm_layers * config.hidden + ring)
+                       + 8 * config.n_hist}  # fmt: skip
+    return held | {"step_encodings": 4 * config.lookback * config.hidden}  # float32
 
 
 def breakdown(

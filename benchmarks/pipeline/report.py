@@ -37,6 +37,7 @@ class Measured:
     bursts: dict[str, list[dict]] = field(default_factory=dict)
     restarts: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    encoders: dict[str, Any] = field(default_factory=dict)  # (l), benchmarks/pipeline/encoders.py
 
 
 class Bursts:
@@ -146,6 +147,7 @@ def results(
         "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
         "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
         "errors": measured.errors,
+        "encoders": measured.encoders,
         "duplicate_forecasts": len(duplicates),
         "duplicate_examples": duplicates[:10],
         "reference_statuses": ref.statuses,
@@ -184,7 +186,8 @@ def goals_met(headline: dict[str, Any]) -> dict[str, bool | None]:
     }
 
 
-def table(result: dict) -> str:
+def table(result: dict, more: list[tuple[str, Any, str]]) -> str:
+    """The printed table: the headline rows, then `more`."""
     m, second, memory = result["model"], result["secondary"], result["worker_memory"]
     anchor = result["inference_anchor"]
     rows = [
@@ -239,4 +242,4 @@ def table(result: dict) -> str:
          f"ms (hidden {second['random_model']['hidden']}, heads "
          f"{second['random_model']['heads']}, random weights)"),
     ]  # fmt: skip
-    return "\n".join(f"{name:30}{value!s:>14}  {unit}" for name, value, unit in rows)
+    return "\n".join(f"{name:30}{value!s:>14}  {unit}" for name, value, unit in [*rows, *more])

@@ -33,6 +33,8 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
   its windows back lazily. The costs of scoring, calibration, the shadow baselines, a canary
   and explanations are to (c'), a worker restarted the same way, not to (c); (c'), (h), (j)
   and (k) run `--pairs` times each, alternated, medians compared.
+- (l) both encoders, the window and the stream one (benchmarks/pipeline/encoders.py): `--pairs`
+  restarts of each, alternated, each with live latency, bursts, memory and the engine alone.
 - the worker's peak RSS with every symbol's state held, and what it is made of
   (benchmarks/pipeline/memory.py).
 
@@ -43,7 +45,8 @@ with max_batch=1) and padded to a whole chunk (the batch-invariant chunks of max
 
     NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.pipeline \
         [--symbols 1000] [--minutes 190] [--checkpoint DIR | --hidden 16 --heads 2] \
-        [--random-hidden 64] [--variants nobatch,full,random] [--out FILE]
+        [--stream-checkpoint DIR] [--random-hidden 64] [--variants nobatch,full,random] \
+        [--out FILE]
 
 A smoke run: `--symbols 40 --live-symbols 8 --minutes 140 --rounds 8 --repeats 2`.
 The defaults replay 1,064 x 190 = 202,160 bars. The embedded broker keeps every record in
@@ -69,9 +72,16 @@ import torch
 
 from benchmarks.pipeline.client import FETCH_WAIT_MS, Bench, ForecastCollector, topic_records
 from benchmarks.pipeline.data import build_series, reference
+from benchmarks.pipeline.encoders import (
+    live_minutes,
+    measure_encoders,
+    prepare_encoders,
+    table_rows,
+    timed,
+)
 from benchmarks.pipeline.hops import probe
 from benchmarks.pipeline.memory import breakdown, status_mb
-from benchmarks.pipeline.models import random_checkpoint, serve
+from benchmarks.pipeline.models import random_checkpoint, saved_config, serve
 from benchmarks.pipeline.report import Measured, results, table
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
@@ -92,6 +102,7 @@ VARIANTS = (
     "canary",
     "explain",
     "random",
+    "encoders",
 )
 # The variants whose cost is a ratio to the restarted defaults: alternated with them, `--pairs`
 # restarts each (the defaults first)
@@ -109,22 +120,14 @@ def inference_anchor(
     engine = ForecastEngine.from_settings(path, settings)
     lone = ForecastEngine(path, settings.device, padded=False)  # the worker's, max_batch=1
     max_batch = settings.max_batch
-    cold, warm, full, padded, single = sorted(windows)
-
-    def timed(on: ForecastEngine, minute: int, batch: int, incremental: bool = True) -> float:
-        requests = windows[minute]
-        started = time.perf_counter()
-        for i in range(0, len(requests), batch):
-            on.predict(requests[i : i + batch], incremental)
-        return (time.perf_counter() - started) * 1000
-
+    cold, warm, full, padded, single = (windows[m] for m in sorted(windows))
     result = {
         "inference_1000_cold_ms": timed(engine, cold, max_batch),  # empty cache: 60 steps each
         "inference_1000_ms": timed(engine, warm, max_batch),
         "inference_1000_full_ms": timed(engine, full, max_batch, incremental=False),
         "inference_1000_nobatch_padded_ms": timed(engine, padded, 1),
     }
-    for request in windows[padded][:3]:  # TorchScript optimizes a program on its first calls
+    for request in padded[:3]:  # TorchScript optimizes a program on its first calls
         lone.predict([request])
     # Then the padded engine's step encodings: the same shapes, and a forecast's time does not
     # depend on its rounding; encoding 60,000 steps one by one first would take minutes.
@@ -147,13 +150,14 @@ class Plan:
         n_burst, n_live = args.symbols, args.live_symbols
         bursts_from = args.minutes  # the burst symbols' next minute after the throughput phase
         workers = len(VARIANTS) + len(PAIRED) * (args.pairs - 1)  # PAIRED run `pairs` times
+        workers += 2 * args.pairs  # (l): each encoder `pairs` times
         n_bursts = args.repeats + workers * (1 + args.variant_repeats)  # + warm-ups
+        live_until = args.minutes + args.rounds + live_minutes(args)
         return cls(
             burst_rows=range(n_burst),
             live_rows=range(n_burst, n_burst + n_live),
             burst_minutes=iter(range(bursts_from, bursts_from + n_bursts)),
-            total_minutes=max(args.minutes + args.rounds, bursts_from + n_bursts, args.minutes + 4)
-            + 1,
+            total_minutes=max(live_until, bursts_from + n_bursts, args.minutes + 4) + 1,
             anchor_minutes=[args.minutes + k for k in range(-1, 4)],
         )
 
@@ -274,10 +278,11 @@ def run(args: argparse.Namespace) -> dict:
         serving = folder / "models" / "serving"
         product = serve(base, args.checkpoint, args.hidden, args.heads, serving)
         print(f"serving: {product.source}", flush=True)
-        config = TFTConfig.from_dict(orjson.loads((serving / "config.json").read_bytes())["model"])
+        config = saved_config(serving)
         anchor = inference_anchor(serving, ref.anchor, base)
-        del ref.anchor
         print(f"engine alone, 1000 windows: {anchor}", flush=True)
+        encoders = prepare_encoders(base, args, serving, ref.anchor)
+        del ref.anchor
 
         with EmbeddedBroker(folder / "broker") as broker:
             settings = replace(
@@ -295,9 +300,13 @@ def run(args: argparse.Namespace) -> dict:
             bench = Bench(series, ref, collector, settings, args.timeout_s, broker.pid)
             measured = first_worker(bench, args, plan, broker.pid, config)
             restarted_workers(bench, args, plan, serving, config, measured)
+            if encoders is not None:
+                measured.encoders = measure_encoders(bench, args, plan, encoders)
             collector.stopping.set()
             collector.join(timeout=5)
     model = {"weights": "trained" if product.trained else "random", "checkpoint": product.source}
+    if encoders is not None:
+        model["stream_checkpoint"] = encoders.stream_source
     return results(args, measured, anchor, config, model, collector.duplicates, ref) | {
         "settings": {
             "device": base.device,
@@ -330,6 +339,11 @@ def main() -> None:
         "--checkpoint", type=Path, help="serve this trained product-model checkpoint"
     )
     parser.add_argument(
+        "--stream-checkpoint",
+        type=Path,
+        help="with the encoders variant: serve this trained stream-encoder checkpoint",
+    )
+    parser.add_argument(
         "--hidden",
         type=int,
         help="serve a random-weight model this wide instead of the trained product model "
@@ -349,7 +363,7 @@ def main() -> None:
         parser.error("--minutes must be >= 140: the first forecast needs ~133 bars")
     result = run(args)
     print()
-    print(table(result))
+    print(table(result, table_rows(result["encoders"])))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     print(f"wrote {args.out}")

@@ -1,0 +1,240 @@
+"""(l) the two encoders in one run (issue 44): the product model with the window encoder and the
+same recipe with the stream encoder (`TFTConfig(encoder="stream")`), alternated.
+
+`--pairs` times, a worker restarted on each encoder's checkpoint in turn, the window's first:
+live latency at `--live-symbols` (after an unmeasured round), in the worker's own span (receipt
+-> publish) and at the client; then the 1,000-symbol burst (after an unmeasured one: a
+restarted worker starts its streams again from the windows, or encodes them, on first use); its
+resident memory when ready and at its peak. Beside them, in this process, the engine alone on
+the burst's windows, the encoders alternated as often. Each encoder's figures are the medians
+over its restarts, its burst's ratio to its own engine alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from benchmarks.memory_probe.parts import MB
+from benchmarks.pipeline.memory import held_per_symbol, status_mb
+from benchmarks.pipeline.models import saved_config, serve
+from benchmarks.pipeline.report import Bursts, ratio
+from model.config import ENCODERS, TFTConfig
+from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.programs import TORCH_THREADS
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from benchmarks.pipeline.client import Bench
+
+# Issue 44's, for each encoder at the product model on one inference thread
+GOALS = {
+    "burst_1000_ms": 300.0,
+    "burst_over_engine": 1.2,
+    "worker_latency_p50_ms": 30.0,
+    "worker_latency_p99_ms": 100.0,
+}
+
+
+class Plan(Protocol):
+    """What (l) reads of the run's plan (benchmarks.pipeline.run.Plan)."""
+
+    burst_rows: range
+    live_rows: range
+    burst_minutes: Iterator[int]
+
+
+@dataclass
+class Encoders:
+    """(l)'s checkpoints, one per encoder, and the engine alone on each."""
+
+    paths: dict[str, Path]
+    stream_source: str  # how the benchmark came by the stream encoder's checkpoint
+    alone: dict[str, dict[str, list[float]]]
+
+
+def prepare_encoders(
+    settings: Settings,
+    args: argparse.Namespace,
+    serving: Path,
+    windows: dict[int, list[WindowRequest]],
+) -> Encoders | None:
+    """With the encoders variant: the stream encoder's checkpoint beside the window one's
+    `serving` (the same recipe, or the same random weights), and the engine alone on both."""
+    if "encoders" not in args.variants:
+        return None
+    stream = serving.parent.parent / "models-stream" / "serving"
+    served = serve(settings, args.stream_checkpoint, args.hidden, args.heads, stream, "stream")
+    print(f"serving, stream encoder: {served.source}", flush=True)
+    paths = {"window": serving, "stream": stream}
+    return Encoders(paths, served.source, engine_alone(paths, windows, settings, args.pairs))
+
+
+def measure_encoders(
+    bench: Bench, args: argparse.Namespace, plan: Plan, encoders: Encoders
+) -> dict[str, Any]:
+    """(l)'s workers, then each encoder's figures."""
+    runs = encoder_workers(bench, args, plan, encoders.paths)
+    configs = {e: saved_config(path) for e, path in encoders.paths.items()}
+    symbols = len(plan.burst_rows) + len(plan.live_rows)  # those its workers forecast
+    return summary(runs, encoders.alone, configs, symbols)
+
+
+def timed(
+    engine: ForecastEngine, requests: list[WindowRequest], batch: int, incremental: bool = True
+) -> float:
+    """ms for `engine` to forecast `requests` in batches of `batch`, as the worker does."""
+    started = time.perf_counter()
+    for i in range(0, len(requests), batch):
+        engine.predict(requests[i : i + batch], incremental)
+    return (time.perf_counter() - started) * 1000
+
+
+def engine_alone(
+    paths: dict[str, Path], windows: dict[int, list[WindowRequest]], settings: Settings, pairs: int
+) -> dict[str, dict[str, list[float]]]:
+    """Per encoder, `pairs` fresh engines, alternated: each forecasts the burst's windows of
+    the first anchor minute (cold: every window encoded, or its stream started, from its
+    oldest row) and then of the next (warm: one new bar a symbol, as in a live burst)."""
+    torch.set_num_threads(TORCH_THREADS)
+    cold, warm = sorted(windows)[:2]
+    out: dict[str, dict[str, list[float]]] = {e: {"cold_ms": [], "warm_ms": []} for e in paths}
+    for _ in range(pairs):
+        for encoder, path in paths.items():
+            engine = ForecastEngine.from_settings(path, settings)
+            out[encoder]["cold_ms"].append(timed(engine, windows[cold], settings.max_batch))
+            out[encoder]["warm_ms"].append(timed(engine, windows[warm], settings.max_batch))
+    return out
+
+
+def live_minutes(args: argparse.Namespace) -> int:
+    """The live symbols' minutes (l) takes after (b)'s: a warm-up round and the measured ones,
+    for each encoder's restarts."""
+    return len(ENCODERS) * args.pairs * (args.rounds + 1)
+
+
+def encoder_workers(
+    bench: Bench, args: argparse.Namespace, plan: Plan, model_dirs: dict[str, Path]
+) -> dict[str, list[dict[str, Any]]]:
+    """Each encoder's restarts, alternated (see the module doc); a restart that fails is
+    recorded and the others still run."""
+    runs: dict[str, list[dict[str, Any]]] = {e: [] for e in model_dirs}
+    minute = args.minutes + args.rounds  # the live symbols' next, after (b)
+    for pair in range(args.pairs):
+        for encoder, model_dir in model_dirs.items():
+            label = f"(l) {encoder} encoder"
+            try:
+                worker, restart_s = bench.start_worker(
+                    f"worker-{encoder}-{pair}", model_dir=model_dir
+                )
+            except AssertionError as exc:
+                runs[encoder].append({"error": str(exc).splitlines()[0]})
+                bench.say(f"{label}: {runs[encoder][-1]['error']}")
+                continue
+            try:
+                ready = status_mb(worker.pid, "VmRSS")
+                live = bench.latency(
+                    plan.live_rows, minute, args.rounds, args.round_interval, warm_up=True
+                )
+                bench.say(f"{label} latency: {live}")
+                bursts = bench.bursts(
+                    plan.burst_rows,
+                    plan.burst_minutes,
+                    label,
+                    args.variant_repeats,
+                    worker.pid,
+                    True,
+                )
+                peak = status_mb(worker.pid, "VmHWM")
+            finally:
+                worker.stop()
+                minute += args.rounds + 1
+            runs[encoder].append(
+                {"restart_s": round(restart_s, 1), "latency": live, "bursts": bursts}
+                | {"ready_rss_mb": ready, "peak_rss_mb": peak}
+            )
+    return runs
+
+
+def summary(
+    runs: dict[str, list[dict[str, Any]]],
+    alone: dict[str, dict[str, list[float]]],
+    configs: dict[str, TFTConfig],
+    symbols: int,
+) -> dict[str, Any]:
+    """Each encoder's headline figures (medians over its restarts), and its goals met."""
+    out: dict[str, Any] = {"goals": GOALS}
+    for encoder, restarts in runs.items():
+        done = [r for r in restarts if "error" not in r]
+        bursts = Bursts({"burst": [b for r in done for b in r["bursts"]]}).median("burst")
+        engine = _median(alone[encoder]["warm_ms"])
+        figures = {
+            "burst_1000_ms": bursts,
+            "engine_alone_ms": engine,
+            "engine_alone_cold_ms": _median(alone[encoder]["cold_ms"]),
+            "burst_over_engine": ratio(bursts, engine),
+        }
+        for side in ("worker_latency", "latency"):
+            for q in ("p50", "p99"):
+                figures[f"{side}_{q}_ms"] = _median([r["latency"][f"{side}_{q}_ms"] for r in done])
+        figures |= memory(configs[encoder], symbols, done)
+        figures["goals_met"] = {
+            name: None if figures[name] is None else figures[name] <= goal
+            for name, goal in GOALS.items()
+        }
+        out[encoder] = figures | {"restarts": restarts, "engine_alone": alone[encoder]}
+    return out
+
+
+def memory(config: TFTConfig, symbols: int, done: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a symbol costs the worker: the state it holds by the model's sizes, and the peak's
+    growth over the ready worker, per symbol, measured (median over the restarts)."""
+    grown = [
+        (r["peak_rss_mb"] - r["ready_rss_mb"]) * MB / symbols
+        for r in done
+        if r["peak_rss_mb"] is not None and r["ready_rss_mb"] is not None
+    ]
+    held = held_per_symbol(config)
+    return {
+        "held_bytes_per_symbol": held,
+        "held_kb_per_symbol": round(sum(held.values()) / 1024, 1),
+        "peak_growth_kb_per_symbol": None
+        if not grown
+        else round(statistics.median(grown) / 1024, 1),
+    }
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 1) if known else None
+
+
+def table_rows(encoders: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """The encoders' rows of the printed table."""
+    rows: list[tuple[str, Any, str]] = []
+    for encoder in ENCODERS:
+        if encoder not in encoders:
+            continue
+        e, goals = encoders[encoder], GOALS
+        rows += [
+            (f"(l) {encoder}: burst_1000_ms", e["burst_1000_ms"],
+             f"ms (goal <= {goals['burst_1000_ms']:.0f}; engine alone {e['engine_alone_ms']} ms, "
+             f"{e['burst_over_engine']}x, goal <= {goals['burst_over_engine']})"),
+            (f"(l) {encoder}: worker p50/p99",
+             f"{e['worker_latency_p50_ms']}/{e['worker_latency_p99_ms']}",
+             f"ms (receipt -> publish; goal <= {goals['worker_latency_p50_ms']:.0f}/"
+             f"{goals['worker_latency_p99_ms']:.0f})"),
+            (f"(l) {encoder}: client p50/p99", f"{e['latency_p50_ms']}/{e['latency_p99_ms']}",
+             "ms (send -> received)"),
+            (f"(l) {encoder}: per symbol", e["held_kb_per_symbol"],
+             f"KB held by the model's sizes; peak growth {e['peak_growth_kb_per_symbol']} KB"),
+        ]  # fmt: skip
+    return rows
