@@ -106,6 +106,13 @@ def test_dry_run_writes_every_figure_of_a_gpu_run(tmp_path: Path) -> None:
     assert "peak_mb" not in result["memory"]  # CUDA only
     assert result["pipeline_burst"]["device"] == "cpu"
     assert result["pipeline_burst"]["burst_ms"] > 0 and result["pipeline_burst"]["met"] is False
+    stream = result["stream"]  # the stream encoder's row beside the window one's
+    assert stream["check"]["within_tolerance"] and stream["check"]["values"] > 0
+    assert stream["bf16_cpu_emulation"]["within_tolerance"]
+    assert stream["bf16_cpu_emulation"]["max_of_width"] > 0 and stream["memory"]["finite"]
+    for encoder in ("window", "stream"):
+        restarted = result["pipeline_burst"]["encoders"][encoder]
+        assert restarted["burst_1000_ms"] > 0 and restarted["met"] is False
     assert result["model_benchmark"]["cuda"] is None and result["model_benchmark"]["batches"]
     assert result["provenance"]["commit"] and result["provenance"]["gpu"] is None
     after = RESULTS.stat().st_mtime_ns if RESULTS.exists() else None
