@@ -17,6 +17,7 @@ import time
 from asyncio import Future
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -119,7 +120,7 @@ class Forecasting:
         for item in items:
             if isinstance(item, FeatureRow):
                 if self.serving.canaries:
-                    await self.serving.before(item, lambda: self._sync(settled))
+                    await self.serving.before(item, partial(self._sync, settled, item.partition))
                 engine, canary = self.serving.route(item.partition)
                 request = slide(self.windows, item, engine is not None)
                 self.scoring.bar(item, request, engine)
@@ -140,9 +141,14 @@ class Forecasting:
             self.wakeup.set()
         return dead + settled.outputs
 
-    async def _sync(self, out: Scores) -> None:
+    async def _sync(self, out: Scores, partition: int) -> None:
         """Every request waiting through the models and every waiting bar scored, into `out`:
-        the stage's states then hold all that the rows before now decide."""
+        the stage's states then hold all that the rows before now decide. Not needed when the
+        rows of `partition` before now are all scored (a burst's first rows, after the quiet's
+        drain): syncing then would run the requests of the partitions before it as a batch of
+        their own, the stage waiting on their inference instead of decoding its next rows."""
+        if self.scoring.settled(partition):
+            return
         await self.flush()
         async with self.lock:
             before = len(out.values)

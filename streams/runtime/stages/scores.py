@@ -165,6 +165,12 @@ class Scoring:
             self._advance(key, None)
         self._score(out)
 
+    def settled(self, partition: int) -> bool:
+        """Whether everything the rows of source partition `partition` decide so far is in its
+        symbols' states: none of their bars, forecasts or scores waits."""
+        waits = any(bars[0].partition == partition for bars in self.waiting.values())
+        return not waits and all(p != partition for _, p, _, _ in self.decided)
+
     def _forecast(
         self,
         request: WindowRequest,

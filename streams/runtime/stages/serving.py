@@ -5,12 +5,12 @@ each row, so that a canary starts, and is decided, at a row.
 With BARCAST_CANARY on, a new valid checkpoint (`propose`) does not serve at once: from each
 partition's next row it forecasts beside the serving one (its forecasts to `forecasts.shadow`,
 scored), and at the first row of each event minute, once every row before is scored (`sync`:
-the forecast stage's flush and settle), the partition's verdict is looked for. Each partition's
-state (`PartitionCanary`, in the canary store) says what serves it, so a restarted worker
-serves and decides as one never stopped, loading the checkpoints it names from the model
-directory. `barcast promote` (`force`) promotes a canary without a verdict, at each
-partition's next row. Without a canary store (BARCAST_CANARY off) every partition is served
-the worker's one checkpoint, swapped in as it lands.
+the forecast stage's flush and settle, where the partition's rows still wait), the partition's
+verdict is looked for. Each partition's state (`PartitionCanary`, in the canary store) says
+what serves it, so a restarted worker serves and decides as one never stopped, loading the
+checkpoints it names from the model directory. `barcast promote` (`force`) promotes a canary
+without a verdict, at each partition's next row. Without a canary store (BARCAST_CANARY off)
+every partition is served the worker's one checkpoint, swapped in as it lands.
 """
 
 from __future__ import annotations

@@ -1,0 +1,108 @@
+"""A canary in the forecast stage (streams.runtime.stages.serving) without a broker: at a
+partition's first row of an event minute the stage syncs (flush and score) only if rows of that
+partition before it are not all scored yet. After the quiet's drain, a burst's rows of every
+partition go through the models in one batch, not a partition at a time; and the verdict, and
+every record published, are the same as a stage's that had to sync at every minute."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from features.engine import FINGERPRINT, N_FEATURES
+from model.covariates import NS_PER_MIN
+from model.serving.canary import PartitionCanary
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.offline import DELIVERY
+from streams.metrics import Metrics
+from streams.runtime.commit import Runtime
+from streams.runtime.pipeline import build_pipeline
+from streams.runtime.records import FeatureRow, Out
+from streams.runtime.stages.forecasts import Forecasting
+from streams.runtime.stages.serving import partition_key
+from streams.settings import Settings
+from tests.checkpoints import make_checkpoint
+from tests.streams.runtime.stages.test_forecasts import START, Producer
+from tests.streams.runtime.test_stores import MemoryChangelogs
+
+SYMBOLS = ("6EH4", "ESU4", "NQU4", "ZNU4")  # two a partition, the partitions interleaved
+NEEDED = 16  # scored canary forecasts over a partition's two symbols: a verdict ~18 minutes in
+CANARY_AT, END = 62, 90  # minutes
+
+
+def rows(minute: int) -> list[FeatureRow]:
+    rng, ts = np.random.default_rng(minute), START + minute * NS_PER_MIN
+    out = []
+    for i, symbol in enumerate(SYMBOLS):
+        close = 1.1 * float(np.exp(rng.normal(0.0, 1e-3)))
+        offset = 2 * minute + i // 2  # each partition's own offsets
+        values = rng.normal(size=N_FEATURES)
+        row = (symbol.encode(), i % 2, offset, 0.0, None, symbol, ts, close, False, True)
+        out.append(FeatureRow(*row, values, FINGERPRINT))
+    return out
+
+
+def stage(models: Path) -> tuple[Forecasting, Producer]:
+    settings = replace(Settings(), role="forecast", canary_forecasts=NEEDED)
+    runtime = Runtime(settings, Metrics(), "t", lambda topic: {0, 1}, lambda: asyncio.sleep(0))
+    producer = runtime.producer = Producer()  # type: ignore[assignment]
+    runtime.changelogs = MemoryChangelogs()  # type: ignore[assignment]
+    engine = ForecastEngine.from_settings(models / "serving", settings)
+    forecasting = build_pipeline(settings, runtime, engine).forecasting
+    assert forecasting is not None and forecasting.serving.canaries
+    return forecasting, producer
+
+
+def published(producer: Producer, returned: list[Out]) -> dict[tuple[str, str, int], Any]:
+    """What the stage sent, and what `add` returned for its caller to send."""
+    out = {}
+    for record in [*(r for call in producer.calls for r in call), *returned]:
+        value = {k: v for k, v in orjson.loads(record.value).items() if k not in DELIVERY}
+        out[record.topic, value["symbol"], value["ts_event"]] = value
+    return out
+
+
+def states(forecasting: Forecasting) -> list[PartitionCanary]:
+    store = forecasting.serving.store
+    assert store is not None
+    return [store.read(partition_key(p)) for p in (0, 1)]
+
+
+def test_a_burst_after_the_quiet_is_one_batch_and_the_verdict_is_the_same(
+    tmp_path: Path,
+) -> None:
+    make_checkpoint(tmp_path / "serving")
+    canary_id = make_checkpoint(tmp_path / "canary", seed=1)
+    quiet, quiet_out = stage(tmp_path)
+    busy, busy_out = stage(tmp_path)
+    forecasts = quiet.settings.topic_forecasts
+    returned: tuple[list[Out], list[Out]] = ([], [])
+
+    async def run() -> None:
+        for minute in range(END):
+            if minute == CANARY_AT:
+                for forecasting in (quiet, busy):
+                    canary = ForecastEngine.from_settings(tmp_path / "canary", quiet.settings)
+                    forecasting.serving.propose(canary)
+            before = len(quiet_out.calls)
+            returned[0].extend(await quiet.add(rows(minute)))
+            await quiet.drain()  # the quiet after a minute's burst
+            calls = quiet_out.calls[before:]
+            batches = [c for c in calls if any(r.topic == forecasts for r in c)]
+            assert len(batches) == (minute >= quiet.lookback - 1), minute
+            # a replay's: the minutes before are still unscored at each minute's first row
+            returned[1].extend(await busy.add(rows(minute)))
+        await busy.drain()
+
+    asyncio.run(run())
+    decided = states(quiet)
+    assert all(canary_id in s.verdicts for s in decided), "the canary was decided"
+    assert states(busy) == decided
+    records = published(quiet_out, returned[0])
+    assert any(topic == quiet.settings.topic_shadow for topic, *_ in records)
+    assert published(busy_out, returned[1]) == records
