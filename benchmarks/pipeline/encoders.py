@@ -6,13 +6,16 @@ live latency at `--live-symbols` (after an unmeasured round), in the worker's ow
 -> publish) and at the client; then the 1,000-symbol burst (after an unmeasured one: a
 restarted worker starts its streams again from the windows, or encodes them, on first use); its
 resident memory when ready and at its peak. Beside them, in this process, the engine alone on
-the burst's windows, the encoders alternated as often. Each encoder's figures are the medians
-over its restarts, its burst's ratio to its own engine alone.
+the burst's windows, the encoders alternated as often, at each inference thread count up to the
+machine's cores (`thread_counts`: what BARCAST_INFERENCE_THREADS's default is chosen by). Each
+encoder's figures are the medians over its restarts, its burst's ratio to its own engine alone
+at the workers' thread count.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -58,7 +61,8 @@ class Encoders:
 
     paths: dict[str, Path]
     stream_source: str  # how the benchmark came by the stream encoder's checkpoint
-    alone: dict[str, dict[str, list[float]]]
+    alone: dict[str, dict[str, dict[str, list[float]]]]  # encoder, threads: cold/warm times
+    threads: int  # BARCAST_INFERENCE_THREADS, the workers'
 
 
 def prepare_encoders(
@@ -75,7 +79,8 @@ def prepare_encoders(
     served = serve(settings, args.stream_checkpoint, args.hidden, args.heads, stream, "stream")
     print(f"serving, stream encoder: {served.source}", flush=True)
     paths = {"window": serving, "stream": stream}
-    return Encoders(paths, served.source, engine_alone(paths, windows, settings, args.pairs))
+    alone = engine_alone(paths, windows, settings, args.pairs)
+    return Encoders(paths, served.source, alone, settings.inference_threads)
 
 
 def measure_encoders(
@@ -85,7 +90,7 @@ def measure_encoders(
     runs = encoder_workers(bench, args, plan, encoders.paths)
     configs = {e: saved_config(path) for e, path in encoders.paths.items()}
     symbols = len(plan.burst_rows) + len(plan.live_rows)  # those its workers forecast
-    return summary(runs, encoders.alone, configs, symbols)
+    return summary(runs, encoders, configs, symbols)
 
 
 def timed(
@@ -98,20 +103,35 @@ def timed(
     return (time.perf_counter() - started) * 1000
 
 
+def thread_counts(settings: Settings) -> list[int]:
+    """The inference threads the engine alone is measured at: on CPU 1, 2, 4, ... up to the
+    cores less the event loop's, and BARCAST_INFERENCE_THREADS (the default is chosen from
+    these); on CUDA, where chunks run one after another, the setting's alone."""
+    if settings.device != "cpu" and torch.cuda.is_available():
+        return [settings.inference_threads]
+    most = max(1, (os.cpu_count() or 1) - 1)
+    doubling = {2**k for k in range(most.bit_length())}
+    return sorted(doubling | {most, settings.inference_threads})
+
+
 def engine_alone(
     paths: dict[str, Path], windows: dict[int, list[WindowRequest]], settings: Settings, pairs: int
-) -> dict[str, dict[str, list[float]]]:
-    """Per encoder, `pairs` fresh engines, alternated: each forecasts the burst's windows of
-    the first anchor minute (cold: every window encoded, or its stream started, from its
-    oldest row) and then of the next (warm: one new bar a symbol, as in a live burst)."""
+) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Per encoder and thread count, `pairs` fresh engines, alternated: each forecasts the
+    burst's windows of the first anchor minute (cold: every window encoded, or its stream
+    started, from its oldest row) and then of the next (warm: one new bar a symbol, as in a
+    live burst)."""
     torch.set_num_threads(TORCH_THREADS)
     cold, warm = sorted(windows)[:2]
-    out: dict[str, dict[str, list[float]]] = {e: {"cold_ms": [], "warm_ms": []} for e in paths}
+    counts = thread_counts(settings)
+    out = {e: {str(t): {"cold_ms": [], "warm_ms": []} for t in counts} for e in paths}
     for _ in range(pairs):
         for encoder, path in paths.items():
-            engine = ForecastEngine.from_settings(path, settings)
-            out[encoder]["cold_ms"].append(timed(engine, windows[cold], settings.max_batch))
-            out[encoder]["warm_ms"].append(timed(engine, windows[warm], settings.max_batch))
+            for threads in counts:
+                engine = ForecastEngine(path, settings.device, threads=threads)
+                times = out[encoder][str(threads)]
+                times["cold_ms"].append(timed(engine, windows[cold], settings.max_batch))
+                times["warm_ms"].append(timed(engine, windows[warm], settings.max_batch))
     return out
 
 
@@ -166,21 +186,27 @@ def encoder_workers(
 
 def summary(
     runs: dict[str, list[dict[str, Any]]],
-    alone: dict[str, dict[str, list[float]]],
+    encoders: Encoders,
     configs: dict[str, TFTConfig],
     symbols: int,
 ) -> dict[str, Any]:
-    """Each encoder's headline figures (medians over its restarts), and its goals met."""
-    out: dict[str, Any] = {"goals": GOALS}
+    """Each encoder's headline figures (medians over its restarts; the engine alone at the
+    workers' inference threads, and at each count measured), and its goals met."""
+    out: dict[str, Any] = {"goals": GOALS, "inference_threads": encoders.threads}
     for encoder, restarts in runs.items():
         done = [r for r in restarts if "error" not in r]
         bursts = Bursts({"burst": [b for r in done for b in r["bursts"]]}).median("burst")
-        engine = _median(alone[encoder]["warm_ms"])
+        by_threads = {
+            t: {kind: _median(ms) for kind, ms in times.items()}
+            for t, times in encoders.alone[encoder].items()
+        }
+        engine = by_threads[str(encoders.threads)]
         figures = {
             "burst_1000_ms": bursts,
-            "engine_alone_ms": engine,
-            "engine_alone_cold_ms": _median(alone[encoder]["cold_ms"]),
-            "burst_over_engine": ratio(bursts, engine),
+            "engine_alone_ms": engine["warm_ms"],
+            "engine_alone_cold_ms": engine["cold_ms"],
+            "burst_over_engine": ratio(bursts, engine["warm_ms"]),
+            "engine_alone_by_threads": by_threads,
         }
         for side in ("worker_latency", "latency"):
             for q in ("p50", "p99"):
@@ -190,7 +216,7 @@ def summary(
             name: None if figures[name] is None else figures[name] <= goal
             for name, goal in GOALS.items()
         }
-        out[encoder] = figures | {"restarts": restarts, "engine_alone": alone[encoder]}
+        out[encoder] = figures | {"restarts": restarts, "engine_alone": encoders.alone[encoder]}
     return out
 
 
@@ -236,5 +262,8 @@ def table_rows(encoders: dict[str, Any]) -> list[tuple[str, Any, str]]:
              "ms (send -> received)"),
             (f"(l) {encoder}: per symbol", e["held_kb_per_symbol"],
              f"KB held by the model's sizes; peak growth {e['peak_growth_kb_per_symbol']} KB"),
+            (f"(l) {encoder}: engine by threads",
+             " ".join(f"{t}:{f['warm_ms']}" for t, f in e["engine_alone_by_threads"].items()),
+             "ms (threads:warm burst, engine alone)"),
         ]  # fmt: skip
     return rows
