@@ -165,14 +165,8 @@ def encoder_workers(
                     plan.live_rows, minute, args.rounds, args.round_interval, warm_up=True
                 )
                 bench.say(f"{label} latency: {live}")
-                bursts = bench.bursts(
-                    plan.burst_rows,
-                    plan.burst_minutes,
-                    label,
-                    args.variant_repeats,
-                    worker.pid,
-                    True,
-                )
+                rows, repeats = plan.burst_rows, args.variant_repeats
+                bursts = bench.bursts(rows, plan.burst_minutes, label, repeats, worker.pid, True)
                 peak = status_mb(worker.pid, "VmHWM")
             finally:
                 worker.stop()
