@@ -260,6 +260,10 @@ class ShadowStore(StateStore[SymbolShadow]):
         )  # fmt: skip
         self.window_size = window_size
         self.flushed: dict[bytes, int] = {}  # key -> window rows at its last flush
+        # Each symbol's key -> the source partition of its stored state: its window's slots
+        # outnumber the symbols by the window's size, and a canary's verdict looks for a
+        # partition's symbols at every event minute
+        self.partitions: dict[bytes, int] = {}
 
     def read(self, key: bytes) -> SymbolShadow:
         state = self.states.get(key)
@@ -283,12 +287,21 @@ class ShadowStore(StateStore[SymbolShadow]):
         return state
 
     def symbols_in(self, partition: int) -> list[bytes]:
-        """Keys of symbols' states from source partition `partition`."""
-        return [key for key in self.keys_in(partition) if b"\x00" not in key]
+        """Keys of symbols' states from source partition `partition`: stored or changed since."""
+        keys = [key for key, p in self.partitions.items() if p == partition]
+        keys += [key for key, (p, _) in self.changed.items() if p == partition]
+        return list(dict.fromkeys(keys))
+
+    async def restore(self, partition: int, boundary: int) -> None:
+        await super().restore(partition, boundary)
+        for key, entry in self.changelog.entries.items():
+            if b"\x00" not in key:
+                self.partitions[key] = entry[0]
 
     def forget(self) -> None:
         super().forget()
         self.flushed.clear()
+        self.partitions.clear()
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         state, put = self.states[key], self.changelog.put
@@ -298,6 +311,7 @@ class ShadowStore(StateStore[SymbolShadow]):
             put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
         put(key, partition, offset, self.encode(state))
         self.flushed[key] = window.count
+        self.partitions[key] = partition
 
 
 class StreamStore(Store[Streams]):

@@ -186,3 +186,24 @@ def test_a_flush_writes_only_the_slots_scored_since(written: int) -> None:
     store.write(b"X", 0, 2, state)
     store.put_changed()
     assert len(store.changelog.unsent[0]) == 2
+
+
+def test_a_partitions_symbols_are_those_stored_restored_or_changed_never_slots() -> None:
+    io = MemoryChangelogs()
+    store = ShadowStore(Changelog("t-shadow-state-changelog", io), 50)
+    for key, partition in ((b"A", 0), (b"B", 1), (b"C", 0)):
+        state = store.read(key)
+        for row in rows(5, 12):
+            state.window.append(row)
+        store.write(key, partition, 1, state)
+    asyncio.run(flush(store))
+    store.write(b"D", 0, 2, store.read(b"D"))  # changed since the flush
+    assert sorted(store.symbols_in(0)) == [b"A", b"C", b"D"]
+    assert store.symbols_in(1) == [b"B"]
+    scanned = [key for key in store.keys_in(0) if b"\x00" not in key]  # a scan, slots too
+    assert len(store.keys_in(0)) > 10 and sorted(scanned) == sorted(store.symbols_in(0))
+    restored = ShadowStore(Changelog("t-shadow-state-changelog", io), 50)
+    asyncio.run(restored.restore(0, 2))
+    assert sorted(restored.symbols_in(0)) == [b"A", b"C"] and restored.symbols_in(1) == []
+    restored.forget()
+    assert restored.symbols_in(0) == []
