@@ -25,14 +25,21 @@ def scope(report: dict[str, Any]) -> str:
     e, recipe = report["evaluation"], report["recipe"]
     flags = "".join(f" --{name.replace('_', '-')} {value}" for name, value in recipe.items())
     files = ", ".join(f"`{path.rsplit('/', 1)[-1]}`" for path in e["data"]["files"])
-    (apart,) = e["left_out"].values()
+    apart = e["left_out"]["labels over gap fills (scored apart)"]
+    short = {k.split(":")[0]: n for k, n in e["left_out"].items() if k.endswith("history")}
+    history = (
+        f"; {max(short.values()):,} more left out for every forecaster, too early for the "
+        f"history of {', '.join(f'`{name}`' for name in short)}"
+        if short
+        else ""
+    )
     return (
         f"Recipe: `barcast train{flags}` on {files}, every other setting the default: the "
         f"product's model ({report['train']['n_params']:,} parameters), torch on "
         f"{count(report['provenance']['torch_threads'], 'CPU thread')}. Scored: the test "
         f"split, {e['n_windows']:,} served windows ending {e['first_window_ts'][:16]} to "
         f"{e['last_window_ts'][:16]} UTC whose labels cross no gap fill ({apart:,} more, over "
-        f"gap fills, scored apart); {e['units']}, averaged over horizons 1..10."
+        f"gap fills, scored apart{history}); {e['units']}, averaged over horizons 1..10."
     )
 
 

@@ -56,7 +56,7 @@ def model_report() -> str:
 
 SECTIONS = (
     Section("README.md", "walk-forward-recipe", walk_forward.frozen_recipe),
-    Section("README.md", "walk-forward", walk_forward.results_table),
+    Section("README.md", "walk-forward", walk_forward.headline_table),
     Section("docs/model-report.md", "walk-forward-recipe", walk_forward.frozen_recipe),
     Section("docs/model-report.md", "walk-forward", walk_forward.results_table),
     Section("README.md", "model-scope", lambda: model.scope(load("model_report"))),

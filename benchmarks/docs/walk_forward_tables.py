@@ -34,26 +34,37 @@ def frozen_recipe() -> str:
 
 
 def results_table() -> str:
-    """The folds run so far, pooled per group, and the issue's checks."""
+    """docs/model-report.md: every fold run, pooled per group, and the issue's checks."""
+    return walk_forward_section(folds=True)
+
+
+def headline_table() -> str:
+    """The README: the pooled rows and the issue's checks."""
+    return walk_forward_section(folds=False)
+
+
+def walk_forward_section(folds: bool) -> str:
     path = RESULTS / "walk_forward.json"
     if not path.exists():
         return "No fold has run yet."
     results = json.loads(path.read_text())
     registered = json.loads(PROTOCOL.read_text())["folds"]
+    run = results["folds"].values()
+    complete = len(run) == len(registered)
+    won = sum(f["offline"]["comparison"]["relative_gain"] > 0 for f in run)
     lines = [
-        f"{len(results['folds'])} of {len(registered)} folds run "
+        f"{'All' if complete else f'{len(run)} of'} {len(registered)} registered folds run "
         f"(at {tree_at(results['provenance'])}, {results['provenance']['cpu_model']}); mean "
         "pinball in basis points of cumulative log return over horizons 1..10, offline.",
         "",
-        markdown_table(results),
+        markdown_table(results, folds),
         "",
+        f"- The TFT ahead of the best baseline in {won} of the {len(run)} folds.",
     ]
     for group, entry in results["pooled"].items():
         of = sum(f["group"] == group for f in registered)
-        lines.append(
-            f"- {group}, on its {len(entry['folds'])} of {of} folds run so far: "
-            f"{checks(entry.get('acceptance', {}))}"
-        )
+        run = "" if len(entry["folds"]) == of else f", on its {len(entry['folds'])} run so far"
+        lines.append(f"- {group} ({of} folds{run}): {checks(entry.get('acceptance', {}))}")
     return "\n".join(lines)
 
 

@@ -131,16 +131,16 @@ def acceptance(entry: dict[str, Any], folds: list[dict[str, Any]]) -> dict[str, 
     }
 
 
-def markdown_table(results: dict[str, Any]) -> str:
-    """The docs' walk-forward table: a row per fold and a pooled row per group."""
+def markdown_table(results: dict[str, Any], folds: bool = True) -> str:
+    """The walk-forward table: a pooled row per group, after its folds' rows with `folds` (the
+    docs; the README shows the pooled rows only)."""
     lines = [
         "| fold | test windows | TFT | best baseline | gain | DM-HLN p | difference, 95 % "
         "interval (bp) | 80 % interval | below q10 / q90 | as served: gain |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for group, entry in results.get("pooled", {}).items():
-        for name in entry["folds"]:
-            lines.append(fold_row(name, results["folds"][name]))
+        lines += [fold_row(name, results["folds"][name]) for name in entry["folds"] if folds]
         if "offline" in entry:
             lines.append(pooled_row(group, entry))
     return "\n".join(lines)
