@@ -223,13 +223,14 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
         unit = "x" if name == "shadow_cost" else "x the model's share"
         verdict = "not run" if met.get(name) is None else mark(met[name])
         checks.append(f"{what} <= {goals.get(name, '?')}{unit} {verdict}")
-    share = r.get("model_share_ms")
+    share, model = r.get("model_share_ms"), r["model"]
     return [
         (
             "`pipeline`: the same burst with the shadow baselines off "
             "(`BARCAST_SHADOW_BASELINES=false`, `BARCAST_SERVE=model`), and with a canary of the "
             "product's size forecasting beside the model, each in a restarted worker alternated "
-            "with the defaults over `--pairs` restarts",
+            f"with the defaults over `--pairs` restarts; the product model of the run (hidden "
+            f"{model['hidden']}, {model['heads']} heads, {model['weights']} weights)",
             "the defaults (shadow baselines on, `BARCAST_SERVE=auto`, no canary) restarted the "
             "same way, same run; the model's share of the burst: the engine alone on its windows "
             f"(load average {load['loadavg'][0]} to {load['loadavg_end'][0]} on the 2 cores)",
