@@ -29,7 +29,7 @@ test: $(STAMP) browser
 test-fast: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -n 2 --dist load -m "not integration"
+	$(BIN)/pytest -n 2 --dist worksteal -m "not integration"
 
 # The live page's browser test (tests/streams/web/test_live_page.py) drives Debian's chromium headless;
 # installed here only when missing, and only as root (apt-get), else the package is named.

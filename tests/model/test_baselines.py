@@ -344,14 +344,14 @@ def test_baselines_given_the_release_calendar_widen_at_releases_chosen_on_calibr
     windows: with returns 8 times as volatile at a daily release, a factor above 1 wins there
     and the scored windows facing a release lose less."""
     shock = 13 * 60 + 30
-    data, _ = intraday_panel(days=10, seed=3, shock_minute=shock)
+    data, _ = intraday_panel(days=7, seed=3, shock_minute=shock)
     released = data.ts[minute_of_day(data.ts) == shock]
     calendar = ReleaseCalendar(released, np.zeros(len(released), np.int8), released - 10**15)
     monkeypatch.setattr(
         "model.calibrated_baselines.release_calendar", lambda on: calendar if on else None
     )
-    fit = np.arange(2 * MINUTES_PER_DAY, 6 * MINUTES_PER_DAY)
-    ends = np.arange(6 * MINUTES_PER_DAY, 10 * MINUTES_PER_DAY - 10)
+    fit = np.arange(2 * MINUTES_PER_DAY, 4 * MINUTES_PER_DAY)
+    ends = np.arange(4 * MINUTES_PER_DAY, 7 * MINUTES_PER_DAY - 10)
     profile = fit_profile(data, int(data.ts[fit[0]]))
     meta = SimpleNamespace(
         persistence_quantiles=np.zeros((10, 3)),

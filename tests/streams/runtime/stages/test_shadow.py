@@ -125,7 +125,9 @@ def expected(history: Any) -> dict[tuple[str, str, int], bytes]:
     return by_key([("forecast", v) for v in published] + [("score", s) for s in scores.values()])
 
 
-@pytest.mark.parametrize("batch", [1, 64])
+# Batches of 5 cut the history across symbols and minutes at other places than the worker's did
+# (a forecast alone in its batch is the serving engine's own test).
+@pytest.mark.parametrize("batch", [5, 64])
 def test_what_the_stage_publishes_is_served_history(history: Any, batch: int) -> None:
     values, directory, published, _ = history
     stage = Stage(MemoryChangelogs(), ForecastEngine(directory), batch)
