@@ -32,7 +32,7 @@ def test_a_longer_window_narrows_the_rolling_spread_of_an_exact_interval() -> No
 
 def test_over_240_forecasts_sampling_alone_leaves_80_plus_minus_3_percent() -> None:
     tracked = {"step 0.1": CalibrationConfig(step=0.1, floor=0.1)}
-    figures = reference(6_000, window=240, seeds=2, calibrations=tracked)["calibrations"]
+    figures = reference(4_000, window=240, seeds=2, calibrations=tracked)["calibrations"]
     static, hard = figures["static"], figures["step 0.1"]
     assert static["rolling_within_80pm3_share"] == 0.0
     assert static["rolling_min_median"] < 0.75 and static["rolling_max_median"] > 0.85
