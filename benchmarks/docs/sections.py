@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.docs import benchmark_tables as bench
+from benchmarks.docs import encoder_tables as encoders
 from benchmarks.docs import model_tables as model
 from benchmarks.docs import walk_forward_tables as walk_forward
 from benchmarks.docs.benchmark_tables import load
@@ -89,6 +90,7 @@ SECTIONS = (
     ),
     Section("docs/benchmarks.md", "bench-table", bench.markdown_table),
     Section("docs/benchmarks.md", "pipeline-checks", bench.pipeline_checks),
+    Section("docs/benchmarks.md", "pipeline-encoders", encoders.encoders_table),
     Section("docs/benchmarks.md", "gpu-run", bench.gpu_run),
     Section("docs/benchmarks.md", "backtest-check", bench.backtest_check),
     Section("docs/benchmarks.md", "bench-runs", bench.runs_table),

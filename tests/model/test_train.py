@@ -69,7 +69,7 @@ QUIET = TrainConfig(
 
 def test_training_on_a_learnable_signal_cuts_the_loss_by_a_large_factor(tmp_path: Path) -> None:
     # Eight epochs: after five, whether the factor is reached still depends on the initial
-    # weights' draw; after eight, every draw tried is well past it.
+    # weights' draw.
     panel = synthetic_panel(n_bars=1500, n_features=16)
     config = replace(QUIET, epochs=8)
     metrics = train_on_panel(panel, tmp_path, TINY, config, "synthetic", {"files": {}})
