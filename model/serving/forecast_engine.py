@@ -10,6 +10,7 @@ explanation (model.serving.explain) from the same forward pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -374,7 +375,7 @@ class ForecastEngine:
             rows, programs.forward, *carried, static.selection, static.enrichment, future
         )
 
-    def _chunked(self, rows: int, fn, *inputs: Tensor):  # type: ignore[no-untyped-def]
+    def _chunked(self, rows: int, fn: Callable[..., Any], *inputs: Tensor) -> Any:
         """`chunked` on the engine's threads where its programs are traced (CPU: fp32)."""
         return chunked(rows, fn, *inputs, pool=self.pool if self.device.type == "cpu" else None)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -184,14 +184,16 @@ def chunk_pool(threads: int) -> ThreadPoolExecutor | None:
     return ThreadPoolExecutor(threads, "barcast-chunks") if threads > 1 else None
 
 
-def chunked(rows: int, fn, *inputs: Tensor, pool: ThreadPoolExecutor | None = None):  # type: ignore[no-untyped-def]
+def chunked(
+    rows: int, fn: Callable[..., Any], *inputs: Tensor, pool: ThreadPoolExecutor | None = None
+) -> Any:
     """fn over row chunks of exactly `rows` (the last padded by repeating its final row); with
     `pool`, the chunks side by side on its threads. Only traced programs run there: autocast,
     which eager CUDA programs rely on, holds in the caller's thread alone."""
     n = inputs[0].shape[0]
     modes = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
-    def one(start: int):  # type: ignore[no-untyped-def]
+    def one(start: int) -> Any:
         part = [x[start : start + rows] for x in inputs]
         short = rows - part[0].shape[0]
         if short:
@@ -199,7 +201,7 @@ def chunked(rows: int, fn, *inputs: Tensor, pool: ThreadPoolExecutor | None = No
         out = fn(*part)
         return out if not short else _head(out, rows - short)
 
-    def pooled(start: int):  # type: ignore[no-untyped-def]
+    def pooled(start: int) -> Any:
         # the caller's inference and grad modes are its thread's alone
         with torch.inference_mode(modes[0]), torch.set_grad_enabled(modes[1]):
             return one(start)
@@ -214,7 +216,7 @@ def chunked(rows: int, fn, *inputs: Tensor, pool: ThreadPoolExecutor | None = No
     return torch.cat(outputs)
 
 
-def _head(out, n: int):  # type: ignore[no-untyped-def]
+def _head(out: Any, n: int) -> Any:
     if isinstance(out, tuple):
         return _like(out, [o[:n] for o in out])
     return out[:n]
