@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from model.calibration import apply_interval_scale, toward_scale
+from model.calibration import FastBlend, apply_interval_scale, toward_scale
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
@@ -48,6 +48,7 @@ class CheckpointMeta:
     data: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     shrink: float = 1.0  # the network's share of each interval, the scale's Gaussian the rest
+    fast: FastBlend = field(default_factory=FastBlend)  # then the fast EWMA's share
 
     def to_returns(
         self, outputs: np.ndarray, ts_event: np.ndarray, scale_inputs: np.ndarray
@@ -59,6 +60,9 @@ class CheckpointMeta:
         ts = np.asarray(ts_event, dtype=np.int64)
         scale = self.volatility.scale(ts, scale_inputs, c.horizon)
         shrunk = toward_scale(outputs, self.shrink, c.quantiles)
+        if self.fast.share > 0:
+            fast = self.volatility.fast(scale_inputs, self.fast.halflife, c.horizon)
+            shrunk = toward_scale(shrunk, 1.0 - self.fast.share, c.quantiles, fast / scale)
         calibrated = apply_interval_scale(shrunk, self.interval_scale, c.quantiles.index(0.5))
         return calibrated * scale[..., None]
 
@@ -72,6 +76,7 @@ class CheckpointMeta:
             "volatility": self.volatility.to_dict(),
             "interval_scale": self.interval_scale.tolist(),
             "shrink": self.shrink,
+            "fast": self.fast.to_dict(),
             "symbols": list(self.vocab.roots),
             "persistence_quantiles": self.persistence_quantiles.tolist(),
             "data": self.data,
@@ -91,6 +96,7 @@ class CheckpointMeta:
             data=values.get("data", {}),
             metrics=values.get("metrics", {}),
             shrink=_shrink(values.get("shrink", 1.0)),
+            fast=_fast(values.get("fast")),
         )
 
 
@@ -258,3 +264,12 @@ def _shrink(value: Any) -> float:
             f"shrink {value!r} in {CONFIG} is not a share in [0, 1]; retrain the checkpoint"
         )
     return float(value)
+
+
+def _fast(values: Any) -> FastBlend:
+    """A checkpoint written before the fast blend has none (share 0)."""
+    if values is None:
+        return FastBlend()
+    if not isinstance(values, dict):
+        raise ValueError(f"fast blend {values!r} is not a mapping of half-life and share")
+    return FastBlend.from_dict(values)

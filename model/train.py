@@ -20,7 +20,14 @@ import torch
 from model import checkpoint, plots
 from model.bar_files import BarSource, DataError, data_fingerprint, load_bars, parse_utc
 from model.calibrated_baselines import fit_served
-from model.calibration import fit_interval_scale, fit_shrink, toward_scale
+from model.calibration import (
+    FAST_HALFLIVES,
+    FastBlend,
+    fit_fast,
+    fit_interval_scale,
+    fit_shrink,
+    toward_scale,
+)
 from model.config import TFTConfig, TrainConfig
 from model.covariates import SymbolVocab
 from model.dataset import (
@@ -140,17 +147,17 @@ def train_on_panel(
     )
     model.load_state_dict(best_state)
     # 3. Its intervals.
-    shrink, interval_scale = calibrate(
-        model, inputs.data, ends[Part.CALIB], cfg.batch_size * 4, device
+    ratios = fast_ratios(panel, inputs.volatility, ends[Part.CALIB], inputs.config)
+    shrink, fast, interval_scale = calibrate(
+        model, inputs.data, ends[Part.CALIB], ratios, cfg.batch_size * 4, device
     )
     metrics = run_metrics(
         history, model.n_params(), inputs.target_scale, interval_scale, device, cfg
     )
-    metrics["shrink"] = shrink
+    metrics |= {"shrink": shrink, "fast": fast.to_dict()}
     # 4. The checkpoint.
-    meta = checkpoint_meta(
-        panel, inputs, feature_fingerprint, data_report, interval_scale, shrink, metrics
-    )
+    meta = checkpoint_meta(panel, inputs, feature_fingerprint, data_report, interval_scale, metrics)
+    meta = replace(meta, shrink=shrink, fast=fast)
     model_id = write_checkpoint(out_dir, model, meta, panel, ends[Part.CALIB], history)
     state.remove()
     log(
@@ -207,7 +214,6 @@ def checkpoint_meta(
     feature_fingerprint: str,
     data_report: dict[str, Any],
     interval_scale: np.ndarray,
-    shrink: float,
     metrics: dict[str, Any],
 ) -> checkpoint.CheckpointMeta:
     """Everything the checkpoint holds besides the weights."""
@@ -228,7 +234,6 @@ def checkpoint_meta(
             "ignored_features": inputs.left_out,
         },
         metrics=metrics,
-        shrink=shrink,
     )
 
 
@@ -255,19 +260,34 @@ def calibrate(
     model: TemporalFusionTransformer,
     data: WindowData,
     ends: np.ndarray,
+    ratios: dict[float, np.ndarray],
     batch_size: int,
     device: torch.device,
-) -> tuple[float, np.ndarray]:
+) -> tuple[float, FastBlend, np.ndarray]:
     """On the calibration windows: the network's share of each interval against its scale's
-    Gaussian one (`fit_shrink`), then the interval scales of the quantiles so shrunk."""
+    Gaussian one (`fit_shrink`), then the fast EWMA's share of what that leaves (`fit_fast`,
+    `ratios` from `fast_ratios`), then the interval scales of the quantiles so blended."""
     quantiles = model.config.quantiles
     q, y = (
         x.numpy().astype(np.float64) for x in predict_windows(model, data, ends, batch_size, device)
     )
-    unit = data.unit[torch.from_numpy(ends)].numpy().astype(np.float64)
-    shrink = fit_shrink(q, y, unit, quantiles)
-    shrunk = toward_scale(q / unit[..., None], shrink, quantiles) * unit[..., None]
-    return shrink, fit_interval_scale(shrunk, y, quantiles)
+    unit = data.unit[torch.from_numpy(ends)].numpy().astype(np.float64)[..., None]
+    shrink = fit_shrink(q, y, unit[..., 0], quantiles)
+    shrunk = toward_scale(q / unit, shrink, quantiles) * unit
+    fast = fit_fast(shrunk, y, unit[..., 0], ratios, quantiles)
+    if fast.share > 0:
+        ratio = ratios[fast.halflife]
+        shrunk = toward_scale(shrunk / unit, 1.0 - fast.share, quantiles, ratio) * unit
+    return shrink, fast, fit_interval_scale(shrunk, y, quantiles)
+
+
+def fast_ratios(
+    panel: Panel, volatility: VolatilityScale, ends: np.ndarray, c: TFTConfig
+) -> dict[float, np.ndarray]:
+    """Each of `FAST_HALFLIVES`' fast volatility over the scale `(n, H)` on windows `ends`."""
+    inputs = window_rows(panel.features[:, list(volatility.columns)], c.lookback)[ends]
+    scale = volatility.scale(panel.ts[ends], inputs, c.horizon)
+    return {h: volatility.fast(inputs, h, c.horizon) / scale for h in FAST_HALFLIVES}
 
 
 def run_metrics(

@@ -253,6 +253,14 @@ class VolatilityScale:
         vol = np.where(np.isfinite(vol), np.maximum(vol, self.floor), self.floor)
         return vol[:, None] * self.forward(ts_event, horizon)
 
+    def fast(self, inputs: np.ndarray, halflife: float, horizon: int) -> np.ndarray:
+        """`(B, horizon)` log-return units: a plain EWMA of the window rows' squared returns at
+        `halflife` (floored like the scale's level), growing as the square root of the
+        horizon: what the recent returns alone say (`model.calibration.FastBlend`)."""
+        vol = np.sqrt(self.flat_variance(inputs, halflife))
+        vol = np.where(np.isfinite(vol), np.maximum(vol, self.floor), self.floor)
+        return vol[:, None] * np.sqrt(np.arange(1, horizon + 1))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile.to_dict(),

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model import checkpoint
+from model.calibration import FastBlend
 from model.checkpoint import CheckpointError, CheckpointMeta
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
@@ -155,4 +156,29 @@ def test_the_shrink_share_is_kept_and_applied_and_a_bad_one_refused(tmp_path: Pa
     config["shrink"] = 1.5
     (tmp_path / checkpoint.CONFIG).write_text(json.dumps(config))
     with pytest.raises(checkpoint.CheckpointError, match="retrain the checkpoint"):
+        checkpoint.load(tmp_path)
+
+
+def test_the_fast_blend_is_kept_and_applied_and_a_bad_one_refused(tmp_path: Path) -> None:
+    """The fast EWMA's half-life and share travel with the checkpoint; serving widens the
+    intervals of windows whose recent returns run above the scale (a share of 0, or a
+    checkpoint from before the blend, serves as before); a share outside [0, 1] is refused."""
+    torch.manual_seed(0)
+    checkpoint.save(tmp_path, untrained_model(CONFIG), replace(meta(), fast=FastBlend(5.0, 0.6)))
+    _, loaded, _ = checkpoint.load(tmp_path)
+    assert loaded.fast == FastBlend(5.0, 0.6)
+    outputs = np.array([[[-1.2816, 0.0, 1.2816]] * CONFIG.horizon])  # the scale's Gaussian
+    ts = np.array([1_705_000_000_000_000_000])
+    rows = np.full((1, CONFIG.lookback, 7), 1e-4)
+    rows[..., 3] = 0.0  # no gap between the rows
+    rows[:, -3:, 0] = 3e-3  # the last three returns jump: the fast EWMA runs ahead of the scale
+    plain, blended = meta().to_returns(outputs, ts, rows), loaded.to_returns(outputs, ts, rows)
+    assert (blended[..., 2] - blended[..., 0] > plain[..., 2] - plain[..., 0]).all()
+    config = json.loads((tmp_path / checkpoint.CONFIG).read_text())
+    del config["fast"]
+    (tmp_path / checkpoint.CONFIG).write_text(json.dumps(config))
+    assert checkpoint.load(tmp_path)[1].fast == FastBlend()
+    config["fast"] = {"halflife": 5.0, "share": 1.5}
+    (tmp_path / checkpoint.CONFIG).write_text(json.dumps(config))
+    with pytest.raises(checkpoint.CheckpointError, match="not a positive half-life and a share"):
         checkpoint.load(tmp_path)

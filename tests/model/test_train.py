@@ -20,6 +20,7 @@ import torch
 
 from features.engine import FINGERPRINT, N_FEATURES
 from model import checkpoint
+from model.calibration import FAST_HALFLIVES
 from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import TRAINING_DTYPE, Part, Split, WindowData, build_panel, window_ends
@@ -239,7 +240,11 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
     assert report["comparison"]["best_baseline"] in report["baselines"]
     assert report["calibration"]["n_windows"] > 0
     # two days of training have seen neither every day of the month nor another month
-    ignored = json.loads((out / checkpoint.CONFIG).read_text())["data"]["ignored_features"]
+    config = json.loads((out / checkpoint.CONFIG).read_text())
+    ignored = config["data"]["ignored_features"]
+    # the fast EWMA's blend was fitted on the calibration windows and is what serving applies
+    assert config["fast"] == config["metrics"]["fast"]
+    assert config["fast"]["halflife"] in FAST_HALFLIVES and 0 <= config["fast"]["share"] <= 1
     assert {"dom_frac", "moy_sin", "moy_cos", "us_dst"} <= set(ignored)
     assert "tod_sin" not in ignored and "ewma_vol_slow" not in ignored
     for result in (report["model"], *report["baselines"].values()):
