@@ -20,13 +20,37 @@ from model.config import TFTConfig, TrainConfig
 QUARTERS = ("2015Q1", "2016Q2", "2017Q3", "2018Q4", "2019Q1", "2020Q2", "2021Q3")
 
 
-def test_the_default_recipe_is_the_frozen_one() -> None:
-    """`barcast train`'s defaults are what the protocol froze: a default changed after the freeze
-    fails here, and needs a new freeze (its commit) and a new run of every fold."""
-    frozen = json.loads(PROTOCOL.read_text())["frozen"]
+HELD_OUT = PROTOCOL.parent / "held_out.json"
+HELD_OUT_QUARTERS = ("2022Q1", "2022Q2", "2022Q3", "2022Q4", "2023Q1")
+
+
+@pytest.mark.parametrize("path", [PROTOCOL, HELD_OUT])
+def test_the_default_recipe_is_the_frozen_one(path: Path) -> None:
+    """`barcast train`'s defaults are what each protocol froze: a default changed after the
+    freeze fails here, and needs a new freeze (its commit) and a new run of every fold."""
+    frozen = json.loads(path.read_text())["frozen"]
     assert len(frozen["commit"]) == 40
     assert json.loads(json.dumps(asdict(TFTConfig()))) == frozen["model"]
     assert json.loads(json.dumps(asdict(TrainConfig()))) == frozen["training"]
+
+
+def check_rolling(
+    folds: list[Any], quarters: tuple[str, ...], months: int, end: str = "9999-12-31"
+) -> None:
+    """Each fold tests its quarter (up to `end`), calibrates on the month before, validates on
+    the month before that and trains on the `months` before validation, never reading the
+    quarter."""
+    for quarter, fold in zip(quarters, folds, strict=True):
+        test = pd.Period(quarter, "Q")
+        d = fold.definition
+        quarter_end = min(str((test + 1).start_time.date()), end)
+        assert d["test"] == [str(test.start_time.date()), quarter_end]
+        calib = pd.Timestamp(d["test"][0]) - pd.DateOffset(months=1)
+        val = calib - pd.DateOffset(months=1)
+        assert d["calib"][0] == str(calib.date()) and d["val"][0] == str(val.date())
+        assert d["train"][0] == str((val - pd.DateOffset(months=months)).date())
+        assert fold.split == "test" and fold.dates["test_start"] == d["test"][0]
+        assert fold.train[0].end == d["test"][0]  # training never reads the test quarter
 
 
 def test_the_registered_protocol_is_the_one_the_issue_describes() -> None:
@@ -34,22 +58,26 @@ def test_the_registered_protocol_is_the_one_the_issue_describes() -> None:
     groups = {g: [f for f in protocol.folds if f.group == g] for g in ("es-24m", "es-6m", "lopo")}
     assert [len(v) for v in groups.values()] == [7, 7, 3] and len(protocol.folds) == 17
     for months in (24, 6):
-        for quarter, fold in zip(QUARTERS, groups[f"es-{months}m"], strict=True):
-            test = pd.Period(quarter, "Q")
-            d = fold.definition
-            assert d["test"] == [str(test.start_time.date()), str((test + 1).start_time.date())]
-            calib = pd.Timestamp(d["test"][0]) - pd.DateOffset(months=1)
-            val = calib - pd.DateOffset(months=1)
-            assert d["calib"][0] == str(calib.date()) and d["val"][0] == str(val.date())
-            assert d["train"][0] == str((val - pd.DateOffset(months=months)).date())
-            assert fold.split == "test" and fold.dates["test_start"] == d["test"][0]
-            assert fold.train[0].end == d["test"][0]  # training never reads the test quarter
+        check_rolling(groups[f"es-{months}m"], QUARTERS, months)
     for fold in groups["lopo"]:
         tested = {s.source for s in fold.evaluate}
         assert fold.split == "all" and len(tested) == 1
         assert {s.source for s in fold.train} == {"ES", "6E", "BTC"} - tested
     es = [s for f in protocol.folds for s in (*f.train, *f.evaluate) if s.source == "ES"]
     assert max(pd.Timestamp(s.end) for s in es) == pd.Timestamp("2022-01-01")
+
+
+def test_the_held_out_protocol_tests_only_the_years_no_design_step_read() -> None:
+    """The final evaluation: every test quarter from 2022 on, to the end of the FirstRate files,
+    after the walk-forward's frozen commit; the walk-forward itself never reads 2022."""
+    protocol = Protocol.load(HELD_OUT)
+    groups = {g: [f for f in protocol.folds if f.group == g] for g in ("es-24m", "es-6m")}
+    assert [len(v) for v in groups.values()] == [5, 5] and len(protocol.folds) == 10
+    for months in (24, 6):
+        check_rolling(groups[f"es-{months}m"], HELD_OUT_QUARTERS, months, "2023-03-25")
+    assert min(f.definition["test"][0] for f in protocol.folds) == "2022-01-01"
+    assert max(f.definition["test"][1] for f in protocol.folds) == "2023-03-25"
+    assert protocol.frozen["commit"] != json.loads(PROTOCOL.read_text())["frozen"]["commit"]
 
 
 def protocol_file(tmp_path: Path, folds: list[dict[str, Any]]) -> Path:
