@@ -60,6 +60,17 @@ SECTIONS = (
     Section("README.md", "walk-forward", walk_forward.headline_table),
     Section("docs/model-report.md", "walk-forward-recipe", walk_forward.frozen_recipe),
     Section("docs/model-report.md", "walk-forward", walk_forward.results_table),
+    Section("README.md", "held-out", lambda: walk_forward.headline_table(walk_forward.HELD_OUT)),
+    Section(
+        "docs/model-report.md",
+        "held-out-recipe",
+        lambda: walk_forward.frozen_recipe(walk_forward.HELD_OUT),
+    ),
+    Section(
+        "docs/model-report.md",
+        "held-out",
+        lambda: walk_forward.results_table(walk_forward.HELD_OUT),
+    ),
     Section("README.md", "model-scope", lambda: model.scope(load("model_report"))),
     Section("README.md", "model-report", model_report),
     Section("README.md", "model-verdict", lambda: model.verdict(load("model_report"))),

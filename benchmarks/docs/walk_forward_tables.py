@@ -1,9 +1,11 @@
-"""The walk-forward sections of the README and docs/model-report.md: the frozen recipe (from the
-protocol) and the folds' figures (from benchmarks/results/walk_forward.json)."""
+"""The walk-forward sections of the README and docs/model-report.md: for each registered protocol
+(the walk-forward, and the held-out evaluation), the frozen recipe (from the protocol) and the
+folds' figures (from its results file)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from benchmarks.docs.benchmark_tables import RESULTS, tree_at
@@ -11,10 +13,13 @@ from benchmarks.walk_forward.figures import markdown_table
 from benchmarks.walk_forward.run import PROTOCOL
 from model.config import AUTO_EPOCH_WINDOWS
 
+HELD_OUT = PROTOCOL.parent / "held_out.json"
+RESULTS_FILE = {PROTOCOL: "walk_forward.json", HELD_OUT: "held_out.json"}
 
-def frozen_recipe() -> str:
+
+def frozen_recipe(protocol: Path = PROTOCOL) -> str:
     """What the protocol froze, and where."""
-    frozen = json.loads(PROTOCOL.read_text())["frozen"]
+    frozen = json.loads(protocol.read_text())["frozen"]
     m, t = frozen["model"], frozen["training"]
     low, high = AUTO_EPOCH_WINDOWS
     per_epoch = (
@@ -23,8 +28,8 @@ def frozen_recipe() -> str:
         else f"an epoch a tenth of the training windows within {low:,}-{high:,}"
     )
     return (
-        f"The recipe is `barcast train`'s defaults, frozen at `{frozen['commit'][:7]}` before any "
-        f"fold ran ({frozen['design']}): `TFTConfig()`, hidden {m['hidden']}, {m['heads']} "
+        f"The recipe: `barcast train`'s defaults as frozen at `{frozen['commit'][:7]}` before "
+        f"any fold ran ({frozen['design']}): `TFTConfig()`, hidden {m['hidden']}, {m['heads']} "
         f"heads, variable width {m['var_dim']}, {m['lstm_layers']} LSTM layers, dropout "
         f"{m['dropout']:g}, {m['lookback']} bars back, {m['horizon']} ahead, release calendar "
         f"{'on' if m['releases'] else 'off'}; `TrainConfig()`, up to {t['epochs']} epochs "
@@ -33,22 +38,22 @@ def frozen_recipe() -> str:
     )
 
 
-def results_table() -> str:
+def results_table(protocol: Path = PROTOCOL) -> str:
     """docs/model-report.md: every fold run, pooled per group, and the issue's checks."""
-    return walk_forward_section(folds=True)
+    return walk_forward_section(protocol, folds=True)
 
 
-def headline_table() -> str:
+def headline_table(protocol: Path = PROTOCOL) -> str:
     """The README: the pooled rows and the issue's checks."""
-    return walk_forward_section(folds=False)
+    return walk_forward_section(protocol, folds=False)
 
 
-def walk_forward_section(folds: bool) -> str:
-    path = RESULTS / "walk_forward.json"
+def walk_forward_section(protocol: Path, folds: bool) -> str:
+    path = RESULTS / RESULTS_FILE[protocol]
     if not path.exists():
         return "No fold has run yet."
     results = json.loads(path.read_text())
-    registered = json.loads(PROTOCOL.read_text())["folds"]
+    registered = json.loads(protocol.read_text())["folds"]
     run = results["folds"].values()
     complete = len(run) == len(registered)
     won = sum(f["offline"]["comparison"]["relative_gain"] > 0 for f in run)
