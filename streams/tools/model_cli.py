@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from model.config import AUTO_EPOCH_WINDOWS, TFTConfig, TrainConfig
+from model.config import AUTO_EPOCH_WINDOWS, ENCODERS, TFTConfig, TrainConfig
 from streams.exit_codes import ExitCode
 
 T = TypeVar("T")
@@ -62,6 +62,15 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     for name in ("lookback", "horizon", "hidden", "heads", "lstm_layers", "var_dim"):
         train.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     train.add_argument("--dropout", type=float, default=defaults.dropout)
+    train.add_argument(
+        "--encoder",
+        choices=ENCODERS,
+        default=defaults.encoder,
+        help="window (the default, the one the walk-forward and held-out protocols evaluated): "
+        "the encoder reruns over each forecast's 60 bars; stream: the encoder's state is "
+        "carried from bar to bar, so a new bar costs one step (trained on contiguous "
+        "sequences; not yet through the protocols)",
+    )
     train.add_argument(
         "--releases",
         action="store_true",
