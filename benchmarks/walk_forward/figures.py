@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from model.comparison import compare
+from model.significance import block_bootstrap
 
 PATHS = ("offline", "served")
 COVERAGE_BAND = {
@@ -22,6 +23,7 @@ COVERAGE_BAND = {
     "below_q90": (0.88, 0.92),
 }
 GOAL = 0.01  # pooled relative gain over the best baseline
+PERIOD_KEYS = ("sources", "train", "val", "calib", "test", "train_sources", "test_sources")
 
 
 def fold_summary(report: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +107,47 @@ def pooled(
         entry["acceptance"] = acceptance(entry, [folds[n] for n in names])
         out[group] = entry
     return out
+
+
+def compared(
+    folds: dict[str, dict[str, Any]],
+    losses: dict[str, dict[str, dict[str, np.ndarray]]],
+    groups: list[str],
+) -> dict[str, Any]:
+    """The TFT of the first of two groups against the second's on the same windows, offline:
+    each fold of the first paired with the second's fold of the same periods (folds differing
+    in their `recipe` only), the per-window differences (bp; > 0: the first better) pooled
+    over the pairs with a block-bootstrap interval; pairs not both run are listed apart."""
+    first, second = ([n for n, f in folds.items() if f["group"] == g] for g in groups)
+    periods = {n: periods_of(folds[n]) for n in second}
+    pairs, waiting = [], []
+    for name in first:
+        other = next((n for n in second if periods[n] == periods_of(folds[name])), None)
+        if other is None or name not in losses or other not in losses:
+            waiting.append(name)
+            continue
+        pairs.append((name, other))
+    if not pairs:
+        return {"groups": groups, "pairs": [], "waiting": waiting}
+    a = np.concatenate([losses[n]["offline"]["tft"] for n, _ in pairs])
+    b = np.concatenate([losses[m]["offline"]["tft"] for _, m in pairs])
+    if a.shape != b.shape:
+        raise ValueError(f"{groups}: paired folds scored different windows; rerun them together")
+    boot = block_bootstrap(b - a)
+    return {
+        "groups": groups,
+        "pairs": pairs,
+        "waiting": waiting,
+        "n_windows": len(a),
+        "mean_pinball": [float(a.mean()), float(b.mean())],
+        "relative_gain": float(1 - a.mean() / b.mean()),
+        "difference_bp": boot["mean"],
+        "bootstrap_ci95": boot["ci95"],
+    }
+
+
+def periods_of(fold: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fold["definition"].items() if k in PERIOD_KEYS}
 
 
 def acceptance(entry: dict[str, Any], folds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,11 +4,12 @@ A protocol file (JSON; the registered one is `benchmarks/walk_forward/protocol.j
 committed before the run it governs:
 
     {"name": ..., "frozen": {"commit": ..., "recipe": ...}, "recipe": {FIELD: VALUE},
+     "compare": [GROUP, GROUP],
      "sources": {NAME: {"file": FILE} | {"firstrate": true, "symbol": SYMBOL,
                         "held_out_from": DATE}},
      "folds": [{"name": ..., "group": ..., "sources": [NAME, ...],
                 "train": [START, END], "val": [START, END], "calib": [START, END],
-                "test": [START, END]}
+                "test": [START, END], "recipe": {FIELD: VALUE}}
                | {"name": ..., "group": ..., "train_sources": [SOURCE, ...],
                   "test_sources": [SOURCE, ...]}]}
 
@@ -18,9 +19,12 @@ evaluated (`--split test`) on its sources from the validation start (history for
 baseline) to the test end. A leave-one-product-out fold trains on `train_sources` (each
 `{"source": NAME}` with an optional `"range": [START, END]`) with the product's default
 fractions and is evaluated on `test_sources` with `--split all`: their first 20 % calibrates
-every forecaster. Dates are UTC (`YYYY-MM-DD`), ranges [start, end). A source with
-`held_out_from` is never read from that date on: its later bars are kept for a final
-evaluation, and a fold that asks for them, or for an open range, is refused before anything runs.
+every forecaster. A fold's optional `recipe` overrides the protocol's for that fold alone (two
+settings compared on the same periods, each fold named for its group; `compare` names the two
+groups, and the results compare their TFTs window by window). Dates are UTC
+(`YYYY-MM-DD`), ranges [start, end). A source with `held_out_from` is never read from that date
+on: its later bars are kept for a final evaluation, and a fold that asks for them, or for an
+open range, is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -64,6 +68,11 @@ class Fold:
     def digest(self) -> str:
         return digest(self.definition)
 
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """The fold's own overrides of the protocol's recipe."""
+        return dict(self.definition.get("recipe", {}))
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -73,6 +82,7 @@ class Protocol:
     recipe: dict[str, Any]
     sources: dict[str, dict[str, Any]]
     folds: tuple[Fold, ...]
+    compare: list[str]  # two groups whose TFTs are compared on the same windows (or none)
 
     @classmethod
     def load(cls, path: Path) -> Protocol:
@@ -82,6 +92,12 @@ class Protocol:
         names = [f.name for f in folds]
         if len(set(names)) != len(names):
             raise ProtocolError(f"{path}: fold names repeat; each fold needs its own name")
+        compare = values.get("compare", [])
+        groups = {f.group for f in folds}
+        if compare and (len(compare) != 2 or not set(compare) <= groups):
+            raise ProtocolError(
+                f"{path}: compare {compare} must name two of the folds' groups {sorted(groups)}"
+            )
         for fold in folds:
             for part in (*fold.train, *fold.evaluate):
                 check_held_out(fold.name, part, sources[part.source])
@@ -92,6 +108,7 @@ class Protocol:
             values.get("recipe", {}),
             sources,
             folds,
+            compare,
         )
 
     def fold(self, name: str) -> Fold:

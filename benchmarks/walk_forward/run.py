@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.provenance import run_metadata
-from benchmarks.walk_forward.figures import fold_summary, pooled
+from benchmarks.walk_forward.figures import compared, fold_summary, pooled
 from benchmarks.walk_forward.protocol import Fold, Protocol, digest, source_location
 from model.config import TFTConfig
 from streams.settings import REPO_ROOT, Settings
@@ -161,18 +161,20 @@ def run(
     done = []
     for name in names:
         fold = protocol.fold(name)
-        key = identity(protocol, recipe, fold, provenance["commit"])
+        fold_recipe = recipe | fold.recipe
+        key = identity(protocol, fold_recipe, fold, provenance["commit"])
         with locked(results_path) as results:
             if results.get("folds", {}).get(name, {}).get("identity") == key:
                 print(f"{name}: already in {results_path} at this commit and recipe; skipped")
                 continue
-        record = run_fold(protocol, fold, recipe, work / protocol.name)
+        record = run_fold(protocol, fold, fold_recipe, work / protocol.name)
         record |= {"identity": key, "dirty": provenance["dirty"]}
         with locked(results_path) as results:
             results.setdefault("folds", {})[name] = record
         done.append(name)
     with locked(results_path) as results:
         folds = results.get("folds", {})
+        losses = read_losses(work / protocol.name, list(folds))
         results |= {
             "protocol": {
                 "name": protocol.name,
@@ -181,9 +183,11 @@ def run(
             },
             "frozen": protocol.frozen,
             "recipe": frozen_recipe(recipe),
-            "pooled": pooled(folds, read_losses(work / protocol.name, list(folds))),
+            "pooled": pooled(folds, losses),
             "provenance": provenance,
         }
+        if protocol.compare:
+            results["compared"] = compared(folds, losses, protocol.compare)
     return done
 
 

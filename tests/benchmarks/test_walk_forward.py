@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.walk_forward import run as walk_forward
-from benchmarks.walk_forward.figures import markdown_table, pooled
+from benchmarks.walk_forward.figures import compared, markdown_table, pooled
 from benchmarks.walk_forward.protocol import Protocol, ProtocolError
 from benchmarks.walk_forward.run import PROTOCOL
 from model.config import TFTConfig, TrainConfig
@@ -227,3 +227,45 @@ def test_a_protocol_runs_end_to_end_and_resumes(data_dir: Path, tmp_path: Path) 
         )
         == []
     )
+
+
+def test_a_folds_own_recipe_overrides_the_protocols_for_that_fold(tmp_path: Path) -> None:
+    """Two settings compared on the same periods: the fold's `recipe` reaches its training
+    configuration and its digest (its results are not another fold's), the protocol's recipe
+    the rest."""
+    stream = dated(["2021-09-01", "2021-10-01"], name="s", recipe={"encoder": "stream"})
+    protocol = Protocol.load(protocol_file(tmp_path, [dated(["2021-09-01", "2021-10-01"]), stream]))
+    window, streamed = protocol.folds
+    assert window.recipe == {} and streamed.recipe == {"encoder": "stream"}
+    assert window.digest != streamed.digest
+    base = {"hidden": 16}
+    model, _ = walk_forward.recipe_configs(base | streamed.recipe, streamed)
+    assert model.encoder == "stream" and model.hidden == 16
+    assert walk_forward.recipe_configs(base | window.recipe, window)[0].encoder == "window"
+
+
+def test_two_groups_compare_window_by_window_over_folds_of_the_same_periods(
+    tmp_path: Path,
+) -> None:
+    """A stream group 1 % behind the window group on the same windows: paired by their
+    periods, its difference's interval lies below zero; a fold not run yet waits; a protocol
+    comparing a group it does not have is refused."""
+    rng = np.random.default_rng(1)
+    folds, losses = {}, {}
+    for period in ("2021-09-01", "2021-10-01"):
+        base = np.repeat(rng.exponential(1.0, 60), 2 * 1380 // 60) + rng.exponential(1.0, 2 * 1380)
+        for group, factor in (("window", 1.0), ("stream", 1.01)):
+            name = f"{group}-{period}"
+            folds[name] = {"group": group, "definition": dated([period, "2021-12-01"], name=name)}
+            losses[name] = {"offline": {"tft": base * factor}}
+    folds["window-late"] = {"group": "window", "definition": dated(["2021-11-01", "2021-12-01"])}
+    result = compared(folds, losses, ["stream", "window"])
+    assert [a.split("-")[0] for a, _ in result["pairs"]] == ["stream", "stream"]
+    assert result["waiting"] == [] and result["n_windows"] == 2 * 2 * 1380
+    assert result["relative_gain"] == pytest.approx(1 - 1.01, abs=1e-9)
+    assert result["bootstrap_ci95"][1] < 0
+    assert compared(folds, losses, ["window", "stream"])["waiting"] == ["window-late"]
+    path = protocol_file(tmp_path, [dated(["2021-09-01", "2021-10-01"])])
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"compare": ["g", "stream"]}))
+    with pytest.raises(ProtocolError, match="must name two of the folds' groups"):
+        Protocol.load(path)
