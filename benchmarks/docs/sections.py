@@ -71,6 +71,11 @@ SECTIONS = (
         "held-out",
         lambda: walk_forward.results_table(walk_forward.HELD_OUT),
     ),
+    Section(
+        "docs/model-report.md",
+        "encoders",
+        lambda: walk_forward.results_table(walk_forward.ENCODERS),
+    ),
     Section("README.md", "model-scope", lambda: model.scope(load("model_report"))),
     Section("README.md", "model-report", model_report),
     Section("README.md", "model-verdict", lambda: model.verdict(load("model_report"))),

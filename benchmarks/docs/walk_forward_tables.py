@@ -14,7 +14,12 @@ from benchmarks.walk_forward.run import PROTOCOL
 from model.config import AUTO_EPOCH_WINDOWS
 
 HELD_OUT = PROTOCOL.parent / "held_out.json"
-RESULTS_FILE = {PROTOCOL: "walk_forward.json", HELD_OUT: "held_out.json"}
+ENCODERS = PROTOCOL.parent / "encoders.json"
+RESULTS_FILE = {
+    PROTOCOL: "walk_forward.json",
+    HELD_OUT: "held_out.json",
+    ENCODERS: "walk_forward_encoders.json",
+}
 
 
 def frozen_recipe(protocol: Path = PROTOCOL) -> str:
@@ -70,7 +75,24 @@ def walk_forward_section(protocol: Path, folds: bool) -> str:
         of = sum(f["group"] == group for f in registered)
         run = "" if len(entry["folds"]) == of else f", on its {len(entry['folds'])} run so far"
         lines.append(f"- {group} ({of} folds{run}): {checks(entry.get('acceptance', {}))}")
+    if "compared" in results:
+        lines.append(f"- {pair_line(results['compared'])}")
     return "\n".join(lines)
+
+
+def pair_line(c: dict[str, Any]) -> str:
+    """The two groups' TFTs on the same windows (`figures.compared`)."""
+    first, second = c["groups"]
+    if not c["pairs"]:
+        return f"{first} against {second}: no pair of folds run yet."
+    lo, hi = c["bootstrap_ci95"]
+    waiting = f"; waiting: {', '.join(c['waiting'])}" if c["waiting"] else ""
+    return (
+        f"{first} against {second}, the TFTs on the same {c['n_windows']:,} windows of "
+        f"{len(c['pairs'])} pairs of folds: {c['relative_gain']:+.2%} mean pinball "
+        f"({c['mean_pinball'][0]:.4f} against {c['mean_pinball'][1]:.4f} bp), difference "
+        f"{c['difference_bp']:+.4f} bp, 95 % interval [{lo:+.4f}, {hi:+.4f}]{waiting}."
+    )
 
 
 def checks(acceptance: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.walk_forward import run as walk_forward
-from benchmarks.walk_forward.figures import compared, markdown_table, pooled
+from benchmarks.walk_forward.figures import compared, markdown_table, periods_of, pooled
 from benchmarks.walk_forward.protocol import Protocol, ProtocolError
 from benchmarks.walk_forward.run import PROTOCOL
 from model.config import TFTConfig, TrainConfig
@@ -21,10 +21,11 @@ QUARTERS = ("2015Q1", "2016Q2", "2017Q3", "2018Q4", "2019Q1", "2020Q2", "2021Q3"
 
 
 HELD_OUT = PROTOCOL.parent / "held_out.json"
+ENCODERS = PROTOCOL.parent / "encoders.json"
 HELD_OUT_QUARTERS = ("2022Q1", "2022Q2", "2022Q3", "2022Q4", "2023Q1")
 
 
-@pytest.mark.parametrize("path", [PROTOCOL, HELD_OUT])
+@pytest.mark.parametrize("path", [PROTOCOL, HELD_OUT, ENCODERS])
 def test_the_default_recipe_is_the_frozen_one(path: Path) -> None:
     """`barcast train`'s defaults are what each protocol froze: a default changed after the
     freeze fails here, and needs a new freeze (its commit) and a new run of every fold."""
@@ -65,6 +66,18 @@ def test_the_registered_protocol_is_the_one_the_issue_describes() -> None:
         assert {s.source for s in fold.train} == {"ES", "6E", "BTC"} - tested
     es = [s for f in protocol.folds for s in (*f.train, *f.evaluate) if s.source == "ES"]
     assert max(pd.Timestamp(s.end) for s in es) == pd.Timestamp("2022-01-01")
+
+
+def test_the_encoders_protocol_runs_both_encoders_on_the_walk_forwards_6_month_folds() -> None:
+    walk = [f.definition for f in Protocol.load(PROTOCOL).folds if f.group == "es-6m"]
+    protocol = Protocol.load(ENCODERS)
+    assert protocol.compare == ["stream-6m", "window-6m"]
+    for group, recipe in (("window-6m", {}), ("stream-6m", {"encoder": "stream"})):
+        folds = [f for f in protocol.folds if f.group == group]
+        assert [f.recipe for f in folds] == [recipe] * len(walk)
+        assert [periods_of({"definition": f.definition}) for f in folds] == [
+            periods_of({"definition": d}) for d in walk
+        ]
 
 
 def test_the_held_out_protocol_tests_only_the_years_no_design_step_read() -> None:
