@@ -56,9 +56,15 @@ class CheckpointMeta:
         """Model outputs `(B, H, Q)` -> calibrated quantiles of the cumulative log return, for
         windows ending at `ts_event` whose raw feature rows hold `scale_inputs` (the
         `volatility.columns` of every row, `(B, lookback, len(SCALE_INPUTS))`)."""
-        c = self.config
         ts = np.asarray(ts_event, dtype=np.int64)
-        scale = self.volatility.scale(ts, scale_inputs, c.horizon)
+        scale = self.volatility.scale(ts, scale_inputs, self.config.horizon)
+        return self.scaled(outputs, scale, scale_inputs)
+
+    def scaled(
+        self, outputs: np.ndarray, scale: np.ndarray, scale_inputs: np.ndarray
+    ) -> np.ndarray:
+        """`to_returns` given the windows' volatility scale `(B, H)` too."""
+        c = self.config
         shrunk = toward_scale(outputs, self.shrink, c.quantiles)
         if self.fast.share > 0:
             fast = self.volatility.fast(scale_inputs, self.fast.halflife, c.horizon)

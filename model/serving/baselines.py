@@ -172,13 +172,13 @@ class ShadowBaselines:
         return ewma[1] / ewma[2], ewma[4] / ewma[5]
 
     def forecast(
-        self, ts_event: np.ndarray, scale_inputs: np.ndarray, variances: np.ndarray
+        self, ts_event: np.ndarray, scale: np.ndarray, variances: np.ndarray
     ) -> dict[str, np.ndarray]:
         """Each baseline's calibrated quantiles `(B, H, Q)` of windows ending at `ts_event`:
-        `scale_inputs` the window rows' `volatility.columns` `(B, T, k)`, `variances` the
-        EWMAs' `(B, 2)` (NaN: not defined yet, nor then the baseline)."""
+        `scale` the windows' volatility scale `(B, H)` (`meta.volatility.scale`, which the
+        model's forecasts are in units of), `variances` the EWMAs' `(B, 2)` (NaN: not defined
+        yet, nor then the baseline)."""
         median, horizon = self.quantiles.index(0.5), self.horizon
-        scale = self.meta.volatility.scale(ts_event, scale_inputs, horizon)
         ahead = self.meta.volatility.profile.forward_rms(minute_of_day(ts_event), horizon)
         tod = np.sqrt(variances[:, :1]) * ahead
         flat = np.sqrt(variances[:, 1:]) * np.sqrt(np.arange(1, horizon + 1))

@@ -120,17 +120,18 @@ class SymbolCalibration:
         if model_id != self.model_id:  # another checkpoint: its own calibration
             self.model_id, self.since = model_id, ts_event
             self.log_scale, self.n, self.waiting = [], 0, []
-        self._catch_up(ts_event, config)
+        if self.waiting and self.waiting[0][0] <= ts_event:
+            self._catch_up(ts_event, config)
         horizons = len(median)
-        self.log_scale += [[0.0, 0.0] for _ in range(horizons - len(self.log_scale))]
+        if len(self.log_scale) != horizons:
+            self.log_scale += [[0.0, 0.0] for _ in range(horizons - len(self.log_scale))]
+        scales = self.log_scale if len(self.log_scale) == horizons else self.log_scale[:horizons]
         # Plain floats, not numpy: numpy's per-call cost dominates on a handful of horizons.
-        exp, calibrated_lower, calibrated_upper = math.exp, [], []
-        for (a, b), m, low, high in zip(
-            self.log_scale[:horizons], median, lower, upper, strict=True
-        ):
-            calibrated_lower.append(m + exp(a) * (low - m))
-            calibrated_upper.append(m + exp(b) * (high - m))
-        return calibrated_lower, calibrated_upper
+        exp = math.exp
+        return (
+            [m + exp(s[0]) * (q - m) for s, m, q in zip(scales, median, lower, strict=True)],
+            [m + exp(s[1]) * (q - m) for s, m, q in zip(scales, median, upper, strict=True)],
+        )
 
     def _catch_up(self, ts: int, config: CalibrationConfig) -> None:
         top = MAX_LOG_SCALE

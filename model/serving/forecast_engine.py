@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from model.forecaster import Forecaster, autocast_for
 from model.releases import future_names, known_future
 from model.serving.baselines import BaselineSpec, ShadowBaselines
 from model.serving.explain import ExplainArrays, explanations, reduced
-from model.serving.programs import ChunkPrograms, chunk_pool, chunk_programs, chunked
+from model.serving.programs import ChunkPrograms, chunk_pool, chunk_programs, chunked, owned_rows
 from model.serving.streaming import Dims, SymbolStream, advance, continues
 from model.tft import StaticContext, TemporalFusionTransformer
 
@@ -81,6 +81,13 @@ class WindowRequest:
     variances: tuple[float, float] | None = None
     canary: str | None = None  # the model id of a canary to forecast it too (None: none)
     offset: int = 0  # the row's source offset: a stored stream is as of it
+
+
+class Scale(NamedTuple):
+    """A batch's windows' volatility scale (`ForecastEngine.scale`)."""
+
+    inputs: np.ndarray  # (B, lookback, k): the rows' `volatility.columns`
+    values: np.ndarray  # (B, horizon): log-return units
 
 
 @dataclass(slots=True)
@@ -210,16 +217,24 @@ class ForecastEngine:
     def n_features(self) -> int:
         return self.served.forecaster.config.n_hist
 
-    def predict(self, batch: list[WindowRequest], incremental: bool = True) -> np.ndarray:
-        """Quantiles of the cumulative log return, `(B, horizon, n_quantiles)` float64.
+    def predict(
+        self, batch: list[WindowRequest], incremental: bool = True, scale: Scale | None = None
+    ) -> np.ndarray:
+        """Quantiles of the cumulative log return, `(B, horizon, n_quantiles)` float64;
+        `scale`: the batch's `scale`, if the caller has it already.
 
         A symbol may appear several times in one batch (a replay catching up); every row that
         any of its windows needs is encoded once, then the windows are gathered from them.
         """
-        return self._returns(batch, self._pass(batch, incremental, explain=False).quantiles)
+        quantiles = self._pass(batch, incremental, explain=False).quantiles
+        return self._returns(batch, quantiles, scale)
 
     def predict_explained(
-        self, batch: list[WindowRequest], incremental: bool = True, top_k: int = 10
+        self,
+        batch: list[WindowRequest],
+        incremental: bool = True,
+        top_k: int = 10,
+        scale: Scale | None = None,
     ) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """`predict`'s quantiles (bit-identical) and one explanation per window, from the same
         forward pass: its `top_k` historical features and the fields model.serving.explain
@@ -228,18 +243,28 @@ class ForecastEngine:
         run = self._pass(batch, incremental, explain=True)
         assert run.arrays is not None
         names = future_names(self.served.forecaster.config.releases)
-        return self._returns(batch, run.quantiles), explanations(
+        return self._returns(batch, run.quantiles, scale), explanations(
             run.arrays, top_k, future_names=names
         )
 
-    def shadow(self, batch: list[WindowRequest]) -> dict[str, np.ndarray]:
-        """Each shadow baseline's quantiles `(B, H, Q)` of the batch's windows, NaN where one is
-        not defined (model.serving.baselines)."""
-        meta, nan = self.served.forecaster.meta, (np.nan, np.nan)
+    def scale(self, batch: list[WindowRequest]) -> Scale:
+        """The checkpoint's volatility scale of the batch's windows: the units of its
+        forecasts, and the shadow baselines' starting point, so computed once for both."""
+        meta = self.served.forecaster.meta
         inputs = np.stack([r.values[:, list(meta.volatility.columns)] for r in batch])
-        ts = np.array([r.ts_event for r in batch])
+        ts = np.array([r.ts_event for r in batch], dtype=np.int64)
+        return Scale(inputs, meta.volatility.scale(ts, inputs, self.horizon))
+
+    def shadow(
+        self, batch: list[WindowRequest], scale: Scale | None = None
+    ) -> dict[str, np.ndarray]:
+        """Each shadow baseline's quantiles `(B, H, Q)` of the batch's windows, NaN where one is
+        not defined (model.serving.baselines); `scale`: the batch's `scale`, if known."""
+        nan = (np.nan, np.nan)
+        ts = np.array([r.ts_event for r in batch], dtype=np.int64)
         variances = np.array([nan if r.variances is None else r.variances for r in batch])
-        return self.served.baselines.forecast(ts, inputs, variances)
+        scale = self.scale(batch) if scale is None else scale
+        return self.served.baselines.forecast(ts, scale.values, variances)
 
     def _pass(self, batch: list[WindowRequest], incremental: bool, explain: bool) -> _Pass:
         served = self.served
@@ -266,13 +291,12 @@ class ForecastEngine:
             assert weights is not None
             return _Pass(out[0], reduced(weights, static.weights, *out[1:]))
 
-    def _returns(self, batch: list[WindowRequest], quantiles: Tensor) -> np.ndarray:
-        meta = self.served.forecaster.meta
+    def _returns(
+        self, batch: list[WindowRequest], quantiles: Tensor, scale: Scale | None
+    ) -> np.ndarray:
         outputs = quantiles.float().cpu().numpy().astype(np.float64)
-        columns = list(meta.volatility.columns)
-        inputs = np.stack([r.values[:, columns] for r in batch])
-        ts = np.array([r.ts_event for r in batch])
-        return meta.to_returns(outputs, ts, inputs)
+        scale = self.scale(batch) if scale is None else scale
+        return self.served.forecaster.meta.scaled(outputs, scale.values, scale.inputs)
 
     def _static(
         self, model: TemporalFusionTransformer, served: Served, symbols: list[str]
@@ -340,13 +364,12 @@ class ForecastEngine:
         at = self._tensor(index)
         windows = torch.cat(blocks)[at]
         selected = torch.cat(weight_blocks)[at] if explain else None
-        latest = {r.symbol: i for i, r in enumerate(batch)}  # a symbol's last window stays
-        for i in latest.values():  # copied, so that it does not keep the whole batch alive
-            kept = None if selected is None else selected[i].clone()
+        latest = list({r.symbol: i for i, r in enumerate(batch)}.values())
+        # a symbol's last window stays, copied, so that it does not keep the whole batch alive
+        kept = [None] * len(latest) if selected is None else owned_rows(selected, latest)
+        for i, window, weights in zip(latest, owned_rows(windows, latest), kept, strict=True):
             newest = batch[i].values[-1].copy()
-            served.cache[batch[i].symbol] = _Cached(
-                batch[i].count, windows[i].clone(), newest, kept
-            )
+            served.cache[batch[i].symbol] = _Cached(batch[i].count, window, newest, weights)
         return windows, selected
 
     def _streamed(

@@ -21,7 +21,7 @@ from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.messages import forecast_value
 from model.serving.scoring import Decided, LabelBar, ScoreValue, score_all
 from model.serving.scoring_state import SymbolScoring
-from model.serving.shadow import DEFAULT_WINDOW, Pending, SymbolShadow
+from model.serving.shadow import DEFAULT_WINDOW, Columns, Pending, SymbolShadow, columns_of
 from model.serving.skill import ServeMode
 
 Key = tuple[str, int]  # (symbol, ts_event)
@@ -134,12 +134,12 @@ class _SymbolReplay:
         self.engine, self.config, self.mode = engine, config, mode
         self.scoring, self.calibration = SymbolScoring(window), SymbolCalibration()
         self.shadow = SymbolShadow(window)
-        self.raw: dict[int, dict[str, np.ndarray]] = {}
+        self.raw: dict[int, dict[str, Columns]] = {}
         self.waiting: tuple[dict[str, Any], Pending] | None = None
 
     def baselines(
         self, bars: list[dict[str, Any]], requests: list[WindowRequest]
-    ) -> Iterable[tuple[WindowRequest, dict[str, np.ndarray]]]:
+    ) -> Iterable[tuple[WindowRequest, dict[str, Columns]]]:
         """Every row into the EWMAs; the requests with their variances, and each one's baselines."""
         engine, by_ts = self.engine, {r.ts_event: r for r in requests}
         values, _ = feature_engine.compute_batch(*engine_columns(bars))
@@ -150,9 +150,7 @@ class _SymbolReplay:
                 by_ts[ts].variances = variances
         for start in range(0, len(requests), 256):
             chunk = requests[start : start + 256]
-            quantiles = engine.shadow(chunk)
-            for i, request in enumerate(chunk):
-                yield request, {name: q[i] for name, q in quantiles.items()}
+            yield from zip(chunk, columns_of(engine.shadow(chunk)), strict=True)
 
     def forecast(self, value: dict[str, Any]) -> dict[str, Any]:
         calibrated = self.calibration.apply(value, self.config)

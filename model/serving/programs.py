@@ -225,3 +225,14 @@ def _head(out: Any, n: int) -> Any:
 def _like(out: tuple, items: list[Tensor]) -> tuple:
     """`items` as the kind of tuple `out` is: a NamedTuple, or the plain one a trace returns."""
     return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+
+
+def owned_rows(tensor: Tensor, rows: list[int]) -> list[Tensor]:
+    """Copies of `tensor`'s `rows`, each owning its memory. On CPU they are copied as bytes,
+    holding the GIL: a torch (or large numpy) copy gives the GIL up, and in a burst the event
+    loop takes it, so each of a batch's hundreds of copies would wait a switch interval to win
+    it back."""
+    if tensor.device.type != "cpu":
+        return [tensor[i].clone() for i in rows]
+    shape, data = tensor.shape[1:], tensor.contiguous().view(torch.uint8).numpy()
+    return [torch.frombuffer(bytearray(data[i]), dtype=tensor.dtype).view(shape) for i in rows]

@@ -35,6 +35,7 @@ from model.serving.skill import MODEL, ServeChoice, ServeMode, SkillWindow
 from model.serving.stored import framed, unframed
 
 STATE_FORMAT = 1
+Columns = tuple[list[float], ...]  # a forecast's quantiles: one list of horizons per quantile
 DEFAULT_WINDOW = 240  # scored forecasts behind a symbol's skill (BARCAST_SCORE_WINDOW)
 
 
@@ -86,20 +87,19 @@ class SymbolShadow:
     def forecast(
         self,
         value: dict[str, Any],
-        raw: dict[str, np.ndarray],
+        raw: dict[str, Columns],
         config: CalibrationConfig,
         mode: ServeMode,
     ) -> tuple[dict[str, Any], Pending]:
-        """The value to publish for the model's (calibrated) `value`, given each baseline's
-        quantiles `raw` `(H, Q)` (NaN: not defined), and what waits for the scores."""
+        """The value to publish for the model's (calibrated) `value`, given each defined
+        baseline's quantiles `raw` (`columns_of`), and what waits for the scores."""
         ts, model_id = int(value["ts_event"]), value["model_id"]
         self.serve(model_id)
-        calibrated: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        calibrated: dict[str, Columns] = {}
         for name in BASELINES:
-            q = raw.get(name)
-            if q is None or not np.isfinite(q).all():
+            if name not in raw:
                 continue
-            low, median, high = (q[:, j].tolist() for j in range(len(QUANTILES)))
+            low, median, high = raw[name]
             if config.enabled:
                 state = self.calibrations.setdefault(name, SymbolCalibration())
                 low, high = state.calibrate(name, ts, median, low, high, config)
@@ -241,6 +241,23 @@ class SymbolShadow:
         return state
 
 
+def columns_of(baselines: dict[str, np.ndarray]) -> list[dict[str, Columns]]:
+    """Per window of a batch, each baseline's quantiles `(B, H, Q)` as one list of horizons
+    per quantile, those not defined (not finite) left out: a few numpy calls for the whole
+    batch rather than a few per forecast on the event loop."""
+    out: list[dict[str, Columns]] = []
+    for name in BASELINES:
+        q = baselines.get(name)
+        if q is None:
+            continue
+        out += [{} for _ in range(len(q) - len(out))]
+        finite = np.isfinite(q).all(axis=(1, 2)).tolist()
+        for own, defined, columns in zip(out, finite, q.transpose(0, 2, 1).tolist(), strict=True):
+            if defined:
+                own[name] = tuple(columns)
+    return out
+
+
 def mean_losses(pinball: dict[str, list[float]]) -> np.ndarray:
     """`(H,)` a score's pinball averaged over its quantile fields, per horizon."""
     return np.array([pinball[name] for name in QUANTILES]).mean(axis=0)
@@ -249,8 +266,8 @@ def mean_losses(pinball: dict[str, list[float]]) -> np.ndarray:
 def baseline_value(
     value: dict[str, Any],
     source: str,
-    raw: np.ndarray,
-    calibrated: tuple[list[float], list[float], list[float]],
+    raw: Columns,
+    calibrated: Columns,
     config: CalibrationConfig,
 ) -> dict[str, Any]:
     """The model's `forecasts` value with a baseline's quantiles in its place: calibrated (if
@@ -260,8 +277,8 @@ def baseline_value(
         out[name] = q
         out["price_" + name] = [close * math.exp(x) for x in q]
     if config.enabled:
-        for j, name in enumerate(QUANTILES):
-            out["raw_" + name] = raw[:, j].tolist()
+        for name, q in zip(QUANTILES, raw, strict=True):
+            out["raw_" + name] = list(q)
         out["schema_version"] = SCHEMA_VERSION
     out["source"] = source
     return out

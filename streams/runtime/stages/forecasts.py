@@ -26,7 +26,8 @@ from model.checkpoint import CheckpointError
 from model.serving.batcher import MicroBatcher
 from model.serving.checkpoints import load_engine
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
-from model.serving.messages import explanation_value, forecast_value
+from model.serving.messages import explanation_value, forecast_values
+from model.serving.shadow import Columns, columns_of
 from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
@@ -48,13 +49,13 @@ BACKLOG_BATCHES = 4
 
 class Predicted(NamedTuple):
     """What the inference thread makes of a batch, per request: the quantiles `(H, Q)` of the
-    checkpoint serving it, with BARCAST_EXPLAIN their explanations ([] without), each shadow
-    baseline's (None without), the canary's (None: no canary beside it) and its symbol's
-    streams (stages/carried.py)."""
+    checkpoint serving it, with BARCAST_EXPLAIN their explanations ([] without), the shadow
+    baselines' (model.serving.shadow.columns_of; None without), the canary's (None: no canary
+    beside it) and its symbol's streams (stages/carried.py)."""
 
     quantiles: list[np.ndarray]
     explanations: list[dict[str, Any]]
-    baselines: dict[str, list[np.ndarray]] | None
+    baselines: list[dict[str, Columns]] | None
     canary: list[np.ndarray | None]
     streams: list[Streams]
 
@@ -192,20 +193,22 @@ class Forecasting:
         n, explain = len(batch), settings.explain
         quantiles: list[Any] = [None] * n
         explanations: list[Any] = [None] * n if explain else []
-        baselines: dict[str, list[Any]] | None = {} if self.scoring.shadows is not None else None
+        baselines: list[Any] | None = [None] * n if self.scoring.shadows is not None else None
         for engine, rows in groups(plan.engines):
             part = [batch[i] for i in rows]
+            scale = engine.scale(part)  # the model's units and the baselines' start, once
             if explain:
-                q, why = engine.predict_explained(part, self.incremental, settings.explain_top_k)
+                top_k = settings.explain_top_k
+                q, why = engine.predict_explained(part, self.incremental, top_k, scale)
             else:
-                q, why = engine.predict(part, self.incremental), []
-            shadows = engine.shadow(part) if baselines is not None else {}
+                q, why = engine.predict(part, self.incremental, scale), []
+            shadows = columns_of(engine.shadow(part, scale)) if baselines is not None else []
             for j, i in enumerate(rows):
                 quantiles[i] = q[j]
                 if why:
                     explanations[i] = why[j]
-                for name, b in shadows.items():
-                    baselines.setdefault(name, [None] * n)[i] = b[j]  # type: ignore[union-attr]
+                if baselines is not None:
+                    baselines[i] = shadows[j]
         canary: list[np.ndarray | None] = [None] * n
         for engine, rows in groups(plan.canaries):
             forecast = engine.predict([batch[i] for i in rows], self.incremental)
@@ -222,15 +225,9 @@ class Forecasting:
         """A micro-batch's forecasts, calibrated (the model's or a baseline's: their `source`),
         to the producer with their explanations, the canary's on `forecasts.shadow`, and the
         scores that calibrating them settled (a replay's earlier bars); then to the observers."""
-        now, n, scored, runtime = time.time_ns(), len(batch), Scores(), self.runtime
-        values = [
-            forecast_value(plan.engines[i], r, predicted.quantiles[i], n, now)
-            for i, r in enumerate(batch)
-        ]
-        canaries = [
-            None if c is None or q is None else forecast_value(c, r, q, n, now)
-            for r, c, q in zip(batch, plan.canaries, predicted.canary, strict=True)
-        ]
+        now, scored, runtime = time.time_ns(), Scores(), self.runtime
+        values = values_of(batch, plan.engines, predicted.quantiles, now)
+        canaries = values_of(batch, plan.canaries, predicted.canary, now)
         values = self.scoring.forecasts(batch, values, predicted.baselines, scored, canaries)
         self.carried.keep(batch, predicted.streams)
         forecasts = [
@@ -366,6 +363,24 @@ def groups(engines: Sequence[ForecastEngine | None]) -> list[tuple[ForecastEngin
         if engine is not None:
             out.setdefault(id(engine), (engine, []))[1].append(i)
     return list(out.values())
+
+
+def values_of(
+    batch: list[WindowRequest],
+    engines: Sequence[ForecastEngine | None],
+    quantiles: Sequence[np.ndarray | None],
+    now_ns: int,
+) -> list[Any]:
+    """The `forecasts` value of each request from the engine at its place (None: none), each
+    engine's built at once."""
+    values: list[Any] = [None] * len(batch)
+    for engine, rows in groups(engines):
+        part = [batch[i] for i in rows]
+        stacked = np.stack([quantiles[i] for i in rows])
+        built = forecast_values(engine, part, stacked, len(batch), now_ns)
+        for i, value in zip(rows, built, strict=True):
+            values[i] = value
+    return values
 
 
 def explain_records(

@@ -27,8 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from model.serving.canary import CANARY
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
@@ -41,7 +39,7 @@ from model.serving.scoring import (
     score_decided,
 )
 from model.serving.scoring_state import SymbolScoring, pooled_figures
-from model.serving.shadow import Pending
+from model.serving.shadow import Columns, Pending
 from model.serving.skill import TRACKS, ServeMode, Skill, pooled_skill
 from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stores import ShadowStore, StateStore
@@ -138,7 +136,7 @@ class Scoring:
         self,
         batch: Sequence[WindowRequest],
         values: Sequence[dict[str, Any]],
-        baselines: dict[str, Sequence[np.ndarray]] | None,
+        baselines: Sequence[dict[str, Columns]] | None,
         out: Scores,
         canaries: Sequence[dict[str, Any] | None] | None = None,
     ) -> list[dict[str, Any]]:
@@ -154,7 +152,7 @@ class Scoring:
         canaries = canaries or [None] * len(batch)
         out_values = []
         for i, (request, value, canary) in enumerate(zip(batch, values, canaries, strict=True)):
-            own = None if baselines is None else {k: q[i] for k, q in baselines.items()}
+            own = None if baselines is None else baselines[i]
             out_values.append(self._forecast(request, value, own, out, canary))
         return out_values
 
@@ -175,7 +173,7 @@ class Scoring:
         self,
         request: WindowRequest,
         value: dict[str, Any],
-        baselines: dict[str, np.ndarray] | None,
+        baselines: dict[str, Columns] | None,
         out: Scores,
         canary: dict[str, Any] | None,
     ) -> dict[str, Any]:

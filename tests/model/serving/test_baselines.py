@@ -26,6 +26,7 @@ from model.serving.baselines import (
     ShadowBaselines,
     new_ewma,
 )
+from model.serving.shadow import columns_of
 from model.volatility import TimeOfDayProfile
 from tests.checkpoints import make_checkpoint
 
@@ -62,7 +63,8 @@ def worker_baselines(panel, meta, spec: BaselineSpec, ends: np.ndarray) -> dict[
     columns = list(meta.volatility.columns)
     lookback = meta.config.lookback
     inputs = np.stack([panel.features[t - lookback + 1 : t + 1, columns] for t in ends])
-    return shadow.forecast(panel.ts[ends], inputs, variances[ends])
+    scale = meta.volatility.scale(panel.ts[ends], inputs, meta.config.horizon)
+    return shadow.forecast(panel.ts[ends], scale, variances[ends])
 
 
 def test_the_baselines_are_evaluates(panel_and_meta) -> None:  # type: ignore[no-untyped-def]
@@ -138,3 +140,14 @@ def test_a_baselines_file_this_barcast_cannot_read_names_the_fix(tmp_path: Path)
     (tmp_path / FILE).write_text(json.dumps({"format": "barcast-baselines", "baselines": {}}))
     with pytest.raises(ValueError, match="remove it"):
         BaselineSpec.load(tmp_path, 10, 3)
+
+
+def test_a_batchs_columns_leave_out_the_baselines_not_defined() -> None:
+    scale, tod = np.arange(24.0).reshape(2, 4, 3), -np.arange(24.0).reshape(2, 4, 3)
+    tod[1, 2, 0] = np.nan  # its EWMAs have not seen enough returns yet
+    first, second = columns_of({VOLATILITY_SCALE: scale, TOD_EWMA: tod})
+    assert first == {
+        VOLATILITY_SCALE: tuple(scale[0, :, j].tolist() for j in range(3)),
+        TOD_EWMA: tuple(tod[0, :, j].tolist() for j in range(3)),
+    }
+    assert second == {VOLATILITY_SCALE: tuple(scale[1, :, j].tolist() for j in range(3))}

@@ -3,14 +3,18 @@ after a hot reload."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from features import engine as feature_engine
+from model.calibration import FastBlend
 from model.checkpoint import CheckpointError
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
+from model.serving.programs import owned_rows
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 
@@ -182,3 +186,40 @@ def test_a_forecast_does_not_depend_on_the_inference_threads(
     a = replay(one, feature_rows, 60, 140, batch=48)
     b = replay(three, feature_rows, 60, 140, batch=48)
     assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("fast", [FastBlend(), FastBlend(5.0, 0.6)])
+def test_a_scale_given_forecasts_the_same_and_cached_windows_own_their_memory(
+    tmp_path: Path, feature_rows, fast: FastBlend
+) -> None:
+    """The worker computes a batch's volatility scale once, for the model and the shadow
+    baselines; and copies each symbol's window into the cache without torch ops."""
+    make_checkpoint(tmp_path / "a")
+    given, alone = ForecastEngine(tmp_path / "a"), ForecastEngine(tmp_path / "a")
+    for engine in (given, alone):  # with a fast blend, its EWMA reads the scale's inputs
+        forecaster = engine.served.forecaster
+        forecaster.meta = replace(forecaster.meta, fast=fast)
+    batch = requests_of(feature_rows, 60, 64, given.lookback)
+    for r in batch:
+        r.variances = (1e-8, 2e-8)
+    scale = given.scale(batch)
+    assert np.array_equal(given.predict(batch, scale=scale), alone.predict(batch))
+    assert np.array_equal(
+        given.predict(batch[:3], scale=given.scale(batch[:3])), alone.predict(batch[:3])
+    )
+    for name, q in given.shadow(batch, scale).items():
+        assert np.array_equal(q, alone.shadow(batch)[name], equal_nan=True), name
+    for symbol, cached in given.served.cache.items():
+        window = cached.encoded
+        assert window.untyped_storage().nbytes() == window.nbytes, "a view of the batch"
+        assert torch.equal(window, alone.served.cache[symbol].encoded)
+
+
+def test_owned_rows_are_copies_of_any_dtype() -> None:
+    for dtype in (torch.float32, torch.bfloat16):
+        batch = torch.arange(24).to(dtype).view(4, 2, 3)
+        rows = owned_rows(batch, [3, 1])
+        assert [r.dtype for r in rows] == [dtype, dtype]
+        assert torch.equal(rows[0], batch[3]) and torch.equal(rows[1], batch[1])
+        batch.zero_()
+        assert all(r.abs().sum() > 0 for r in rows), "the rows changed with the batch"

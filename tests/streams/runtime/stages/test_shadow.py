@@ -19,6 +19,7 @@ from features.corrections import bars_from_frame
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.messages import forecast_value
 from model.serving.offline import DELIVERY, clean_history, served_history
+from model.serving.shadow import columns_of
 from model.serving.skill import ServeMode
 from streams.runtime.pipeline import build_scoring
 from streams.runtime.records import FeatureRow
@@ -87,7 +88,8 @@ class Stage:
             values = [
                 forecast_value(self.engine, r, quantiles[i], 0, 0) for i, r in enumerate(batch)
             ]
-            baselines = self.engine.shadow(batch) if self.scoring.shadows else None
+            shadows = self.scoring.shadows is not None
+            baselines = columns_of(self.engine.shadow(batch)) if shadows else None
             for value in self.scoring.forecasts(batch, values, baselines, out):
                 yield "forecast", {k: v for k, v in value.items() if k not in DELIVERY}
         self.scoring.settle(out)
