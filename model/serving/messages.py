@@ -66,6 +66,33 @@ def forecast_values(
     return values
 
 
+def groups(engines: Sequence[ForecastEngine | None]) -> list[tuple[ForecastEngine, list[int]]]:
+    """Each engine of `engines` (None: none) with the indices it stands at, in order."""
+    out: dict[int, tuple[ForecastEngine, list[int]]] = {}
+    for i, engine in enumerate(engines):
+        if engine is not None:
+            out.setdefault(id(engine), (engine, []))[1].append(i)
+    return list(out.values())
+
+
+def values_of(
+    batch: list[WindowRequest],
+    engines: Sequence[ForecastEngine | None],
+    quantiles: Sequence[np.ndarray | None],
+    now_ns: int,
+) -> list[Any]:
+    """The `forecasts` value of each request from the engine at its place (None: none), each
+    engine's built at once."""
+    values: list[Any] = [None] * len(batch)
+    for engine, rows in groups(engines):
+        part = [batch[i] for i in rows]
+        stacked = np.stack([quantiles[i] for i in rows])
+        built = forecast_values(engine, part, stacked, len(batch), now_ns)
+        for i, value in zip(rows, built, strict=True):
+            values[i] = value
+    return values
+
+
 def explanation_value(
     engine: ForecastEngine, request: WindowRequest, explanation: dict[str, Any]
 ) -> dict[str, Any]:

@@ -7,7 +7,8 @@ overlaps inference, until `BACKLOG_BATCHES` x `max_batch` requests wait: the bac
 The forecasts are what a trader waits for; the scores the rows' bars decide are not. So the
 rows' bars wait, and the checkpoint's drain scores them once its flush's forecasts are acked,
 in the quiet after a burst (streams.runtime.stages.scores): at a minute boundary, when every
-symbol's bar comes at once, scoring adds nothing between a bar and its forecast."""
+symbol's bar comes at once, scoring adds nothing between a bar and its forecast. Nor does a
+canary's forecasting, which waits for the quiet too (stages/canary_queue.py)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ from model.checkpoint import CheckpointError
 from model.serving.batcher import MicroBatcher
 from model.serving.checkpoints import load_engine
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
-from model.serving.messages import explanation_value, forecast_values
+from model.serving.messages import explanation_value, groups, values_of
 from model.serving.shadow import Columns, columns_of
 from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
+from streams.runtime.stages.canary_queue import CanaryQueue, predict_each
 from streams.runtime.stages.carried import Carried
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.serving import Serving
@@ -61,10 +63,12 @@ class Predicted(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """Which engines a batch's requests go to: the serving one's and the canary's (None)."""
+    """Which engines a batch's requests go to: the serving one's, the canary's beside it
+    (None: none) and the canary's that forecasts them later (stages/canary_queue.py)."""
 
     engines: list[ForecastEngine]
     canaries: list[ForecastEngine | None]
+    later: list[ForecastEngine | None]
 
     @property
     def per_request(self) -> list[tuple[ForecastEngine | None, ...]]:
@@ -100,6 +104,7 @@ class Forecasting:
         self.finishing: asyncio.Future[None] | None = None  # the last flush's acks
         self.lock, self.wakeup = asyncio.Lock(), asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="barcast-inference")
+        self.later = CanaryQueue(self.backlog)
 
     @property
     def engine(self) -> ForecastEngine | None:
@@ -143,15 +148,21 @@ class Forecasting:
         return dead + settled.outputs
 
     async def _sync(self, out: Scores, partition: int) -> None:
-        """Every request waiting through the models and every waiting bar scored, into `out`:
-        the stage's states then hold all that the rows before now decide. Not needed when the
-        rows of `partition` before now are all scored (a burst's first rows, after the quiet's
-        drain): syncing then would run the requests of the partitions before it as a batch of
-        their own, the stage waiting on their inference instead of decoding its next rows."""
+        """Every request waiting through the models (a canary's too) and every waiting bar
+        scored, into `out`: the stage's states then hold all that the rows before now decide.
+        Not needed when the rows of `partition` before now are all scored (a burst's first
+        rows, after the quiet's drain): syncing then would run the requests of the partitions
+        before it as a batch of their own, the stage waiting on their inference instead of
+        decoding its next rows; but their canary's forecasts still wait, if any, and a verdict
+        needs them made."""
         if self.scoring.settled(partition):
+            if len(self.later):  # its canary's forecasts are made before its verdict
+                async with self.lock:
+                    self._acked(await self._shadow(), [])
             return
         await self.flush()
         async with self.lock:
+            self._acked(await self._shadow(), [])
             before = len(out.values)
             self.scoring.settle(out)
             notify(self.runtime.observers, "observe_score", out.values[before:])
@@ -169,9 +180,12 @@ class Forecasting:
                 self.runtime.worked = time.monotonic()
                 sends += await self._publish(batch, plan, predicted)
                 received += [request.received_ns for request in batch]
-            if sends:
-                finishing = self._finish(self.finishing, sends, received)
-                self.finishing = asyncio.ensure_future(finishing)
+            self._acked(sends, received)
+
+    def _acked(self, sends: list[Future], received: list[int]) -> None:
+        """`sends` acked behind the sends before them (`received`: their forecasts' bars)."""
+        if sends:
+            self.finishing = asyncio.ensure_future(self._finish(self.finishing, sends, received))
 
     def _infer(self) -> tuple[list[WindowRequest], Plan, Future] | None:
         """The next batch and its engines, its inference started in the inference thread
@@ -182,7 +196,9 @@ class Forecasting:
         batch, loop = self.batcher.take(), asyncio.get_running_loop()
         engines = [self.serving.route(r.partition)[0] for r in batch]
         canaries = [self.serving.engines.get(r.canary) if r.canary else None for r in batch]
-        plan = Plan(engines, canaries)  # type: ignore[arg-type]
+        later = [c if c is not None and c.streams is None else None for c in canaries]
+        beside = [c if c is not None and c.streams is not None else None for c in canaries]
+        plan = Plan(engines, beside, later)  # type: ignore[arg-type]
         self.carried.resume(batch, plan.per_request)
         return batch, plan, loop.run_in_executor(self.executor, self._predict, batch, plan)
 
@@ -209,11 +225,7 @@ class Forecasting:
                     explanations[i] = why[j]
                 if baselines is not None:
                     baselines[i] = shadows[j]
-        canary: list[np.ndarray | None] = [None] * n
-        for engine, rows in groups(plan.canaries):
-            forecast = engine.predict([batch[i] for i in rows], self.incremental)
-            for i, q in zip(rows, forecast, strict=True):
-                canary[i] = q
+        canary = predict_each(batch, plan.canaries, self.incremental)
         streams = Carried.taken(batch, plan.per_request)
         metrics.inference_seconds.observe(time.perf_counter() - started)
         metrics.batch_size.observe(n)
@@ -225,27 +237,21 @@ class Forecasting:
         """A micro-batch's forecasts, calibrated (the model's or a baseline's: their `source`),
         to the producer with their explanations, the canary's on `forecasts.shadow`, and the
         scores that calibrating them settled (a replay's earlier bars); then to the observers."""
+        sends = await self._shadow() if self.later.due(batch) else []
         now, scored, runtime = time.time_ns(), Scores(), self.runtime
         values = values_of(batch, plan.engines, predicted.quantiles, now)
         canaries = values_of(batch, plan.canaries, predicted.canary, now)
-        values = self.scoring.forecasts(batch, values, predicted.baselines, scored, canaries)
+        pairs = zip(plan.canaries, plan.later, strict=True)
+        waits = [beside is not None or later is not None for beside, later in pairs]
+        values = self.scoring.forecasts(batch, values, predicted.baselines, scored, waits)
+        shadowed = [(r, v) for r, v in zip(batch, canaries, strict=True) if v is not None]
+        self.later.add(batch, plan.later)
         self.carried.keep(batch, predicted.streams)
         forecasts = [
             Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
             for r, v in zip(batch, values, strict=True)
         ]
-        shadowed = [r for r, c in zip(batch, canaries, strict=True) if c is not None]
-        forecasts += [
-            Out(
-                self.topic_shadow,
-                r.key,
-                encode_forecast(v),
-                r.ts_event / 1e6,
-                BAR_HEADERS,
-                r.partition,
-            )
-            for r, v in zip(shadowed, scored.canary, strict=True)
-        ]
+        forecasts += self._shadowed(self.scoring.canaries(shadowed))
         why = []
         if predicted.explanations:
             for engine, rows in groups(plan.engines):
@@ -254,11 +260,32 @@ class Forecasting:
                     [predicted.explanations[i] for i in rows],
                 )
                 why += explain_records(engine, part, explained, self.settings.topic_explain)
-        sends = await runtime.send([*forecasts, *why, *scored.outputs])
+        sends += await runtime.send([*forecasts, *why, *scored.outputs])
         if runtime.observers:
             notify(runtime.observers, "observe_forecast", values)
             notify(runtime.observers, "observe_score", scored.values)
         return sends
+
+    async def _shadow(self) -> list[Future]:
+        """The canary's forecasts of every request waiting for them (stages/canary_queue.py),
+        in the inference thread a micro-batch at a time, calibrated and sent."""
+        sends, loop = [], asyncio.get_running_loop()
+        while len(self.later):
+            batch, engines = self.later.take(self.settings.max_batch)
+            predict = partial(predict_each, batch, engines, self.incremental)
+            quantiles = await loop.run_in_executor(self.executor, predict)
+            values = values_of(batch, engines, quantiles, time.time_ns())
+            records = self._shadowed(self.scoring.canaries(list(zip(batch, values, strict=True))))
+            sends += await self.runtime.send(records)
+        return sends
+
+    def _shadowed(self, forecasts: list[tuple[WindowRequest, dict[str, Any]]]) -> list[Out]:
+        """`forecasts.shadow` records of a canary's forecasts."""
+        topic = self.topic_shadow
+        return [
+            Out(topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
+            for r, v in forecasts
+        ]
 
     async def _finish(
         self, previous: Future[None] | None, sends: list[Future], received: list[int]
@@ -276,11 +303,15 @@ class Forecasting:
             exit_uncommitted("publishing a flush of forecasts failed", exc)
 
     async def drain(self) -> None:
-        """Flush, and once every forecast so far is acked (on the broker before scoring takes
-        the loop), score the waiting bars and wait for their scores' acks too."""
+        """Flush, make the canary's waiting forecasts, and once every forecast so far is acked
+        (on the broker before scoring takes the loop), score the waiting bars and wait for
+        their scores' acks too."""
         await self.flush()
+        async with self.lock:
+            shadowed = await self._shadow()
         if self.finishing is not None:
             await self.finishing
+        await asyncio.gather(*shadowed)
         async with self.lock:
             scored = Scores()
             self.scoring.settle(scored)
@@ -354,33 +385,6 @@ class Forecasting:
             log.error("checkpoint %s at %s cannot serve: %s", model_id, path, exc)
             return None
         return engine if engine.model_id == model_id else None
-
-
-def groups(engines: Sequence[ForecastEngine | None]) -> list[tuple[ForecastEngine, list[int]]]:
-    """Each engine of `engines` (None: none) with the indices it stands at, in order."""
-    out: dict[int, tuple[ForecastEngine, list[int]]] = {}
-    for i, engine in enumerate(engines):
-        if engine is not None:
-            out.setdefault(id(engine), (engine, []))[1].append(i)
-    return list(out.values())
-
-
-def values_of(
-    batch: list[WindowRequest],
-    engines: Sequence[ForecastEngine | None],
-    quantiles: Sequence[np.ndarray | None],
-    now_ns: int,
-) -> list[Any]:
-    """The `forecasts` value of each request from the engine at its place (None: none), each
-    engine's built at once."""
-    values: list[Any] = [None] * len(batch)
-    for engine, rows in groups(engines):
-        part = [batch[i] for i in rows]
-        stacked = np.stack([quantiles[i] for i in rows])
-        built = forecast_values(engine, part, stacked, len(batch), now_ns)
-        for i, value in zip(rows, built, strict=True):
-            values[i] = value
-    return values
 
 
 def explain_records(

@@ -50,7 +50,6 @@ from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
 class Scores:  # score records in the order they were decided, and the records publishing them
     values: list[ScoreValue] = field(default_factory=list)
     outputs: list[Out] = field(default_factory=list)
-    canary: list[dict[str, Any]] = field(default_factory=list)  # for `forecasts.shadow`
 
 
 class Calibrated(NamedTuple):
@@ -94,6 +93,9 @@ class Scoring:
         self.calibrated: dict[bytes, deque[Calibrated]] = {}  # forecasts of waiting bars
         self.decided: list[tuple[bytes, int, int, Decided]] = []  # key, partition, offset: to score
         self.unsettled: set[bytes] = set()  # keys in `decided`
+        # A forecast's pending entry (with its row's partition and offset) until its canary's
+        # forecast is in it (`canaries`), by id of its request
+        self.canary_due: dict[int, tuple[Pending, int, int]] = {}
 
     def bar(
         self, row: FeatureRow, request: WindowRequest | None, engine: ForecastEngine | None
@@ -138,23 +140,44 @@ class Scoring:
         values: Sequence[dict[str, Any]],
         baselines: Sequence[dict[str, Columns]] | None,
         out: Scores,
-        canaries: Sequence[dict[str, Any] | None] | None = None,
+        canaries: Sequence[bool] = (),
     ) -> list[dict[str, Any]]:
         """A micro-batch's forecasts calibrated (if enabled), to publish, from the model or a
         baseline (`baselines`: each one's quantiles per request, model.serving.baselines);
         each then waits with its bar for the next `settle` (scores some symbols' earlier bars
-        decide go to `out`). A canary's forecast of a request (`canaries`, None: none) is
-        calibrated with it, to `out.canary`, and waits with it."""
+        decide go to `out`). Those of requests a canary forecasts too (`canaries`, per
+        request) wait for its forecast as well (the `canaries` method)."""
         if not self.enabled:
             return list(values)
         for request in batch:  # a replay's earlier bars, to score together before calibrating
             self._advance(request.key, request.ts_event)
-        canaries = canaries or [None] * len(batch)
         out_values = []
-        for i, (request, value, canary) in enumerate(zip(batch, values, canaries, strict=True)):
+        for i, (request, value) in enumerate(zip(batch, values, strict=True)):
             own = None if baselines is None else baselines[i]
+            canary = bool(canaries) and canaries[i]
             out_values.append(self._forecast(request, value, own, out, canary))
         return out_values
+
+    def canaries(
+        self, forecasts: Sequence[tuple[WindowRequest, dict[str, Any]]]
+    ) -> list[tuple[WindowRequest, dict[str, Any]]]:
+        """The canary's forecasts of requests `forecasts` took, each calibrated by its
+        symbol's canary calibration into its forecast's pending entry, to be scored with it:
+        the values for `forecasts.shadow`. Each symbol's in the order of its forecasts, and
+        before a bar that could decide them is applied: a canary calibration then takes the
+        same scores whenever its forecasts come."""
+        out = []
+        for request, value in forecasts:
+            due = self.canary_due.pop(id(request), None)
+            if due is None:  # scoring off
+                continue
+            (pending, partition, offset), shadows = due, self.shadows
+            assert shadows is not None  # a pending entry is the shadow store's
+            shadow = shadows.read(request.key)
+            shadowed, pending.quantiles[CANARY] = shadow.canary_forecast(value, self.config)
+            shadows.write(request.key, partition, offset, shadow)
+            out.append((request, shadowed))
+        return out
 
     def settle(self, out: Scores) -> None:
         """Every waiting bar and calibrated forecast into the scoring states (a bar whose
@@ -175,7 +198,7 @@ class Scoring:
         value: dict[str, Any],
         baselines: dict[str, Columns] | None,
         out: Scores,
-        canary: dict[str, Any] | None,
+        canary: bool,
     ) -> dict[str, Any]:
         key, partition = request.key, request.partition
         self._advance(key, request.ts_event)
@@ -191,9 +214,8 @@ class Scoring:
             return value
         shadow = self.shadows.read(key)
         published, pending = shadow.forecast(value, baselines, self.config, self.mode)
-        if canary is not None:
-            shadowed, pending.quantiles[CANARY] = shadow.canary_forecast(canary, self.config)
-            out.canary.append(shadowed)
+        if canary:
+            self.canary_due[id(request)] = (pending, partition, offset)
         self.shadows.write(key, partition, offset, shadow)
         self.calibrated.setdefault(key, deque()).append(Calibrated(value, pending))
         return published

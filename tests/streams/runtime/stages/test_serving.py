@@ -47,8 +47,8 @@ def rows(minute: int) -> list[FeatureRow]:
     return out
 
 
-def stage(models: Path) -> tuple[Forecasting, Producer]:
-    settings = replace(Settings(), role="forecast", canary_forecasts=NEEDED)
+def stage(models: Path, max_batch: int = 256) -> tuple[Forecasting, Producer]:
+    settings = replace(Settings(), role="forecast", canary_forecasts=NEEDED, max_batch=max_batch)
     runtime = Runtime(settings, Metrics(), "t", lambda topic: {0, 1}, lambda: asyncio.sleep(0))
     producer = runtime.producer = Producer()  # type: ignore[assignment]
     runtime.changelogs = MemoryChangelogs()  # type: ignore[assignment]
@@ -106,3 +106,39 @@ def test_a_burst_after_the_quiet_is_one_batch_and_the_verdict_is_the_same(
     records = published(quiet_out, returned[0])
     assert any(topic == quiet.settings.topic_shadow for topic, *_ in records)
     assert published(busy_out, returned[1]) == records
+
+
+def test_a_canarys_forecasts_wait_for_the_quiet_and_are_the_same_whenever_made(
+    tmp_path: Path,
+) -> None:
+    """A burst's flush publishes the serving checkpoint's forecasts only; the canary's follow
+    in the quiet's drain, and equal those of a stage that makes them a batch after each."""
+    make_checkpoint(tmp_path / "serving")
+    canary_id = make_checkpoint(tmp_path / "canary", seed=1)
+    waiting, waiting_out = stage(tmp_path)
+    eager, eager_out = stage(tmp_path, max_batch=2)
+    eager.later.limit = 1  # each batch's canary forecasts are made before the next is scored
+    shadow = waiting.settings.topic_shadow
+    returned: tuple[list[Out], list[Out]] = ([], [])
+
+    async def run() -> None:
+        for minute in range(END):
+            for i, (forecasting, out) in enumerate(((waiting, waiting_out), (eager, eager_out))):
+                if minute == CANARY_AT:
+                    canary = ForecastEngine.from_settings(tmp_path / "canary", waiting.settings)
+                    forecasting.serving.propose(canary)
+                returned[i].extend(await forecasting.add(rows(minute)))
+                before = len(out.calls)
+                await forecasting.flush()
+                flushed = {r.topic for call in out.calls[before:] for r in call}
+                if forecasting is waiting and minute >= waiting.lookback - 1:
+                    assert flushed == {waiting.settings.topic_forecasts}, minute
+                await forecasting.drain()
+                assert not len(forecasting.later)
+
+    asyncio.run(run())
+    assert all(canary_id in s.verdicts for s in states(waiting)), "the canary was decided"
+    assert states(eager) == states(waiting)
+    records = published(waiting_out, returned[0])
+    assert sum(topic == shadow for topic, *_ in records) > len(SYMBOLS) * 4
+    assert published(eager_out, returned[1]) == records
