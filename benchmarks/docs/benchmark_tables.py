@@ -228,8 +228,9 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
         (
             "`pipeline`: the same burst with the shadow baselines off "
             "(`BARCAST_SHADOW_BASELINES=false`, `BARCAST_SERVE=model`), and with a canary of the "
-            "product's size forecasting beside the model, each in a restarted worker alternated "
-            f"with the defaults over `--pairs` restarts; the product model of the run (hidden "
+            "product's size forecasting beside the model (its forecasts made in the quiet after "
+            "the burst), each in a restarted worker alternated with the defaults over "
+            f"`--pairs` restarts; the product model of the run (hidden "
             f"{model['hidden']}, {model['heads']} heads, {model['weights']} weights)",
             "the defaults (shadow baselines on, `BARCAST_SERVE=auto`, no canary) restarted the "
             "same way, same run; the model's share of the burst: the engine alone on its windows "
@@ -239,10 +240,22 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
             f"{'/'.join(map(str, r.get('shadow_cost_per_pair', []))) or '—'}; the worker's and "
             f"the broker's CPU {times(r.get('shadow_cpu_cost'))}); a canary beside "
             f"{ms(r.get('burst_1000_canary_ms'))}: **+{ms(r.get('canary_cost_ms'))}**, "
-            f"{times(r.get('canary_over_model_share'))} the model's share ({ms(share)})",
+            f"{times(r.get('canary_over_model_share'))} the model's share ({ms(share)})"
+            + quiet_cpu(r),
             "; ".join(checks),
         )
     ]
+
+
+def quiet_cpu(r: dict[str, Any]) -> str:
+    """The CPU over each burst and the quiet after it, where the run measured it."""
+    shadow, canary = r.get("shadow_minute_cpu_cost"), r.get("canary_minute_cpu_cost")
+    if shadow is None or canary is None:
+        return ""
+    return (
+        f"; the worker's and the broker's CPU over the burst and the quiet after it: "
+        f"shadow baselines {times(shadow)}, a canary {times(canary)}"
+    )
 
 
 def pipeline_random_row(r: dict[str, Any]) -> Row:

@@ -265,15 +265,22 @@ class Bench:
         warm_up: bool = False,
     ) -> list[dict]:
         """`count` bursts, after an unmeasured one when the worker just (re)loaded its model
-        or state (empty step-encoding cache, static contexts, windows not yet read back)."""
+        or state (empty step-encoding cache, static contexts, windows not yet read back). Each
+        measured one with the CPU the worker and the broker spent on it and the quiet after it
+        until the next (`minute_cpu_ms`): what the worker leaves for the quiet (scoring, a
+        canary's forecasts) is spent then."""
         runs = []
         if warm_up:
             time.sleep(SETTLE_S)
             first = self.burst(rows, next(minutes), f"{label} warm-up", worker_pid)
             runs.append({**first, "warm_up": True})
+        time.sleep(SETTLE_S)
         for _ in range(count):
-            time.sleep(SETTLE_S)
-            runs.append(self.burst(rows, next(minutes), f"{label} burst", worker_pid))
+            started = cpu_s(worker_pid) + cpu_s(self.broker_pid)
+            run = self.burst(rows, next(minutes), f"{label} burst", worker_pid)
+            time.sleep(SETTLE_S)  # the quiet after it, before the next
+            spent = cpu_s(worker_pid) + cpu_s(self.broker_pid) - started
+            runs.append(run | {"minute_cpu_ms": round(spent * 1000, 1)})
         return runs
 
 

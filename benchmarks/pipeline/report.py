@@ -66,6 +66,11 @@ def cpu(burst: dict) -> float:
     return burst["worker_cpu_ms"] + burst["broker_cpu_ms"]
 
 
+def minute_cpu(burst: dict) -> float:
+    """What they spent on a burst and the quiet after it (client.Bench.bursts)."""
+    return burst["minute_cpu_ms"]
+
+
 def headline(
     args: argparse.Namespace, measured: Measured, anchor: dict[str, float]
 ) -> dict[str, Any]:
@@ -99,6 +104,9 @@ def headline(
         "shadow_cost": ratio(restarted, unshadowed),
         "shadow_cost_per_pair": per_pair(bursts, "noshadow"),
         "shadow_cpu_cost": ratio(bursts.median("defaults", cpu), bursts.median("noshadow", cpu)),
+        "shadow_minute_cpu_cost": ratio(
+            bursts.median("defaults", minute_cpu), bursts.median("noshadow", minute_cpu)
+        ),
         "burst_1000_canary_ms": canary,
         "canary_cost_ms": None if None in (canary, restarted) else round(canary - restarted, 1),
         "model_share_ms": round(model_share, 1),
@@ -106,6 +114,10 @@ def headline(
         if None in (canary, restarted)
         else round((canary - restarted) / model_share, 2),
         "canary_cpu_cost": ratio(bursts.median("canary", cpu), bursts.median("defaults", cpu)),
+        # a canary forecasts in the quiet after a burst (streams/runtime/stages/canary_queue.py)
+        "canary_minute_cpu_cost": ratio(
+            bursts.median("canary", minute_cpu), bursts.median("defaults", minute_cpu)
+        ),
         "burst_1000_explain_ms": explained,
         "explain_cost": ratio(explained, restarted),
         "burst_over_inference": ratio(batched, anchor["inference_1000_ms"]),
@@ -223,10 +235,13 @@ def table(result: dict, more: list[tuple[str, Any, str]]) -> str:
         ("shadow_cost", result["shadow_cost"], "x (burst with / without; goal <= 1.1)"),
         ("  per pair of restarts", "/".join(map(str, result["shadow_cost_per_pair"])), "x"),
         ("  worker + broker CPU", result["shadow_cpu_cost"], "x (burst with / without)"),
+        ("  and the quiet after it", result["shadow_minute_cpu_cost"], "x (with / without)"),
         ("burst_1000_canary_ms", result["burst_1000_canary_ms"], "ms (a canary beside)"),
         ("canary_cost_ms", result["canary_cost_ms"],
          f"ms (over the model's share, {result['model_share_ms']} ms: "
          f"{result['canary_over_model_share']}x; goal <= 1)"),
+        ("  worker + broker CPU", result["canary_cpu_cost"], "x (burst with / without)"),
+        ("  and the quiet after it", result["canary_minute_cpu_cost"], "x (with / without)"),
         ("burst_1000_explain_ms", result["burst_1000_explain_ms"], "ms (BARCAST_EXPLAIN=true)"),
         ("explain_cost", result["explain_cost"], "x (burst with / without)"),
         ("engine alone, 1000 windows", anchor["inference_1000_ms"], "ms (anchor, this process)"),
