@@ -25,8 +25,11 @@ from streams.process import WorkerProcess
 from streams.settings import Settings
 
 # Live, bursts come a minute apart and the worker checkpoints in the quiet between them
-# (streams.runtime.commit); bursts sent back to back would each pay the one before's.
+# (streams.runtime.commit); bursts sent back to back would each pay the one before's. So a
+# burst waits SETTLE_S and then until the worker is idle: its CPU grew by less than IDLE_S in
+# a POLL_S (its quiet's work, scoring and a canary's forecasts, done), or QUIET_MAX_S passed.
 SETTLE_S = 2.0
+POLL_S, IDLE_S, QUIET_MAX_S = 0.5, 0.05, 30.0
 FETCH_WAIT_MS = 5  # the collector's: a hop of its own, probed by benchmarks/pipeline/hops.py
 
 
@@ -268,20 +271,34 @@ class Bench:
         or state (empty step-encoding cache, static contexts, windows not yet read back). Each
         measured one with the CPU the worker and the broker spent on it and the quiet after it
         until the next (`minute_cpu_ms`): what the worker leaves for the quiet (scoring, a
-        canary's forecasts) is spent then."""
+        canary's forecasts) is spent then; `quiet_s`: how long that quiet took."""
         runs = []
         if warm_up:
-            time.sleep(SETTLE_S)
+            settle(worker_pid)
             first = self.burst(rows, next(minutes), f"{label} warm-up", worker_pid)
             runs.append({**first, "warm_up": True})
-        time.sleep(SETTLE_S)
+        settle(worker_pid)
         for _ in range(count):
             started = cpu_s(worker_pid) + cpu_s(self.broker_pid)
             run = self.burst(rows, next(minutes), f"{label} burst", worker_pid)
-            time.sleep(SETTLE_S)  # the quiet after it, before the next
+            quiet_s = settle(worker_pid)  # the quiet after it, before the next
             spent = cpu_s(worker_pid) + cpu_s(self.broker_pid) - started
-            runs.append(run | {"minute_cpu_ms": round(spent * 1000, 1)})
+            runs.append(run | {"minute_cpu_ms": round(spent * 1000, 1), "quiet_s": quiet_s})
         return runs
+
+
+def settle(worker_pid: int | None) -> float:
+    """SETTLE_S, then until the worker is idle (see SETTLE_S); the seconds it took."""
+    started = time.monotonic()
+    time.sleep(SETTLE_S)
+    deadline, last = started + QUIET_MAX_S, cpu_s(worker_pid)
+    while time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        now = cpu_s(worker_pid)
+        if not now - last >= IDLE_S:  # NaN: no worker to wait for
+            break
+        last = now
+    return round(time.monotonic() - started, 1)
 
 
 def _pct(values: list[float], q: float) -> float | None:

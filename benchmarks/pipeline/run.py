@@ -17,8 +17,9 @@ of that size instead of the product model, for rehearsals at toy sizes (gpu.sh -
   (corrections agent's receipt -> publish); then each Kafka hop alone, with the worker's and the
   collector's clients and fetch waits (benchmarks/pipeline/hops.py).
 - (c) burst: one bar for each of the `--symbols` warm symbols, same minute, END_OF_INTERVAL;
-  first send -> last of its forecasts received. `--repeats` bursts, `SETTLE_S` apart, the
-  median reported.
+  first send -> last of its forecasts received. `--repeats` bursts, each `SETTLE_S` after the
+  one before and once the worker is idle again (client.settle), the median reported; with the
+  CPU over each burst and the quiet after it.
 - (d) the burst with BARCAST_MAX_BATCH=1: the best unbatched path (each window alone in an
   unpadded chunk of one, incremental encoding on), the batching anchor; (e) with
   BARCAST_INCREMENTAL_ENCODING=false, (c') the defaults, (g) with BARCAST_ONLINE_CALIBRATION=false
