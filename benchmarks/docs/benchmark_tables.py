@@ -7,12 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.corrections import run as corrections
+from benchmarks.docs.cells import Row, count, mark
+from benchmarks.docs.pipeline_tables import pipeline_rows, pipeline_trust_rows
 from benchmarks.features import run as features
 from benchmarks.gpu import check as gpu_check
 from benchmarks.model import run as model
@@ -20,15 +21,6 @@ from benchmarks.replay import run as replay
 from streams.settings import REPO_ROOT
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-Row = tuple[str, str, str, str]
-
-
-def count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def mark(met: bool) -> str:
-    return "✅" if met else "❌ missed"
 
 
 def replay_rows(r: dict[str, Any]) -> list[Row]:
@@ -147,133 +139,6 @@ def model_rows(r: dict[str, Any]) -> list[Row]:
             )
         )
     return out
-
-
-def ms(value: float | None) -> str:
-    return "not run" if value is None else f"{value:,.0f} ms"
-
-
-def times(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}x"
-
-
-def pipeline_headline_row(r: dict[str, Any]) -> Row:
-    m, t, live, goals, met = r["model"], r["throughput"], r["latency"], r["goals"], r["goals_met"]
-    bursts = [b["ms"] for b in r["bursts"]["batched"] if not b.get("warm_up")]
-    engine, memory, second = r["inference_anchor"], r["worker_memory"], r["secondary"]
-    speedups = f"{second['engine_batching_speedup']:.1f}x unpadded, "
-    speedups += f"{second['engine_batching_speedup_padded']:.1f}x padded"
-    # The checkpoint's path relative to the checkout it ran in, whichever checkout reads it
-    source = re.sub(r"(?<!\S)/\S*/(?=var/)", "", m["checkpoint"])
-    return (
-        f"`pipeline`: embedded broker, one worker, whole pipeline; the product model "
-        f"(hidden {m['hidden']}, {m['heads']} heads, {m['weights']} weights: "
-        f"{source})",
-        "the engine alone on the same windows; max_batch=1 (each window alone, unpadded, "
-        "incremental encoding on)",
-        f"{r['burst_symbols']:,}-symbol burst **{r['burst_1000_ms']:,.0f} ms** (median of "
-        f"{len(bursts)}: {'/'.join(f'{x:,.0f}' for x in sorted(bursts))}; the engine alone "
-        f"{engine['inference_1000_ms']:,.0f} ms); max_batch=1 "
-        f"{r['burst_1000_nobatch_ms'] / 1e3:.2f} s: batching **{r['batching_speedup']:.1f}x** "
-        f"(the engine alone, one window at a time: {speedups}); without incremental encoding "
-        f"{r['burst_1000_full_ms'] / 1e3:.2f} s; {r['e2e_bars_per_s']:,.0f} bars/s end to end "
-        f"over {t['bars']:,} bars of {t['symbols']:,} symbols; live latency p50/p99 "
-        f"**{live['latency_p50_ms']:.0f}/{live['latency_p99_ms']:.0f} ms** at "
-        f"{live['symbols']} symbols (the worker's own receipt to publish "
-        f"{live['worker_latency_p50_ms']:.0f}/{live['worker_latency_p99_ms']:.0f} ms); "
-        f"peak RSS {memory['peak_rss_mb']:,.0f} MB with {memory['symbols']:,} symbols "
-        f"(ready {memory['ready_rss_mb']:,.0f} MB)",
-        f"burst <= {goals['burst_1000_ms']:,.0f} ms {mark(met['burst_1000_ms'])}; "
-        f"p50 <= {goals['latency_p50_ms']:.0f} ms {mark(met['latency_p50_ms'])}; "
-        f"p99 <= {goals['latency_p99_ms']:.0f} ms {mark(met['latency_p99_ms'])}; "
-        f"batching >= {goals['batching_speedup']:.0f}x {mark(met['batching_speedup'])}",
-    )
-
-
-def pipeline_cost_row(r: dict[str, Any]) -> Row:
-    """Scoring, calibration and explanations, each against the defaults restarted alike."""
-    goals, met = r["goals"], r["goals_met"]
-    return (
-        "`pipeline`: the same burst, each variant in a restarted worker: scoring and "
-        "online calibration off (`BARCAST_ONLINE_SCORING=false`), calibration off alone, "
-        "explanations on (`BARCAST_EXPLAIN=true`); each after one unmeasured burst, "
-        "the defaults and scoring off alternated over `--pairs` restarts each "
-        f"({sum(name.startswith('defaults_') for name in r.get('restarts', {}))})",
-        "the defaults (scoring and calibration on, no explanations) in a worker restarted "
-        "the same way, same run; it and scoring off alternated, medians compared",
-        f"defaults restarted {ms(r.get('burst_1000_restarted_ms'))}; "
-        f"scoring and calibration off {ms(r.get('burst_1000_noscoring_ms'))}: with them "
-        f"**{times(r.get('scoring_cost'))}** (per pair of restarts "
-        f"{'/'.join(map(str, r.get('scoring_cost_per_pair', []))) or '—'}; the worker's and "
-        f"the broker's CPU {times(r.get('scoring_cpu_cost'))}); calibration off alone "
-        f"{ms(r.get('burst_1000_nocalibration_ms'))}; explanations on "
-        f"{ms(r.get('burst_1000_explain_ms'))}: **{times(r.get('explain_cost'))}**",
-        f"scoring <= {goals.get('scoring_cost', 1.1)}x "
-        + (mark(met["scoring_cost"]) if met.get("scoring_cost") is not None else "not run"),
-    )
-
-
-def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
-    """The shadow baselines and a canary, each against the defaults restarted alike: a
-    pipeline run of its own (pipeline_trust.json), with the load it ran under, since its
-    headline figures are not the quiet run's (pipeline.json)."""
-    goals, met, load = r["goals"], r["goals_met"], r["provenance"]
-    checks = []
-    for name, what in (("shadow_cost", "shadow baselines"), ("canary_over_model_share", "canary")):
-        unit = "x" if name == "shadow_cost" else "x the model's share"
-        verdict = "not run" if met.get(name) is None else mark(met[name])
-        checks.append(f"{what} <= {goals.get(name, '?')}{unit} {verdict}")
-    share, model = r.get("model_share_ms"), r["model"]
-    return [
-        (
-            "`pipeline`: the same burst with the shadow baselines off "
-            "(`BARCAST_SHADOW_BASELINES=false`, `BARCAST_SERVE=model`), and with a canary of the "
-            "product's size forecasting beside the model (its forecasts made in the quiet after "
-            "the burst), each in a restarted worker alternated with the defaults over "
-            f"`--pairs` restarts; the product model of the run (hidden "
-            f"{model['hidden']}, {model['heads']} heads, {model['weights']} weights)",
-            "the defaults (shadow baselines on, `BARCAST_SERVE=auto`, no canary) restarted the "
-            "same way, same run; the model's share of the burst: the engine alone on its windows "
-            f"(load average {load['loadavg'][0]} to {load['loadavg_end'][0]} on the 2 cores)",
-            f"shadow baselines off {ms(r.get('burst_1000_noshadow_ms'))}: with them "
-            f"**{times(r.get('shadow_cost'))}** (per pair of restarts "
-            f"{'/'.join(map(str, r.get('shadow_cost_per_pair', []))) or '—'}; the worker's and "
-            f"the broker's CPU {times(r.get('shadow_cpu_cost'))}); a canary beside "
-            f"{ms(r.get('burst_1000_canary_ms'))}: **+{ms(r.get('canary_cost_ms'))}**, "
-            f"{times(r.get('canary_over_model_share'))} the model's share ({ms(share)})"
-            + quiet_cpu(r),
-            "; ".join(checks),
-        )
-    ]
-
-
-def quiet_cpu(r: dict[str, Any]) -> str:
-    """The CPU over each burst and the quiet after it, where the run measured it."""
-    shadow, canary = r.get("shadow_minute_cpu_cost"), r.get("canary_minute_cpu_cost")
-    if shadow is None or canary is None:
-        return ""
-    return (
-        f"; the worker's and the broker's CPU over the burst and the quiet after it: "
-        f"shadow baselines {times(shadow)}, a canary {times(canary)}"
-    )
-
-
-def pipeline_random_row(r: dict[str, Any]) -> Row:
-    random = r["secondary"]["random_model"]
-    random_ms = r["secondary"]["burst_1000_random_ms"]
-    return (
-        f"`pipeline`, secondary: random weights, hidden {random['hidden']}, "
-        f"{random['heads']} heads, hot-reloaded into the same worker",
-        "—",
-        f"{r['burst_symbols']:,}-symbol burst {random_ms:,.0f} ms"
-        if random_ms is not None
-        else "not measured in this run",
-        "—",
-    )
-
-
-def pipeline_rows(r: dict[str, Any]) -> list[Row]:
-    return [pipeline_headline_row(r), pipeline_cost_row(r), pipeline_random_row(r)]
 
 
 SOURCES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {

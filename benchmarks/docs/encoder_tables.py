@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.docs.benchmark_tables import mark, tree_at
+from benchmarks.docs.benchmark_tables import tree_at
+from benchmarks.docs.cells import mark
 from streams.settings import REPO_ROOT
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.docs.benchmark_tables import count, tree_at
+from benchmarks.docs.benchmark_tables import tree_at
+from benchmarks.docs.cells import count
 from benchmarks.model_report.run import NAMES
 
 GOAL = 0.03  # the model report's goal: a mean pinball this much better than the best baseline
