@@ -40,7 +40,7 @@ from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.programs import TORCH_THREADS
-from streams.runtime.stages.forecasts import explain_records
+from streams.runtime.stages.explained import explain_records
 from streams.settings import N_FEATURES, Settings
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "explain_cost.json"

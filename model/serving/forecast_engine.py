@@ -25,28 +25,18 @@ from model.forecaster import Forecaster, autocast_for
 from model.releases import future_names, known_future
 from model.serving.baselines import BaselineSpec, ShadowBaselines
 from model.serving.explain import ExplainArrays, explanations, reduced
-from model.serving.programs import ChunkPrograms, chunk_pool, chunk_programs, chunked, owned_rows
+from model.serving.programs import (
+    ENCODE_ROWS,
+    FORWARD_ROWS,
+    STATIC_ROWS,
+    ChunkPrograms,
+    chunk_pool,
+    chunk_programs,
+    chunked,
+    owned_rows,
+)
 from model.serving.streaming import Dims, SymbolStream, advance, continues
 from model.tft import StaticContext, TemporalFusionTransformer
-
-# Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
-# on fixed-size row chunks, padded, makes every forecast bit-identical whatever else shared its
-# micro-batch: a restarted worker or a replay with other timing agree exactly, and a step
-# encoded incrementally equals the same step encoded within a whole window.
-# A row's rounding must not depend on where in its chunk it lands either, so chunks are
-# multiples of 16 rows and each fits one CPU block of VariableSelection (tests hold the engine
-# to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often but make
-# a lone window, or a live minute of a few symbols, pay for a whole chunk. On CPU a forward at
-# the serving sizes costs per row, not per op, so its chunks are the smallest, 16 rows: a burst
-# costs the same as in 64-row chunks and a lone window a quarter. On CUDA a chunk costs its
-# kernel launches whatever its rows: bursts there want few, big chunks. An encoding chunk is
-# cheap; static contexts, computed once per symbol, keep small chunks.
-# With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
-# already the same for every window: no padding, and forecasts agree exactly across restarts and
-# replays of that setting (they round differently from padded chunks' by float rounding).
-ENCODE_ROWS = 64
-FORWARD_ROWS = {"cpu": 16, "cuda": 64}
-STATIC_ROWS = 16
 
 
 class ServingSettings(Protocol):

@@ -25,6 +25,25 @@ from torch import Tensor, nn
 
 from model.tft import StaticContext, TemporalFusionTransformer
 
+# Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
+# on fixed-size row chunks, padded, makes every forecast bit-identical whatever else shared its
+# micro-batch: a restarted worker or a replay with other timing agree exactly, and a step
+# encoded incrementally equals the same step encoded within a whole window.
+# A row's rounding must not depend on where in its chunk it lands either, so chunks are
+# multiples of 16 rows and each fits one CPU block of VariableSelection (tests hold the engine
+# to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often but make
+# a lone window, or a live minute of a few symbols, pay for a whole chunk. On CPU a forward at
+# the serving sizes costs per row, not per op, so its chunks are the smallest, 16 rows: a burst
+# costs the same as in 64-row chunks and a lone window a quarter. On CUDA a chunk costs its
+# kernel launches whatever its rows: bursts there want few, big chunks. An encoding chunk is
+# cheap; static contexts, computed once per symbol, keep small chunks.
+# With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
+# already the same for every window: no padding, and forecasts agree exactly across restarts and
+# replays of that setting (they round differently from padded chunks' by float rounding).
+ENCODE_ROWS = 64
+FORWARD_ROWS = {"cpu": 16, "cuda": 64}
+STATIC_ROWS = 16
+
 # torch's intra-op threads in a forecast worker. A chunk runs on one core, and a micro-batch's
 # chunks run side by side on `chunk_pool`'s threads instead (BARCAST_INFERENCE_THREADS):
 # reductions split over intra-op threads round differently, whereas a chunk on one thread

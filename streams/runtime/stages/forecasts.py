@@ -27,7 +27,7 @@ from model.checkpoint import CheckpointError
 from model.serving.batcher import MicroBatcher
 from model.serving.checkpoints import load_engine
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
-from model.serving.messages import explanation_value, groups, values_of
+from model.serving.messages import groups, values_of
 from model.serving.shadow import Columns, columns_of
 from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
@@ -35,10 +35,11 @@ from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stages.canary_queue import CanaryQueue, predict_each
 from streams.runtime.stages.carried import Carried
+from streams.runtime.stages.explained import explain_records
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
-from streams.schema import BAR_HEADERS, encode_explanation, encode_forecast
+from streams.schema import BAR_HEADERS, encode_forecast
 
 if TYPE_CHECKING:
     from model.serving.checkpoints import CheckpointWatcher
@@ -385,26 +386,3 @@ class Forecasting:
             log.error("checkpoint %s at %s cannot serve: %s", model_id, path, exc)
             return None
         return engine if engine.model_id == model_id else None
-
-
-def explain_records(
-    engine: ForecastEngine,
-    batch: Sequence[WindowRequest],
-    explanations: Sequence[dict[str, Any]],
-    topic: str,
-) -> list[Out]:
-    """A micro-batch's explanation records (from `predict_explained`; none without), to
-    publish next to its forecasts: same key, partition and timestamp as each forecast's record."""
-    if not explanations:
-        return []
-    return [
-        Out(
-            topic,
-            request.key,
-            encode_explanation(explanation_value(engine, request, explanation)),
-            request.ts_event / 1e6,
-            BAR_HEADERS,
-            request.partition,
-        )
-        for request, explanation in zip(batch, explanations, strict=True)
-    ]

@@ -20,7 +20,7 @@ from model.serving.explain import SCHEMA_VERSION
 from model.serving.forecast_engine import ForecastEngine, Served, WindowRequest
 from model.serving.programs import chunk_programs
 from streams.kafka import pipeline_topics
-from streams.runtime.stages.forecasts import explain_records
+from streams.runtime.stages.explained import explain_records
 from streams.schema import BAR_HEADERS, decode_explanation
 from streams.settings import N_FEATURES, Settings
 from streams.topic_schemas import schema
