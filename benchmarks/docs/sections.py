@@ -76,9 +76,6 @@ SECTIONS = (
         "encoders",
         lambda: walk_forward.results_table(walk_forward.ENCODERS),
     ),
-    Section("README.md", "model-scope", lambda: model.scope(load("model_report"))),
-    Section("README.md", "model-report", model_report),
-    Section("README.md", "model-verdict", lambda: model.verdict(load("model_report"))),
     Section("README.md", "train-cost", bench.train_cost),
     Section("docs/topics.md", "topics-table", topic_tables),
     Section(
