@@ -135,3 +135,19 @@ def pipeline_random_row(r: dict[str, Any]) -> Row:
 
 def pipeline_rows(r: dict[str, Any]) -> list[Row]:
     return [pipeline_headline_row(r), pipeline_cost_row(r), pipeline_random_row(r)]
+
+
+def trust_headline(r: dict[str, Any]) -> str:
+    """The README's line on what live trust costs (pipeline_trust.json)."""
+    goals, met = r["goals"], r["goals_met"]
+    verdict = {n: "not run" if met.get(n) is None else mark(met[n]) for n in goals}
+    return (
+        f"Their cost in a 1,000-symbol burst (`benchmarks/results/pipeline_trust.json`, at "
+        f"{r['provenance']['commit'][:7]}): the shadow baselines **{times(r.get('shadow_cost'))}"
+        f"** the burst without them (goal <= {goals['shadow_cost']}x "
+        f"{verdict['shadow_cost']}); a canary **+{ms(r.get('canary_cost_ms'))}**, "
+        f"{times(r.get('canary_over_model_share'))} the model's share of the burst, its "
+        f"forecasts made in the quiet after it (goal <= {goals['canary_over_model_share']}x "
+        f"{verdict['canary_over_model_share']}){quiet_cpu(r)} "
+        "([how it is measured](docs/benchmarks.md))."
+    )

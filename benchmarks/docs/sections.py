@@ -13,6 +13,7 @@ from pathlib import Path
 from benchmarks.docs import benchmark_tables as bench
 from benchmarks.docs import encoder_tables as encoders
 from benchmarks.docs import model_tables as model
+from benchmarks.docs import pipeline_tables as pipeline
 from benchmarks.docs import walk_forward_tables as walk_forward
 from benchmarks.docs.benchmark_tables import load
 from benchmarks.model_report.run import markdown_table as model_report_table
@@ -77,6 +78,7 @@ SECTIONS = (
         lambda: walk_forward.results_table(walk_forward.ENCODERS),
     ),
     Section("README.md", "train-cost", bench.train_cost),
+    Section("README.md", "trust-cost", lambda: pipeline.trust_headline(load("pipeline_trust"))),
     Section("docs/topics.md", "topics-table", topic_tables),
     Section(
         "docs/design.md",
