@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from model.metrics import pinball_per_window
+
 MIN_SCALE = 1e-3  # a scale at or below 0 would cross the median
 SHRINK_WEIGHTS = tuple(w / 10 for w in range(11))  # the network's share; 1: no shrinkage
 FAST_HALFLIVES = (5.0, 10.0, 20.0, 30.0, 60.0)  # bars: the fast EWMA's candidates
@@ -110,9 +112,7 @@ def toward_scale(
 def calibrated_loss(q: np.ndarray, y: np.ndarray, quantiles: tuple[float, ...]) -> float:
     """Mean pinball loss of `q` `(n, H, Q)` once its interval scale is fitted on `y` `(n, H)`."""
     calibrated = apply_interval_scale(q, fit_interval_scale(q, y, quantiles), quantiles.index(0.5))
-    err = y[..., None] - calibrated
-    levels = np.asarray(quantiles)
-    return float(np.maximum(levels * err, (levels - 1.0) * err).mean())
+    return float(pinball_per_window(y, calibrated, quantiles).mean())
 
 
 def fit_shrink(
