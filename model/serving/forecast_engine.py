@@ -382,7 +382,7 @@ class ForecastEngine:
             return self._chunked(programs.forward_rows, programs.step, *inputs)
 
         dims = Dims(config.lstm_layers, config.lookback, config.hidden // config.heads)
-        carried = advance(served.streams, batch, served.static, encode, step, dims, incremental)
+        carried = advance(served.streams, batch, static, encode, step, dims, incremental)
         rows = programs.forward_rows
         return self._chunked(
             rows, programs.forward, *carried, static.selection, static.enrichment, future

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from model.serving.programs import owned_rows
 from model.tft import StaticContext
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def _items(
 def advance(
     streams: dict[str, SymbolStream],
     batch: Sequence[WindowRequest],
-    static: dict[str, StaticContext],
+    static: StaticContext,
     encode: Callable[[np.ndarray, Tensor], Tensor],
     step: Callable[..., tuple[Tensor, ...]],
     dims: Dims,
@@ -213,12 +214,13 @@ def advance(
     symbol's stream in `streams`. `encode`: raw rows `(n, F)` and their selection contexts ->
     encodings `(n, 1, hidden)`; `step`: (encodings, h, c, enrichment) -> the next (h, c) `(n,
     layers, hidden)` and the rows' keys and values `(n, 1, .)`, both in fixed-size chunks.
-    Not `incremental`: each window streamed anew from its oldest row."""
+    `static`: the requests' static contexts. Not `incremental`: each window streamed anew from
+    its oldest row."""
     per_symbol = _items(streams, batch, incremental)
-    symbols = list(dict.fromkeys(r.symbol for r in batch))
-    initial = StaticContext(
-        *(torch.cat(p) for p in zip(*(static[s] for s in symbols), strict=True))
-    )
+    # each symbol (in order of first appearance) at one of its requests: its static context
+    requests = {r.symbol: j for j, r in enumerate(batch)}
+    symbols = list(requests)
+    initial = StaticContext(*(part[list(requests.values())] for part in static))
     flat = [item for items in per_symbol for item in items]
     selection = initial.selection[torch.tensor([i.symbol for i in flat])]
     encoded = encode(np.stack([i.values for i in flat]), selection)
@@ -232,6 +234,7 @@ def advance(
         c.new_empty(n, *c.shape[1:]),
     )
     start = np.cumsum([0] + [len(items) for items in per_symbol])
+    ring = torch.arange(lookback)
     for k in range(max(len(items) for items in per_symbol)):
         now = [items[k] for items in per_symbol if len(items) > k]
         at = torch.tensor([i.symbol for i in now])
@@ -242,19 +245,19 @@ def advance(
         h[at], c[at], key, value = step(encoded[flat_at], h_in, c_in, enrichment[at])
         slots = torch.tensor([(i.row - 1) % lookback for i in now])
         keys[at, slots], values[at, slots] = key[:, 0], value[:, 0]
-        for item in now:
-            if item.request >= 0:
-                order = (item.row + torch.arange(lookback)) % lookback  # oldest first
-                s, j = item.symbol, item.request
-                out.keys[j], out.values[j] = keys[s, order], values[s, order]
-                out.h[j], out.c[j] = h[s], c[s]
-    for s, items in enumerate(per_symbol):
-        if items:
-            row = items[-1]
-            streams[symbols[s]] = SymbolStream(
-                row.row, h[s].clone(), c[s].clone(), keys[s].clone(), values[s].clone(),
-                row.values.copy(),
-            )  # fmt: skip
+        forecast = [i for i in now if i.request >= 0]
+        if forecast:  # their windows, as of this step: oldest slot first
+            s = torch.tensor([i.symbol for i in forecast])
+            j = torch.tensor([i.request for i in forecast])
+            order = (torch.tensor([i.row for i in forecast])[:, None] + ring) % lookback
+            out.keys[j], out.values[j] = keys[s[:, None], order], values[s[:, None], order]
+            out.h[j], out.c[j] = h[s], c[s]
+    stepped = [s for s, items in enumerate(per_symbol) if items]
+    # copies owning their memory, so that a stream does not keep the whole batch alive
+    owned = (owned_rows(t, stepped) for t in (h, c, keys, values))
+    for s, *state in zip(stepped, *owned, strict=True):
+        row = per_symbol[s][-1]
+        streams[symbols[s]] = SymbolStream(row.row, *state, row.values.copy())
     return out
 
 

@@ -152,7 +152,10 @@ class Board:
         }
 
     def _symbol(self, symbol: str) -> SymbolBoard:
-        return self.symbols.setdefault(symbol, SymbolBoard())
+        board = self.symbols.get(symbol)  # not setdefault: a new board each bar costs a burst
+        if board is None:
+            board = self.symbols[symbol] = SymbolBoard()
+        return board
 
     def _symbol_view(self, symbol: str, board: SymbolBoard, now: int) -> SymbolView:
         first = board.closes[0][0] if board.closes else 0
