@@ -155,11 +155,6 @@ class ForecastEngine:
         except ValueError as exc:
             raise CheckpointError(str(exc)) from None
         served = Served(forecaster, path, programs, ShadowBaselines(meta, spec))
-        if self.explain and meta.config.encoder == "stream":
-            raise CheckpointError(
-                f"{path} has the stream encoder, whose forecasts are not explained yet: serve "
-                "it with BARCAST_EXPLAIN off, or a window-encoder checkpoint"
-            )
         if self.explain:
             self._explaining(served)
         return served
@@ -267,7 +262,7 @@ class ForecastEngine:
             calendar = served.forecaster.calendar
             future = self._tensor(known_future(unique, self.horizon, calendar)[inverse])
             if programs.step is not None:
-                return _Pass(self._streamed(served, programs, batch, incremental, future, static))
+                return self._streamed(served, programs, batch, incremental, future, static, explain)
             encoded, weights = self._windows(served, programs, batch, incremental, explain)
             out = self._chunked(
                 programs.forward_rows,
@@ -370,23 +365,33 @@ class ForecastEngine:
         incremental: bool,
         future: Tensor,
         static: StaticContext,
-    ) -> Tensor:
-        """The streaming encoder's quantiles (model.serving.streaming)."""
+        explain: bool,
+    ) -> _Pass:
+        """The streaming encoder's pass (model.serving.streaming), its streams stepped by the
+        plain programs. Explaining (`programs` the explaining ones), the windows' selection
+        weights come as the window encoder's do (`_windows`): a row's depend on the row and its
+        symbol alone, so its weights are the same whatever state the stream carried in."""
         config, normalizer = served.forecaster.config, served.forecaster.meta.normalizer
+        plain = served.programs
 
         def encode(values: np.ndarray, selection: Tensor) -> Tensor:
             x = self._tensor(normalizer.apply(values[:, None, :]))
-            return self._chunked(programs.encode_rows, programs.encode, x, selection)
+            return self._chunked(plain.encode_rows, plain.encode, x, selection)
 
         def step(*inputs: Tensor) -> tuple[Tensor, ...]:
-            return self._chunked(programs.forward_rows, programs.step, *inputs)
+            return self._chunked(plain.forward_rows, plain.step, *inputs)
 
         dims = Dims(config.lstm_layers, config.lookback, config.hidden // config.heads)
         carried = advance(served.streams, batch, static, encode, step, dims, incremental)
         rows = programs.forward_rows
-        return self._chunked(
+        out = self._chunked(
             rows, programs.forward, *carried, static.selection, static.enrichment, future
         )
+        if not explain:
+            return _Pass(out)
+        _, weights = self._windows(served, programs, batch, incremental, explain=True)
+        assert weights is not None
+        return _Pass(out[0], reduced(weights, static.weights, *out[1:]))
 
     def _chunked(self, rows: int, fn: Callable[..., Any], *inputs: Tensor) -> Any:
         """`chunked` on the engine's threads where its programs are traced (CPU: fp32)."""

@@ -98,17 +98,21 @@ class _Step(nn.Module):
 
 
 class _Decode(nn.Module):
-    """`TemporalFusionTransformer.decode`'s quantiles from a stream's carried state."""
+    """`TemporalFusionTransformer.decode`'s quantiles from a stream's carried state;
+    explaining, also the attention and future weights, as `_Forward`'s."""
 
-    def __init__(self, model: TemporalFusionTransformer) -> None:
+    def __init__(self, model: TemporalFusionTransformer, explain: bool = False) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.explain = model, explain
 
-    def forward(self, keys: Tensor, values: Tensor, *state_static_future: Tensor) -> Tensor:
+    def forward(
+        self, keys: Tensor, values: Tensor, *state_static_future: Tensor
+    ) -> Tensor | tuple[Tensor, ...]:
         h, c, selection, enrichment, future = state_static_future
         static = StaticContext(selection, enrichment, selection, selection, selection)
         state = (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous())
-        return self.model.decode(state, keys, values, static, future).quantiles
+        out = self.model.decode(state, keys, values, static, future)
+        return (out.quantiles, out.attention, out.future_weights) if self.explain else out.quantiles
 
 
 class _Encode(nn.Module):
@@ -135,7 +139,7 @@ def chunk_programs(
     attention, future weights; encode: encodings, selection weights). They run the same ops,
     so their quantiles and encodings are bit-identical to the plain programs'."""
     if model.config.encoder == "stream":
-        return _stream_programs(model, device, precision, forward_rows, encode_rows)
+        return _stream_programs(model, device, precision, forward_rows, encode_rows, explain)
     forward, encode = _Forward(model, explain).eval(), _Encode(model, explain).eval()
     if device.type != "cpu" or precision != "fp32":
         return ChunkPrograms(forward, encode, forward_rows, encode_rows)
@@ -160,9 +164,11 @@ def _stream_programs(
     precision: str,
     forward_rows: int,
     encode_rows: int,
+    explain: bool,
 ) -> ChunkPrograms:
     """The streaming encoder's programs: steps run in chunks of `forward_rows` rows too."""
-    decode, step, encode = _Decode(model).eval(), _Step(model).eval(), _Encode(model).eval()
+    decode, step = _Decode(model, explain).eval(), _Step(model).eval()
+    encode = _Encode(model, explain).eval()
     if device.type != "cpu" or precision != "fp32":
         return ChunkPrograms(decode, encode, forward_rows, encode_rows, step)
     c, n = model.config, forward_rows
