@@ -233,7 +233,9 @@ def pipeline_burst(path: Path | None) -> dict[str, Any] | None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--checkpoint", type=Path, help="default: random weights at --hidden")
+    parser.add_argument(
+        "--checkpoint", type=Path, help="the window encoder's; default: random weights at --hidden"
+    )
     parser.add_argument(
         "--stream-checkpoint", type=Path, help="the stream encoder's; default: random weights"
     )

@@ -262,7 +262,7 @@ class ForecastEngine:
             calendar = served.forecaster.calendar
             future = self._tensor(known_future(unique, self.horizon, calendar)[inverse])
             if programs.step is not None:
-                return self._streamed(served, programs, batch, incremental, future, static, explain)
+                return self._streamed(served, programs, batch, incremental, future, static)
             encoded, weights = self._windows(served, programs, batch, incremental, explain)
             out = self._chunked(
                 programs.forward_rows,
@@ -365,12 +365,10 @@ class ForecastEngine:
         incremental: bool,
         future: Tensor,
         static: StaticContext,
-        explain: bool,
     ) -> _Pass:
-        """The streaming encoder's pass (model.serving.streaming), its streams stepped by the
-        plain programs. Explaining (`programs` the explaining ones), the windows' selection
-        weights come as the window encoder's do (`_windows`): a row's depend on the row and its
-        symbol alone, so its weights are the same whatever state the stream carried in."""
+        """The streaming encoder's pass (model.serving.streaming), stepped by the plain programs;
+        explaining (`programs` the explaining ones), the rows' selection weights come as the
+        window encoder's (`_windows`): a row's depend on it and its symbol, not on the state."""
         config, normalizer = served.forecaster.config, served.forecaster.meta.normalizer
         plain = served.programs
 
@@ -383,11 +381,9 @@ class ForecastEngine:
 
         dims = Dims(config.lstm_layers, config.lookback, config.hidden // config.heads)
         carried = advance(served.streams, batch, static, encode, step, dims, incremental)
-        rows = programs.forward_rows
-        out = self._chunked(
-            rows, programs.forward, *carried, static.selection, static.enrichment, future
-        )
-        if not explain:
+        inputs = (*carried, static.selection, static.enrichment, future)
+        out = self._chunked(programs.forward_rows, programs.forward, *inputs)
+        if programs is plain:
             return _Pass(out)
         _, weights = self._windows(served, programs, batch, incremental, explain=True)
         assert weights is not None

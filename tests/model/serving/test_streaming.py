@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.checkpoint import CheckpointError
 from model.serving.forecast_engine import ForecastEngine
 from model.serving.streaming import SymbolStream
 from tests.checkpoints import make_checkpoint
@@ -75,8 +74,3 @@ def test_a_symbols_state_is_bounded_whatever_it_has_streamed(stream_checkpoint, 
     d_head = config.hidden // config.heads
     floats = 2 * config.lstm_layers * config.hidden + config.lookback * (config.hidden + d_head)
     assert sizes == [28 + 4 * floats + 8 * config.n_hist] * 2  # 28: the head's counts
-
-
-def test_a_stream_checkpoint_is_refused_where_forecasts_are_explained(stream_checkpoint):
-    with pytest.raises(CheckpointError, match="BARCAST_EXPLAIN off"):
-        ForecastEngine(stream_checkpoint, explain=True)
