@@ -69,7 +69,7 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
         help="window (the default, the one the walk-forward and held-out protocols evaluated): "
         "the encoder reruns over each forecast's 60 bars; stream: the encoder's state is "
         "carried from bar to bar, so a new bar costs one step (trained on contiguous "
-        "sequences; not yet through the protocols)",
+        "sequences; evaluated by the encoders' protocol, not the held-out one)",
     )
     train.add_argument(
         "--releases",
