@@ -37,7 +37,9 @@ class Sequences:
 
     symbol: Tensor  # (B,) int64 embedding rows
     static_reals: Tensor  # (B, n_static - 1)
-    rows: Tensor  # (B, T, n_hist) normalized features; zeros before a sequence starts
+    rows: Tensor  # (U, n_hist) the distinct normalized feature rows of started positions
+    index: Tensor  # (B, T) each position's row (0 before its sequence starts: never read)
+    row_sequence: Tensor  # (U,) a sequence holding each row (for its static context)
     started: Tensor  # (B, T) bool: the sequence has started (before: the static state)
     forecast: Tensor  # (B, T) bool: positions forecast, N in all
     x_future: Tensor  # (N, horizon, n_future), positions in row-major order of `forecast`
@@ -66,13 +68,20 @@ def sequences(
         forecast = (ends[at] == rows) if len(ends) else np.zeros_like(started)
     forecast &= rows >= first[:, None] + data.lookback - 1
     panel, picked = data.panel, rows[forecast]
-    features = np.zeros((*rows.shape, panel.features.shape[1]), dtype=np.float32)
-    features[started] = data.normalizer.apply(panel.features[rows[started]])
+    # Sequences of nearby ends share most bars: each distinct row is normalized and encoded
+    # once (as model.dataset.Batch's), not once per sequence holding it
+    distinct, inverse = np.unique(rows[started], return_inverse=True)
+    index = np.zeros(rows.shape, dtype=np.int64)
+    index[started] = inverse
+    row_sequence = np.empty(len(distinct), dtype=np.int64)
+    row_sequence[inverse] = np.nonzero(started)[0]
     symbol = np.searchsorted(panel.offsets, last, side="right") - 1
     return Sequences(
         symbol=data.symbol_ids[symbol],
         static_reals=data.symbol_reals[symbol],
-        rows=torch.from_numpy(features),
+        rows=torch.from_numpy(data.normalizer.apply(panel.features[distinct])),
+        index=torch.from_numpy(index),
+        row_sequence=torch.from_numpy(row_sequence),
         started=torch.from_numpy(started),
         forecast=torch.from_numpy(forecast),
         x_future=torch.from_numpy(known_future(panel.ts[picked], data.horizon, data.calendar)),
@@ -99,7 +108,9 @@ def forward_sequences(
     """The quantiles `(N, horizon, n_quantiles)` of the positions `batch.forecast`."""
     lookback = model.config.lookback
     static = model.static_context(symbol.to(device), batch.static_reals.to(device))
-    encoded, _ = model.encode_history(batch.rows.to(device), static.selection)
+    selection = static.selection[batch.row_sequence.to(device)]
+    encoded, _ = model.encode_history(batch.rows.unsqueeze(1).to(device), selection)
+    encoded = encoded[:, 0][batch.index.to(device)]
     started = batch.started.to(device)
     initial = state = model.initial_state(static)
     outputs, states = [], []

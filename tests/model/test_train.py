@@ -21,7 +21,7 @@ import torch
 from features.engine import FINGERPRINT, N_FEATURES
 from model import checkpoint
 from model.calibration import FAST_HALFLIVES
-from model.config import TFTConfig
+from model.config import ENCODERS, TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import TRAINING_DTYPE, Part, Split, WindowData, build_panel, window_ends
 from model.guards import check_epoch
@@ -307,9 +307,10 @@ ONE_EPOCH = TrainConfig(epochs=1, windows_per_epoch=256, progress=False)
 BOUND = 1.8
 
 
-def peak_over_features(tmp: Path) -> float:
+def peak_over_features(tmp: Path, encoder: str) -> float:
     """Peak traced memory over the features' bytes, of building and training three products'
-    panel; run in a fresh process so nothing an earlier test cached or freed counts."""
+    panel with `encoder`; run in a fresh process so nothing an earlier test cached or freed
+    counts."""
     bars = [random_walk_bars(s, 12_000, seed) for seed, s in enumerate(("ESH4", "NQH4", "6EH4"))]
     # Compile the feature engine and import what training imports (plots, safetensors) before
     # measuring: the compiler's and modules' Python objects are traced too.
@@ -321,7 +322,8 @@ def peak_over_features(tmp: Path) -> float:
     tracemalloc.start()
     try:
         panel = build_panel(bars, SMALL.horizon, TRAINING_DTYPE)
-        train_on_panel(panel, tmp / "ckpt", SMALL, ONE_EPOCH, FINGERPRINT, {})
+        model = replace(SMALL, encoder=encoder)
+        train_on_panel(panel, tmp / "ckpt", model, ONE_EPOCH, FINGERPRINT, {})
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -330,15 +332,20 @@ def peak_over_features(tmp: Path) -> float:
     return peak / (rows * features * 4)
 
 
-def test_a_multi_product_panel_builds_and_trains_within_its_memory_bound(tmp_path: Path) -> None:
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_a_multi_product_panel_builds_and_trains_within_its_memory_bound(
+    tmp_path: Path, encoder: str
+) -> None:
+    """The stream encoder's sequences share their rows as the window encoder's windows do: a
+    dense copy of each sequence's rows would break the bound many times over."""
     measure = (
         "import sys, torch; from pathlib import Path; torch.set_num_threads(1); "
         "from tests.model.test_train import peak_over_features; "
-        "print(peak_over_features(Path(sys.argv[1])))"
+        "print(peak_over_features(Path(sys.argv[1]), sys.argv[2]))"
     )
     root = Path(__file__).resolve().parents[2]
     child = subprocess.run(
-        [sys.executable, "-c", measure, str(tmp_path)],
+        [sys.executable, "-c", measure, str(tmp_path), encoder],
         cwd=root,
         capture_output=True,
         text=True,
