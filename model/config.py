@@ -29,9 +29,10 @@ class TFTConfig:
     var_dim: int = 4  # width of each variable's own embedding/GRN inside variable selection
     zero_median: bool = True  # forecast a median return of exactly 0, as a martingale's is
     releases: bool = False  # known-future inputs include the release calendar (model.releases)
-    # "window": the encoder LSTM reruns over each forecast's lookback from the static state;
-    # "stream": its state carries from bar to bar (model.stream), each bar encoded once
-    encoder: str = "window"
+    # "stream": the encoder LSTM's state carries from bar to bar (model.stream), each bar
+    # encoded once; "window": it reruns over each forecast's lookback from the static state.
+    # The default by the encoders' protocol (benchmarks/walk_forward/encoders.json)
+    encoder: str = "stream"
 
     def __post_init__(self) -> None:
         # JSON round trips turn the tuple into a list; the config must stay hashable.
@@ -87,8 +88,9 @@ class TFTConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TFTConfig:
-        """A saved config; one saved before `releases` existed loads with it off."""
-        values = dict(values)
+        """A saved config; one saved before `releases` existed loads with it off, one saved
+        before encoders were a choice with the window encoder (the only one then)."""
+        values = {"encoder": "window"} | dict(values)
         saved_width = values.pop("n_future", None)  # derived, saved for readers of the file
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)

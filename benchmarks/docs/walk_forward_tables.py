@@ -22,6 +22,12 @@ RESULTS_FILE = {
 }
 
 
+ENCODER_CHOSEN = (
+    "the encoders' protocol made the stream encoder the default since (`--encoder window` "
+    "trains the one frozen here)."
+)
+
+
 def frozen_recipe(protocol: Path = PROTOCOL) -> str:
     """What the protocol froze, and where."""
     frozen = json.loads(protocol.read_text())["frozen"]
@@ -37,9 +43,10 @@ def frozen_recipe(protocol: Path = PROTOCOL) -> str:
         f"any fold ran ({frozen['design']}): `TFTConfig()`, hidden {m['hidden']}, {m['heads']} "
         f"heads, variable width {m['var_dim']}, {m['lstm_layers']} LSTM layers, dropout "
         f"{m['dropout']:g}, {m['lookback']} bars back, {m['horizon']} ahead, release calendar "
-        f"{'on' if m['releases'] else 'off'}; `TrainConfig()`, up to {t['epochs']} epochs "
-        f"(patience {t['patience']}), batches of {t['batch_size']} in runs of {t['chunk']} "
-        f"windows, lr {t['lr']:g}, {per_epoch}. A test fails if the defaults leave it."
+        f"{'on' if m['releases'] else 'off'}, the {m['encoder']} encoder; `TrainConfig()`, up "
+        f"to {t['epochs']} epochs (patience {t['patience']}), batches of {t['batch_size']} in "
+        f"runs of {t['chunk']} windows, lr {t['lr']:g}, {per_epoch}. A test fails if the "
+        f"defaults leave it, but for the encoder: {ENCODER_CHOSEN}"
     )
 
 

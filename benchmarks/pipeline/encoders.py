@@ -1,5 +1,5 @@
-"""(l) the two encoders in one run (issue 44): the product model with the window encoder and the
-same recipe with the stream encoder (`TFTConfig(encoder="stream")`), alternated.
+"""(l) the two encoders in one run (issue 44): the product model, with the stream encoder, and the
+same recipe with the window encoder (`TFTConfig(encoder="window")`), alternated.
 
 `--pairs` times, a worker restarted on each encoder's checkpoint in turn, the window's first:
 live latency at `--live-symbols` (after an unmeasured round), in the worker's own span (receipt
@@ -60,7 +60,7 @@ class Encoders:
     """(l)'s checkpoints, one per encoder, and the engine alone on each."""
 
     paths: dict[str, Path]
-    stream_source: str  # how the benchmark came by the stream encoder's checkpoint
+    window_source: str  # how the benchmark came by the window encoder's checkpoint
     alone: dict[str, dict[str, dict[str, list[float]]]]  # encoder, threads: cold/warm times
     threads: int  # BARCAST_INFERENCE_THREADS, the workers'
 
@@ -71,14 +71,14 @@ def prepare_encoders(
     serving: Path,
     windows: dict[int, list[WindowRequest]],
 ) -> Encoders | None:
-    """With the encoders variant: the stream encoder's checkpoint beside the window one's
-    `serving` (the same recipe, or the same random weights), and the engine alone on both."""
+    """With the encoders variant: the window encoder's checkpoint beside the product's stream
+    one `serving` (the same recipe, or the same random weights), and the engine alone on both."""
     if "encoders" not in args.variants:
         return None
-    stream = serving.parent.parent / "models-stream" / "serving"
-    served = serve(settings, args.stream_checkpoint, args.hidden, args.heads, stream, "stream")
-    print(f"serving, stream encoder: {served.source}", flush=True)
-    paths = {"window": serving, "stream": stream}
+    window = serving.parent.parent / "models-window" / "serving"
+    served = serve(settings, args.window_checkpoint, args.hidden, args.heads, window, "window")
+    print(f"serving, window encoder: {served.source}", flush=True)
+    paths = {"window": window, "stream": serving}
     alone = engine_alone(paths, windows, settings, args.pairs)
     return Encoders(paths, served.source, alone, settings.inference_threads)
 

@@ -54,7 +54,7 @@ def serve(
     hidden: int | None,
     heads: int,
     into: Path,
-    encoder: str = "window",
+    encoder: str = TFTConfig.encoder,
 ) -> ServedModel:
     """Put the `encoder`'s headline model's checkpoint in `into`: the trained product model,
     or with `hidden` a random-weight model of that size (rehearsals, e.g.

@@ -46,7 +46,7 @@ with max_batch=1) and padded to a whole chunk (the batch-invariant chunks of max
 
     NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.pipeline \
         [--symbols 1000] [--minutes 190] [--checkpoint DIR | --hidden 16 --heads 2] \
-        [--stream-checkpoint DIR] [--random-hidden 64] [--variants nobatch,full,random] \
+        [--window-checkpoint DIR] [--random-hidden 64] [--variants nobatch,full,random] \
         [--out FILE]
 
 A smoke run: `--symbols 40 --live-symbols 8 --minutes 140 --rounds 8 --repeats 2`.
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> dict:
             collector.join(timeout=5)
     model = {"weights": "trained" if product.trained else "random", "checkpoint": product.source}
     if encoders is not None:
-        model["stream_checkpoint"] = encoders.stream_source
+        model["window_checkpoint"] = encoders.window_source
     return results(args, measured, anchor, config, model, collector.duplicates, ref) | {
         "settings": {
             "device": base.device,
@@ -340,9 +340,9 @@ def main() -> None:
         "--checkpoint", type=Path, help="serve this trained product-model checkpoint"
     )
     parser.add_argument(
-        "--stream-checkpoint",
+        "--window-checkpoint",
         type=Path,
-        help="with the encoders variant: serve this trained stream-encoder checkpoint",
+        help="with the encoders variant: serve this trained window-encoder checkpoint",
     )
     parser.add_argument(
         "--hidden",

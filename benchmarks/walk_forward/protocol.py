@@ -19,7 +19,9 @@ evaluated (`--split test`) on its sources from the validation start (history for
 baseline) to the test end. A leave-one-product-out fold trains on `train_sources` (each
 `{"source": NAME}` with an optional `"range": [START, END]`) with the product's default
 fractions and is evaluated on `test_sources` with `--split all`: their first 20 % calibrates
-every forecaster. A fold's optional `recipe` overrides the protocol's for that fold alone (two
+every forecaster. The protocol's `recipe` (the defaults' overrides) starts from the encoder its
+`frozen.model` names: a protocol frozen with the window encoder runs it still. A fold's optional
+`recipe` overrides the protocol's for that fold alone (two
 settings compared on the same periods, each fold named for its group; `compare` names the two
 groups, and the results compare their TFTs window by window). Dates are UTC
 (`YYYY-MM-DD`), ranges [start, end). A source with `held_out_from` is never read from that date
@@ -101,11 +103,14 @@ class Protocol:
         for fold in folds:
             for part in (*fold.train, *fold.evaluate):
                 check_held_out(fold.name, part, sources[part.source])
+        frozen = values.get("frozen", {})
+        # The encoder it froze: the default changed after some protocols ran (model.config)
+        encoder = {k: v for k, v in frozen.get("model", {}).items() if k == "encoder"}
         return cls(
             values["name"],
             Path(path),
-            values.get("frozen", {}),
-            values.get("recipe", {}),
+            frozen,
+            encoder | values.get("recipe", {}),
             sources,
             folds,
             compare,

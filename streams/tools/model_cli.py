@@ -66,10 +66,10 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
         "--encoder",
         choices=ENCODERS,
         default=defaults.encoder,
-        help="window (the default, the one the walk-forward and held-out protocols evaluated): "
-        "the encoder reruns over each forecast's 60 bars; stream: the encoder's state is "
-        "carried from bar to bar, so a new bar costs one step (trained on contiguous "
-        "sequences; evaluated by the encoders' protocol, not the held-out one)",
+        help="stream (the default, the encoders' protocol's choice): the encoder's state is "
+        "carried from bar to bar, so a new bar costs one step (trained on contiguous sequences); "
+        "window: the encoder reruns over each forecast's 60 bars (the one the walk-forward and "
+        "held-out protocols evaluated)",
     )
     train.add_argument(
         "--releases",

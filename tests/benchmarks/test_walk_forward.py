@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,25 @@ HELD_OUT_QUARTERS = ("2022Q1", "2022Q2", "2022Q3", "2022Q4", "2023Q1")
 
 @pytest.mark.parametrize("path", [PROTOCOL, HELD_OUT, ENCODERS])
 def test_the_default_recipe_is_the_frozen_one(path: Path) -> None:
-    """`barcast train`'s defaults are what each protocol froze: a default changed after the
-    freeze fails here, and needs a new freeze (its commit) and a new run of every fold."""
+    """`barcast train`'s defaults are what each protocol froze but the encoder, which the
+    encoders' protocol chose since (and each protocol runs the one it froze): another default
+    changed after the freeze fails here, and needs a new freeze (its commit) and a new run of
+    every fold."""
     frozen = json.loads(path.read_text())["frozen"]
     assert len(frozen["commit"]) == 40
-    assert json.loads(json.dumps(asdict(TFTConfig()))) == frozen["model"]
+    model = replace(TFTConfig(), encoder=frozen["model"]["encoder"])
+    assert json.loads(json.dumps(asdict(model))) == frozen["model"]
     assert json.loads(json.dumps(asdict(TrainConfig()))) == frozen["training"]
+    assert Protocol.load(path).recipe["encoder"] == frozen["model"]["encoder"]
+
+
+def test_the_default_encoder_is_the_one_the_encoders_protocol_compared_and_chose() -> None:
+    """Its rule: the stream encoder becomes the default if not worse there and faster end to
+    end (docs/model-report.md, the encoders)."""
+    protocol = Protocol.load(ENCODERS)
+    recipes = {f.group: protocol.recipe | f.recipe for f in protocol.folds}
+    assert recipes == {"window-6m": {"encoder": "window"}, "stream-6m": {"encoder": "stream"}}
+    assert TFTConfig().encoder == "stream"
 
 
 def check_rolling(
@@ -246,15 +259,15 @@ def test_a_folds_own_recipe_overrides_the_protocols_for_that_fold(tmp_path: Path
     """Two settings compared on the same periods: the fold's `recipe` reaches its training
     configuration and its digest (its results are not another fold's), the protocol's recipe
     the rest."""
-    stream = dated(["2021-09-01", "2021-10-01"], name="s", recipe={"encoder": "stream"})
-    protocol = Protocol.load(protocol_file(tmp_path, [dated(["2021-09-01", "2021-10-01"]), stream]))
-    window, streamed = protocol.folds
-    assert window.recipe == {} and streamed.recipe == {"encoder": "stream"}
-    assert window.digest != streamed.digest
+    window = dated(["2021-09-01", "2021-10-01"], name="w", recipe={"encoder": "window"})
+    protocol = Protocol.load(protocol_file(tmp_path, [dated(["2021-09-01", "2021-10-01"]), window]))
+    default, windowed = protocol.folds
+    assert default.recipe == {} and windowed.recipe == {"encoder": "window"}
+    assert default.digest != windowed.digest
     base = {"hidden": 16}
-    model, _ = walk_forward.recipe_configs(base | streamed.recipe, streamed)
-    assert model.encoder == "stream" and model.hidden == 16
-    assert walk_forward.recipe_configs(base | window.recipe, window)[0].encoder == "window"
+    model, _ = walk_forward.recipe_configs(base | windowed.recipe, windowed)
+    assert model.encoder == "window" and model.hidden == 16
+    assert walk_forward.recipe_configs(base | default.recipe, default)[0].encoder == "stream"
 
 
 def test_two_groups_compare_window_by_window_over_folds_of_the_same_periods(

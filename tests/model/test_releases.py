@@ -151,7 +151,11 @@ def trained_with_releases(sixe_csv: Path, tmp_path_factory: pytest.TempPathFacto
     frame = pd.read_csv(sixe_csv)
     frame.iloc[-4000:].to_csv(data, index=False)
     out = tmp_path_factory.mktemp("model")
-    config = TFTConfig(hidden=16, heads=2, lstm_layers=1, var_dim=4, dropout=0.0, releases=True)
+    # the window encoder: its offline forecast of a window is the one served (a stream's
+    # depends on the bars its stream carried before the window)
+    config = TFTConfig(
+        hidden=16, heads=2, lstm_layers=1, var_dim=4, dropout=0.0, releases=True, encoder="window"
+    )
     recipe = TrainConfig(epochs=1, windows_per_epoch=256, test_fraction=0.1, progress=False)
     train([data], out, config, recipe)
     return out

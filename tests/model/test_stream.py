@@ -45,9 +45,12 @@ def stream_data(n_bars: int = 900) -> tuple[WindowData, np.ndarray]:
     return data, ends
 
 
-def test_the_encoder_is_a_config_choice_whose_default_is_the_window_one() -> None:
-    assert TFTConfig().encoder == "window"
+def test_the_encoder_is_a_config_choice_whose_default_is_the_stream_one() -> None:
+    assert TFTConfig().encoder == "stream"
     assert TFTConfig.from_dict(STREAM.to_dict()) == STREAM
+    window = replace(STREAM, encoder="window")
+    saved_before_encoders = {k: v for k, v in window.to_dict().items() if k != "encoder"}
+    assert TFTConfig.from_dict(saved_before_encoders) == window
     with pytest.raises(ConfigError, match="encoder"):
         TFTConfig(encoder="recurrent")
 
