@@ -242,6 +242,15 @@ def gpu_run(results: Path = RESULTS) -> str:
     return f"```\n{gpu_check.summary(report)}\n```"
 
 
+def spoken(seconds: float) -> str:
+    """A duration in the unit that reads best: s, min or h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def train_cost(results: Path = RESULTS) -> str:
     """What training costs, from train_cost.json: the span it read, its peak memory, and the
     recipe's time per epoch and in all, projected from the steps it measured."""
@@ -255,8 +264,8 @@ def train_cost(results: Path = RESULTS) -> str:
         f"{f['bytes']['total'] / 2**20:,.0f} MiB, peak resident memory "
         f"{r['peak_rss_mb']:,} MB; an epoch of the default recipe "
         f"({t['steps_per_recipe_epoch']:,} steps of {t['recipe']['batch_size']} windows and a "
-        f"validation pass) {t['recipe_epoch_s'] / 60:,.0f} min, its {t['recipe']['epochs']} "
-        f"epochs at most {t['recipe_total_s_projected'] / 3600:,.1f} h (projected from "
+        f"validation pass) {spoken(t['recipe_epoch_s'])}, its {t['recipe']['epochs']} "
+        f"epochs at most {spoken(t['recipe_total_s_projected'])} (projected from "
         f"{t['epochs_measured'] * t['steps_per_measured_epoch']} measured steps; "
         f"{p['torch_threads']} torch threads, {p['cpu_model']}, load average "
         f"{p['loadavg_end'][0]:.1f} at its end: on a shared machine, others' work counts too)."
