@@ -130,9 +130,12 @@ def inference_anchor(
     }
     for request in padded[:3]:  # TorchScript optimizes a program on its first calls
         lone.predict([request])
-    # Then the padded engine's step encodings: the same shapes, and a forecast's time does not
-    # depend on its rounding; encoding 60,000 steps one by one first would take minutes.
-    lone.swap(replace(lone.served, cache=engine.served.cache, static=engine.served.static))
+    # Then the padded engine's step encodings, or streams: the same shapes, and a forecast's
+    # time does not depend on its rounding; 60,000 steps one by one first would take minutes.
+    served = engine.served
+    lone.swap(
+        replace(lone.served, cache=served.cache, static=served.static, streams=served.streams)
+    )
     return result | {"inference_1000_nobatch_ms": timed(lone, single, 1)}
 
 
