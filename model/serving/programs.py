@@ -32,11 +32,12 @@ from model.tft import StaticContext, TemporalFusionTransformer
 # A row's rounding must not depend on where in its chunk it lands either, so chunks are
 # multiples of 16 rows and each fits one CPU block of VariableSelection (tests hold the engine
 # to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often but make
-# a lone window, or a live minute of a few symbols, pay for a whole chunk. On CPU a forward at
-# the serving sizes costs per row, not per op, so its chunks are the smallest, 16 rows: a burst
-# costs the same as in 64-row chunks and a lone window a quarter. On CUDA a chunk costs its
-# kernel launches whatever its rows: bursts there want few, big chunks. An encoding chunk is
-# cheap; static contexts, computed once per symbol, keep small chunks.
+# a lone window, or a live minute of a few symbols, pay for a whole chunk. On CPU the chunks are
+# the smallest, 16 rows: a minute of the few products most deployments serve pays for no padding,
+# while a thousand-symbol burst at the product's small hidden size would gain a little from
+# bigger ones. On CUDA a chunk costs its kernel launches whatever its rows: bursts there want
+# few, big chunks. An encoding chunk is cheap; static contexts, computed once per symbol, keep
+# small chunks.
 # With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
 # already the same for every window: no padding, and forecasts agree exactly across restarts and
 # replays of that setting (they round differently from padded chunks' by float rounding).
