@@ -16,6 +16,7 @@ from typing import Any
 from benchmarks.memory_probe.parts import MB, status_mb
 from features.engine import STATE_SIZE
 from model.config import TFTConfig
+from model.serving.windows import spare
 from model.tft import TemporalFusionTransformer
 
 __all__ = ["breakdown", "held_per_symbol", "status_mb"]
@@ -26,7 +27,8 @@ def held_per_symbol(config: TFTConfig) -> dict[str, int]:
     window's step encodings, the stream encoder its stream (model.serving.streaming)."""
     held = {
         "feature_state": 8 * STATE_SIZE,  # float64 state of every feature
-        "window_rows": 8 * config.lookback * config.n_hist,  # the last lookback rows, float64
+        # the last lookback rows and the buffer's spare ones, float64
+        "window_rows": 8 * (config.lookback + spare(config.lookback)) * config.n_hist,
         "static_context": 4 * 4 * config.hidden,  # four (hidden,) float32 per symbol
     }
     if config.encoder == "stream":

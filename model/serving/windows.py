@@ -1,6 +1,10 @@
 """Per-symbol sliding windows of feature rows, stored slot by slot so a restart rebuilds them.
 
-In memory a window is a ring of `lookback` slots. In its store (streams.runtime.stores) each
+In memory a window's rows sit in order in a buffer with room for `spare(lookback)` more: a new
+row goes after the last, so the window is a view (`latest`) that later rows leave as it is, and
+a forecast's request holds it without copying it. A full buffer's last rows move to a new one;
+the old one lives as long as the views of it. Its small columns (time, close, flags) are a ring
+of `lookback` slots. In its store (streams.runtime.stores) each
 slot has a key of its own (symbol, slot) and one meta record holds the row count, the feature
 set's fingerprint and the lookback (a window of another feature set or lookback is not restored:
 its rows would mix, or sit in other slots): a new bar writes one slot (~1.8 kB) instead of the
@@ -18,10 +22,17 @@ _SLOT_HEAD = struct.Struct("<qd??")  # ts_event, close, synthetic, warm
 _META = struct.Struct("<q")  # rows appended so far
 
 
+def spare(lookback: int) -> int:
+    """Rows a window's buffer holds beyond its `lookback`: a move copies `lookback - 1` rows
+    once every `spare` rows appended."""
+    return max(1, lookback // 4)
+
+
 class SymbolWindow:
     def __init__(self, lookback: int, n_features: int) -> None:
         self.lookback = lookback
-        self.values = np.zeros((lookback, n_features), dtype=np.float64)
+        self.buffer = np.zeros((lookback + spare(lookback), n_features), dtype=np.float64)
+        self.end = 0  # the buffer's rows in use: the window's are the last `lookback` of them
         self.ts_event = np.zeros(lookback, dtype=np.int64)
         self.close = np.zeros(lookback, dtype=np.float64)
         self.synthetic = np.zeros(lookback, dtype=np.bool_)
@@ -46,7 +57,10 @@ class SymbolWindow:
     ) -> int:
         """Add a row; returns the slot it went into."""
         slot = self.count % self.lookback
-        self.values[slot] = values
+        if self.end == len(self.buffer):
+            self._move()
+        self.buffer[self.end] = values
+        self.end += 1
         self.ts_event[slot] = ts_event
         self.close[slot] = close
         self.synthetic[slot] = synthetic
@@ -54,10 +68,23 @@ class SymbolWindow:
         self.count += 1
         return slot
 
-    def ordered_values(self) -> np.ndarray:
-        """A copy of the rows, oldest first (two slices: half the cost of a fancy index)."""
-        start = self.count % self.lookback if self.ready else 0
-        return np.concatenate((self.values[start:], self.values[:start]))
+    def latest(self) -> np.ndarray:
+        """The rows, oldest first: a read-only view, which rows appended later leave as it is."""
+        view = self.buffer[max(0, self.end - self.lookback) : self.end]
+        view.flags.writeable = False
+        return view
+
+    def _move(self) -> None:
+        """The rows the next window keeps into a new buffer (views keep the old one alive)."""
+        kept = self.lookback - 1
+        buffer = np.empty_like(self.buffer)
+        buffer[:kept] = self.buffer[self.end - kept : self.end]
+        self.buffer, self.end = buffer, kept
+
+    def _position(self, slot: int) -> int:
+        """Where the window's row of store slot `slot` sits in the buffer."""
+        rows = self.rows()
+        return self.end - len(rows) + (slot - self.slot_of(rows.start)) % self.lookback
 
     def slot_bytes(self, slot: int) -> bytes:
         head = _SLOT_HEAD.pack(
@@ -66,7 +93,7 @@ class SymbolWindow:
             bool(self.synthetic[slot]),
             bool(self.warm[slot]),
         )
-        return head + self.values[slot].astype("<f8").tobytes()
+        return head + self.buffer[self._position(slot)].astype("<f8").tobytes()
 
     def load_slot(self, slot: int, data: bytes) -> None:
         ts_event, close, synthetic, warm = _SLOT_HEAD.unpack_from(data)
@@ -74,14 +101,16 @@ class SymbolWindow:
         self.close[slot] = close
         self.synthetic[slot] = synthetic
         self.warm[slot] = warm
-        self.values[slot] = np.frombuffer(data, dtype="<f8", offset=_SLOT_HEAD.size)
+        self.buffer[self._position(slot)] = np.frombuffer(data, dtype="<f8", offset=_SLOT_HEAD.size)
 
     def meta_bytes(self, fingerprint: str) -> bytes:
         """The row count, the feature set (`fingerprint`) the rows are of, and the lookback."""
         return _META.pack(self.count) + f"{fingerprint}\x00{self.lookback}".encode()
 
     def load_meta(self, data: bytes) -> None:
+        """The row count; the rows themselves come slot by slot (`load_slot`)."""
         (self.count,) = _META.unpack_from(data)
+        self.end = len(self.rows())
 
     def rows(self) -> range:
         """Row numbers (1-based, counting every row ever appended) the window holds."""

@@ -68,7 +68,7 @@ def slide(store: WindowStore, row: FeatureRow, forecast: bool) -> WindowRequest 
         key=row.key,
         partition=row.partition,
         count=window.count,
-        values=window.ordered_values(),
+        values=window.latest(),
         ts_event=row.ts_event,
         close=row.close,
         received_ns=time.time_ns() if row.received_ns is None else row.received_ns,

@@ -174,7 +174,7 @@ def test_keys_in_a_partition_are_the_stored_and_the_changed() -> None:
 
 
 def window_rows(window: SymbolWindow) -> tuple[int, np.ndarray]:
-    return window.count, window.ordered_values()
+    return window.count, window.latest()
 
 
 def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restored() -> None:
@@ -196,7 +196,7 @@ def test_windows_restore_exactly_and_a_flush_that_never_completed_is_not_restore
         await flush(store)  # never completed
         again = WindowStore(Changelog("t-windows-changelog", io), lookback, features, "f")
         await again.restore(0, boundary=10)
-        return committed, window_rows(again.read(b"s")), window.ordered_values()
+        return committed, window_rows(again.read(b"s")), window.latest()
 
     committed, restored, latest = asyncio.run(run())
     assert restored[0] == committed[0] == 10
