@@ -7,13 +7,15 @@ import asyncio
 import gc
 import logging
 import sys
+import time
 from typing import Any
 
 import faust
 
 from streams.internals import InternalsMoved, live_fetcher
 from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadata
-from streams.runtime.commit import Runtime
+from streams.runtime.commit import TICK_S, Runtime
+from streams.runtime.heap import QuietCollections, defer_full_collections
 from streams.runtime.observers import Observer
 from streams.runtime.policy import exit_uncommitted
 from streams.settings import Settings
@@ -67,6 +69,7 @@ class BarcastApp(faust.App):
 
     async def on_first_start(self) -> None:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        defer_full_collections()  # made in a quiet instead: collect_when_quiet
         self.conf.datadir.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
         if self.barcast.embedded:
@@ -214,6 +217,12 @@ def create_app(settings: Settings) -> BarcastApp:
 
     app.on_rebalance_complete.connect(app.shorten_fetch_wait)
     app.on_rebalance_complete.connect(app.freeze_heap)
+    collections = QuietCollections(time.monotonic())
+
+    @app.timer(TICK_S)
+    async def collect_when_quiet() -> None:
+        if collections.tick(time.monotonic(), app.runtime.worked):
+            app.metrics.full_collections.inc()
 
     @app.timer(LAG_INTERVAL_S)
     async def record_lag() -> None:

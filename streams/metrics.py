@@ -204,6 +204,11 @@ class Metrics:
             "Checkpoints done: states stored and the consumed offsets they cover released.",
             registry=reg,
         )
+        self.full_collections = Counter(
+            "barcast_full_collections_total",
+            "Full collections of the cycle collector, each in a quiet (streams.runtime.heap).",
+            registry=reg,
+        )
         self.fetch_max_wait_ms = Gauge(
             "barcast_fetch_max_wait_ms",
             "Longest wait of the live consumer's fetches (ms), read back from it.",

@@ -46,6 +46,7 @@ EXPORTED = {
     "barcast_canary_scored": "gauge",
     "barcast_canary_verdicts": "counter",
     "barcast_checkpoints": "counter",
+    "barcast_full_collections": "counter",
     "barcast_fetch_max_wait_ms": "gauge",
     "barcast_forecast_coverage": "gauge",
     "barcast_forecast_pinball": "gauge",
