@@ -204,6 +204,13 @@ class Metrics:
             "Checkpoints done: states stored and the consumed offsets they cover released.",
             registry=reg,
         )
+        self.loop_seconds = Counter(
+            "barcast_loop_seconds",
+            "Event-loop time (wall) by work: `agent` an agent's stages on a batch, `publish` "
+            "the forecast stage publishing a micro-batch.",
+            ["work"],
+            registry=reg,
+        )
         self.full_collections = Counter(
             "barcast_full_collections_total",
             "Full collections of the cycle collector, each in a quiet (streams.runtime.heap).",

@@ -19,6 +19,7 @@ import numpy as np
 import orjson
 
 from benchmarks.pipeline.data import MINUTE_NS, Key, Reference, Series
+from benchmarks.pipeline.worker_time import WorkerTime
 from streams.ingest.producer import BarProducer
 from streams.kafka import confluent_config
 from streams.process import WorkerProcess
@@ -223,12 +224,17 @@ class Bench:
             "slowest_per_round_ms": [slowest.get(r) for r in range(rounds)],
         }
 
-    def burst(self, rows: range, minute: int, label: str, worker_pid: int | None = None) -> dict:
+    def burst(
+        self, rows: range, minute: int, label: str, worker: WorkerProcess | None = None
+    ) -> dict:
         """One minute's bars of `rows` at once, until their forecasts are all out; with the CPU
-        the worker and the broker spent meanwhile (on a shared VM, less noisy than the wall)."""
+        the worker and the broker spent meanwhile (on a shared VM, less noisy than the wall)
+        and where the worker's went (`worker_time`)."""
         producer = self.live
         values, keys, stamps = self.series.messages(rows, [minute])
         expected = self.expected(rows, [minute])
+        worker_pid = None if worker is None else worker.pid
+        spent = WorkerTime.read(worker)
         cpu = cpu_s(worker_pid), cpu_s(self.broker_pid)
         started = time.perf_counter()
         producer.send_bars(values, keys, stamps)
@@ -237,6 +243,7 @@ class Bench:
         missing = self.collector.wait_for(expected, self.timeout_s)
         arrivals = self.collector.arrivals(expected)
         worker_cpu, broker_cpu = cpu_s(worker_pid) - cpu[0], cpu_s(self.broker_pid) - cpu[1]
+        worker_time = WorkerTime.read(worker).since(spent)
         producer.flush()
         times = sorted((a.at - started) * 1000 for a in arrivals)
         ms = times[-1] if times else float("nan")
@@ -254,6 +261,7 @@ class Bench:
             "worker_latency_max_ms": _pct([a.latency_ms for a in arrivals], 100),
             "batch_sizes": sorted({a.batch_size for a in arrivals}),
             "model_id": arrivals[0].model_id if arrivals else None,
+            "worker_time": worker_time,
         }
         self.say(f"{label} minute {minute}: {ms:,.0f} ms, {len(arrivals)}/{len(expected)}")
         return result
@@ -264,7 +272,7 @@ class Bench:
         minutes: Iterator[int],
         label: str,
         count: int,
-        worker_pid: int | None,
+        worker: WorkerProcess | None,
         warm_up: bool = False,
     ) -> list[dict]:
         """`count` bursts, after an unmeasured one when the worker just (re)loaded its model
@@ -272,15 +280,15 @@ class Bench:
         measured one with the CPU the worker and the broker spent on it and the quiet after it
         until the next (`minute_cpu_ms`): what the worker leaves for the quiet (scoring, a
         canary's forecasts) is spent then; `quiet_s`: how long that quiet took."""
-        runs = []
+        runs, worker_pid = [], None if worker is None else worker.pid
         if warm_up:
             settle(worker_pid)
-            first = self.burst(rows, next(minutes), f"{label} warm-up", worker_pid)
+            first = self.burst(rows, next(minutes), f"{label} warm-up", worker)
             runs.append({**first, "warm_up": True})
         settle(worker_pid)
         for _ in range(count):
             started = cpu_s(worker_pid) + cpu_s(self.broker_pid)
-            run = self.burst(rows, next(minutes), f"{label} burst", worker_pid)
+            run = self.burst(rows, next(minutes), f"{label} burst", worker)
             quiet_s = settle(worker_pid)  # the quiet after it, before the next
             spent = cpu_s(worker_pid) + cpu_s(self.broker_pid) - started
             runs.append(run | {"minute_cpu_ms": round(spent * 1000, 1), "quiet_s": quiet_s})

@@ -28,6 +28,7 @@ from benchmarks.memory_probe.parts import MB
 from benchmarks.pipeline.memory import held_per_symbol, status_mb
 from benchmarks.pipeline.models import saved_config, serve
 from benchmarks.pipeline.report import Bursts, ratio
+from benchmarks.pipeline.worker_time import PARTS
 from model.config import ENCODERS, TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.programs import TORCH_THREADS
@@ -166,7 +167,7 @@ def encoder_workers(
                 )
                 bench.say(f"{label} latency: {live}")
                 rows, repeats = plan.burst_rows, args.variant_repeats
-                bursts = bench.bursts(rows, plan.burst_minutes, label, repeats, worker.pid, True)
+                bursts = bench.bursts(rows, plan.burst_minutes, label, repeats, worker, True)
                 peak = status_mb(worker.pid, "VmHWM")
             finally:
                 worker.stop()
@@ -189,7 +190,8 @@ def summary(
     out: dict[str, Any] = {"goals": GOALS, "inference_threads": encoders.threads}
     for encoder, restarts in runs.items():
         done = [r for r in restarts if "error" not in r]
-        bursts = Bursts({"burst": [b for r in done for b in r["bursts"]]}).median("burst")
+        timed = Bursts({"burst": [b for r in done for b in r["bursts"]]})
+        bursts = timed.median("burst")
         by_threads = {
             t: {kind: _median(ms) for kind, ms in times.items()}
             for t, times in encoders.alone[encoder].items()
@@ -205,6 +207,10 @@ def summary(
         for side in ("worker_latency", "latency"):
             for q in ("p50", "p99"):
                 figures[f"{side}_{q}_ms"] = _median([r["latency"][f"{side}_{q}_ms"] for r in done])
+        figures["worker_time"] = {
+            part: timed.median("burst", lambda b, part=part: b["worker_time"][part])
+            for part in PARTS
+        }
         figures |= memory(configs[encoder], symbols, done)
         figures["goals_met"] = {
             name: None if figures[name] is None else figures[name] <= goal

@@ -183,7 +183,7 @@ def first_worker(
         out.live["kafka_hops"] = probe(settings, FETCH_WAIT_MS)
         bench.say(f"(b) {out.live}")
         out.bursts["batched"] = bench.bursts(
-            plan.burst_rows, plan.burst_minutes, "(c)", args.repeats, worker.pid
+            plan.burst_rows, plan.burst_minutes, "(c)", args.repeats, worker
         )
         out.memory = breakdown(config, n_symbols, ready_rss, status_mb(worker.pid, "VmHWM"))
         bench.say(f"worker memory: {out.memory}")
@@ -196,7 +196,7 @@ def first_worker(
             out.restarts["random_hot_reload_s"] = time.perf_counter() - started
             label = f"(f) random {args.random_hidden}/{args.random_heads}"
             out.bursts["random"] = bench.bursts(
-                plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, worker.pid, True
+                plan.burst_rows, plan.burst_minutes, label, args.variant_repeats, worker, True
             )
     finally:
         worker.stop()
@@ -252,7 +252,7 @@ def restarted_workers(
                     plan.burst_minutes,
                     label,
                     args.variant_repeats,
-                    worker.pid,
+                    worker,
                     True,
                 )
             )

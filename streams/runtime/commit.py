@@ -131,8 +131,11 @@ class Committer:
             owned = self.runtime.assigned(self.topic)
             admitted = await self._admit([r for r in records if r.partition in owned])
             if admitted:
+                started = time.perf_counter()
                 await stages(admitted)
                 self.runtime.worked = time.monotonic()
+                agent = self.runtime.metrics.loop_seconds.labels("agent")
+                agent.inc(time.perf_counter() - started)
             if self._due():
                 await self.commit()
 

@@ -47,6 +47,7 @@ EXPORTED = {
     "barcast_canary_verdicts": "counter",
     "barcast_checkpoints": "counter",
     "barcast_full_collections": "counter",
+    "barcast_loop_seconds": "counter",
     "barcast_fetch_max_wait_ms": "gauge",
     "barcast_forecast_coverage": "gauge",
     "barcast_forecast_pinball": "gauge",

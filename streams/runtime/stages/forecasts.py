@@ -179,7 +179,10 @@ class Forecasting:
                 predicted = await inference
                 running = self._infer()
                 self.runtime.worked = time.monotonic()
+                started = time.perf_counter()
                 sends += await self._publish(batch, plan, predicted)
+                publish = self.runtime.metrics.loop_seconds.labels("publish")
+                publish.inc(time.perf_counter() - started)
                 received += [request.received_ns for request in batch]
             self._acked(sends, received)
 

@@ -29,6 +29,7 @@ from tests.worker import Worker
 
 pytestmark = pytest.mark.integration
 WAITING = "yet: waiting for one"
+LOOP = "barcast_loop_seconds_total"  # the event loop's time, by work
 
 
 def metric(worker: Worker, name: str, **labels: str) -> float:
@@ -82,6 +83,7 @@ def test_without_a_checkpoint_features_flow_and_forecasts_begin_when_one_lands(
         )
         assert read_topic(settings.broker, settings.topic_forecasts, idle_s=1) == []
         assert metric(worker, "barcast_forecasts_total") == 0
+        assert metric(worker, LOOP, work="agent") > 0 and metric(worker, LOOP, work="publish") == 0
 
         models.mkdir()
         os.rename(tmp_path / "incoming" / "first", models / "first")  # a complete copy, at once
@@ -89,6 +91,7 @@ def test_without_a_checkpoint_features_flow_and_forecasts_begin_when_one_lands(
         produce(settings.broker, settings.topic_raw, raw(after))
         end_of_data(settings)
         messages = read_topic(settings.broker, settings.topic_forecasts, len(expected), 300)
+        assert metric(worker, LOOP, work="publish") > 0
         log = worker.log()
     forecasts = forecasts_by_key(messages)
     assert len(messages) == len(forecasts), "a forecast was published twice"
