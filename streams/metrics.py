@@ -146,6 +146,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._stream_metrics(self.registry)
+        self._runtime_metrics(self.registry)
         self._forecast_metrics(self.registry)
         # The scoring stage's rolling figures, read from its states at each render: the
         # worker's forecast stage points `scoring_figures` at them (other roles export none).
@@ -160,7 +161,7 @@ class Metrics:
                 self.bars.labels(stage=stage.value, outcome=outcome.value)
 
     def _stream_metrics(self, reg: CollectorRegistry) -> None:
-        """What the consumer, the corrections and the checkpoints count."""
+        """What the consumer and the corrections count."""
         self.consumer_lag = Gauge(
             "barcast_consumer_lag",
             "Messages not yet committed by this worker: highwater - committed offset.",
@@ -199,6 +200,9 @@ class Metrics:
             "Rolls: a symbol's states carried over to its next contract.",
             registry=reg,
         )
+
+    def _runtime_metrics(self, reg: CollectorRegistry) -> None:
+        """What the runtime counts: commits, the event loop's time, collections, fetches."""
         self.commits = Counter(  # named before the runtime's commit was called one
             "barcast_checkpoints_total",
             "Checkpoints done: states stored and the consumed offsets they cover released.",
