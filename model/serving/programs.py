@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -255,10 +256,14 @@ def _like(out: tuple, items: list[Tensor]) -> tuple:
 
 def owned_rows(tensor: Tensor, rows: list[int]) -> list[Tensor]:
     """Copies of `tensor`'s `rows`, each owning its memory. On CPU they are copied as bytes,
-    holding the GIL: a torch (or large numpy) copy gives the GIL up, and in a burst the event
-    loop takes it, so each of a batch's hundreds of copies would wait a switch interval to win
-    it back."""
+    holding the GIL: a tensor op (a torch or large numpy copy, a view) gives the GIL up, and in
+    a burst the event loop takes it, so each of a batch's hundreds of rows would wait to win it
+    back. numpy has no bfloat16: such rows (CUDA autocast's) take a tensor view each."""
     if tensor.device.type != "cpu":
         return [tensor[i].clone() for i in rows]
-    shape, data = tensor.shape[1:], tensor.contiguous().view(torch.uint8).numpy()
-    return [torch.frombuffer(bytearray(data[i]), dtype=tensor.dtype).view(shape) for i in rows]
+    if tensor.dtype == torch.bfloat16:
+        shape, data = tensor.shape[1:], tensor.contiguous().view(torch.uint8).numpy()
+        return [torch.frombuffer(bytearray(data[i]), dtype=tensor.dtype).view(shape) for i in rows]
+    array = tensor.contiguous().numpy()
+    copies = (np.frombuffer(bytearray(array[i]), array.dtype) for i in rows)
+    return [torch.from_numpy(copy.reshape(array.shape[1:])) for copy in copies]
