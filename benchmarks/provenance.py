@@ -44,6 +44,17 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cpu_s(pid: int | None, tid: int | None = None) -> float:
+    """CPU seconds (user + system) a process has used so far, all its threads, or its thread
+    `tid` alone; NaN where /proc does not say (no such process)."""
+    stat = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def _git(*args: str) -> str:
     try:
         done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True)

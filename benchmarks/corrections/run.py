@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import threading
@@ -32,7 +31,7 @@ from pathlib import Path
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from benchmarks.provenance import loadavg, run_metadata
+from benchmarks.provenance import cpu_s, loadavg, run_metadata
 from features.bars import read_bar_csv
 from features.corrections import CorrectionConfig, CorrectionStats, SymbolState, correct
 from features.corrections.history import bars_from_frame
@@ -116,12 +115,6 @@ class Run:
     broker_cpu_us: float  # CPU of the embedded broker per input bar
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def agent_run(
     base: Settings, role: str, records: list[tuple[bytes, bytes, int]], outputs: int
 ) -> Run:
@@ -142,10 +135,10 @@ def agent_run(
         clock = OutputClock(broker.bootstrap, settings.topic_clean, settings.partitions, outputs)
         assert broker.pid is not None
         with WorkerProcess(settings, role) as worker:
-            worker_cpu, broker_cpu = cpu_seconds(worker.pid), cpu_seconds(broker.pid)
+            worker_cpu, broker_cpu = cpu_s(worker.pid), cpu_s(broker.pid)
             seconds = clock.wait(timeout_s=600.0)
-            worker_cpu = cpu_seconds(worker.pid) - worker_cpu
-            broker_cpu = cpu_seconds(broker.pid) - broker_cpu
+            worker_cpu = cpu_s(worker.pid) - worker_cpu
+            broker_cpu = cpu_s(broker.pid) - broker_cpu
     n = len(records)
     return Run(n / seconds, 1e6 * worker_cpu / n, 1e6 * broker_cpu / n)
 

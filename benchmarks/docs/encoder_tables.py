@@ -42,8 +42,8 @@ def encoders_table(results: Path = RESULTS) -> str:
         f"{g['worker_latency_p99_ms']:.0f} ms. Beside a busy loop: the engine alone while a "
         "thread of its process runs Python without pause (benchmarks/pipeline/contention.py), "
         "as the event loop does through most of a burst. Worker CPU / burst: the worker's CPU "
-        "time over a "
-        "burst's wall time (median over the measured bursts). The event loop and the inference "
+        "time over a burst's wall time (median over the measured bursts). The event loop and "
+        "the inference "
         "thread both have work through most of a burst, so a figure near 1x says one mostly "
         "waits for the other: for the interpreter's lock, or for a core while the broker and "
         "the client hold the other.",

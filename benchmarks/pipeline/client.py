@@ -7,12 +7,10 @@ forecasts, by count, never by sleeping (the sleeps only pace the rounds and spac
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +18,7 @@ import orjson
 
 from benchmarks.pipeline.data import MINUTE_NS, Key, Reference, Series
 from benchmarks.pipeline.worker_time import WorkerTime
+from benchmarks.provenance import cpu_s
 from streams.ingest.producer import BarProducer
 from streams.kafka import confluent_config
 from streams.process import WorkerProcess
@@ -311,15 +310,6 @@ def settle(worker_pid: int | None) -> float:
 
 def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
-
-
-def cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system, all threads) a process has used so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
 
 
 def topic_records(settings: Settings, prefix: str) -> dict[str, int]:

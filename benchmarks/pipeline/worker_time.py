@@ -6,13 +6,12 @@ the publishing's is Faust's and Kafka's clients', the commits' and the timers'."
 
 from __future__ import annotations
 
-import os
 import urllib.error
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.provenance import cpu_s
 from streams.process import WorkerProcess
 from streams.tools.stats_cli import default_url, scrape
 
@@ -36,7 +35,7 @@ class WorkerTime:
             return cls(*[float("nan")] * 5)
         samples = metric_samples(worker)
         return cls(
-            loop_cpu=thread_cpu_s(worker.pid, worker.pid),
+            loop_cpu=cpu_s(worker.pid, tid=worker.pid),  # the main thread: the loop's
             agent=samples.get((LOOP, "agent"), 0.0),
             publish=samples.get((LOOP, "publish"), 0.0),
             inference=samples.get((INFERENCE + "_sum", ""), float("nan")),
@@ -66,13 +65,3 @@ def metric_samples(worker: WorkerProcess) -> dict[tuple[str, str], float]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
-
-
-def thread_cpu_s(pid: int, tid: int) -> float:
-    """CPU seconds (user + system) thread `tid` of process `pid` has used so far."""
-    try:
-        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        fields_ = stat.rsplit(")", 1)[1].split()
-        return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
