@@ -3,12 +3,13 @@
 A chunk is hundreds of small ops. Run eagerly in the inference thread, each op gives the GIL
 back and must win it again from the event loop, and in a burst (the loop busy with the very
 bars being forecast) that convoy makes a chunk many times slower. A traced chunk runs in C++
-with the GIL released throughout. Chunks have fixed shapes (see model.serving.forecast_engine),
-so a trace records exactly the ops eager mode runs and results are bit-identical; the engine's
-tests hold it to that. `torch.jit.trace` is deprecated, but its successors do not fit:
-`torch.export` runs a graph op by op from Python again, and `torch.compile` fuses ops, which
-changes rounding. bf16 autocast stays eager: on CUDA a chunk is a few kernel launches, not the
-GIL.
+with the GIL released throughout, so long as no tensor that Python holds drops to its Python
+reference alone within it (`chunked` holds the inputs). Chunks have fixed shapes (see
+model.serving.forecast_engine), so a trace records exactly the ops eager mode runs and results
+are bit-identical; the engine's tests hold it to that. `torch.jit.trace` is deprecated, but its
+successors do not fit: `torch.export` runs a graph op by op from Python again, and
+`torch.compile` fuses ops, which changes rounding. bf16 autocast stays eager: on CUDA a chunk is
+a few kernel launches, not the GIL.
 """
 
 from __future__ import annotations
@@ -225,7 +226,13 @@ def chunked(
         short = rows - part[0].shape[0]
         if short:
             part = [torch.cat([p, p[-1:].expand(short, *p.shape[1:])]) for p in part]
+        # A tensor that Python holds takes the GIL each time its last reference from C++ goes
+        # (an op's argument, a view of it): in a traced program, at nearly every op on an
+        # input, each waiting to win the GIL back from a busy event loop. Held by a C++ list
+        # too, the inputs keep a C++ reference until the program has returned.
+        held = torch.ScriptList(part)
         out = fn(*part)
+        del held
         return out if not short else _head(out, rows - short)
 
     def pooled(start: int) -> Any:
