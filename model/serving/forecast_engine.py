@@ -147,7 +147,7 @@ class ForecastEngine:
             device=self.device_setting,
             expected_fingerprint=feature_engine.FINGERPRINT,
         )
-        rows = (FORWARD_ROWS[forecaster.device.type], ENCODE_ROWS) if self.padded else (1, 1)
+        rows = (FORWARD_ROWS, ENCODE_ROWS) if self.padded else (1, 1)
         programs = chunk_programs(forecaster.model, forecaster.device, forecaster.precision, *rows)
         meta = forecaster.meta
         try:

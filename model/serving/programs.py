@@ -34,17 +34,17 @@ from model.tft import StaticContext, TemporalFusionTransformer
 # A row's rounding must not depend on where in its chunk it lands either, so chunks are
 # multiples of 16 rows and each fits one CPU block of VariableSelection (tests hold the engine
 # to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often but make
-# a lone window, or a live minute of a few symbols, pay for a whole chunk. On CPU the chunks are
-# the smallest, 16 rows: a minute of the few products most deployments serve pays for no padding,
-# while a thousand-symbol burst at the product's small hidden size would gain a little from
-# bigger ones. On CUDA a chunk costs its kernel launches whatever its rows: bursts there want
-# few, big chunks. An encoding chunk is cheap; static contexts, computed once per symbol, keep
-# small chunks.
+# a lone window, or a live minute of a few symbols, pay for a whole chunk. Forward chunks are 64
+# rows on CPU as on CUDA: on CUDA a chunk costs its kernel launches whatever its rows, and on CPU
+# each chunk's call, once its program returns, waits to win the GIL back from the event loop,
+# which in a burst is busy with the very bars being forecast; so fewer, bigger calls take a
+# burst faster (benchmarks/pipeline/, the engine beside a busy loop). An encoding chunk is
+# cheap; static contexts, computed once per symbol, keep small chunks.
 # With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
 # already the same for every window: no padding, and forecasts agree exactly across restarts and
 # replays of that setting (they round differently from padded chunks' by float rounding).
 ENCODE_ROWS = 64
-FORWARD_ROWS = {"cpu": 16, "cuda": 64}
+FORWARD_ROWS = 64
 STATIC_ROWS = 16
 
 # torch's intra-op threads in a forecast worker. A chunk runs on one core, and a micro-batch's

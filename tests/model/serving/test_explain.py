@@ -20,7 +20,7 @@ from model.forecaster import ForecastBatch, Forecaster
 from model.metrics import attention_entropy
 from model.serving.explain import SCHEMA_VERSION
 from model.serving.forecast_engine import ForecastEngine, Served, WindowRequest
-from model.serving.programs import chunk_programs
+from model.serving.programs import FORWARD_ROWS, chunk_programs
 from streams.kafka import pipeline_topics
 from streams.runtime.stages.explained import explain_records
 from streams.schema import BAR_HEADERS, decode_explanation
@@ -127,9 +127,11 @@ def test_an_explained_batch_runs_the_model_forward_once(engines, rows) -> None:
     served = engine.served
     served.programs = served.programs._replace(forward=counted("plain", served.programs.forward))
     served.explaining = explaining._replace(forward=counted("explaining", explaining.forward))
-    batch = requests(rows, range(0, 10))  # 30 windows: two 16-row chunks
+    batch = requests(rows, range(0, 25))  # 75 windows
+    chunks = -(-len(batch) // FORWARD_ROWS)
+    assert chunks == 2
     engine.predict_explained(batch)
-    assert calls == {"plain": 0, "explaining": 2}
+    assert calls == {"plain": 0, "explaining": chunks}
 
 
 def test_an_incremental_explanation_is_the_full_one(engines, rows) -> None:
