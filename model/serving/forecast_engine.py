@@ -33,6 +33,7 @@ from model.serving.programs import (
     chunk_pool,
     chunk_programs,
     chunked,
+    owned_copy,
     owned_rows,
 )
 from model.serving.streaming import Dims, SymbolStream, advance, continues
@@ -236,7 +237,11 @@ class ForecastEngine:
         """The checkpoint's volatility scale of the batch's windows: the units of its
         forecasts, and the shadow baselines' starting point, so computed once for both."""
         meta = self.served.forecaster.meta
-        inputs = np.stack([r.values[:, list(meta.volatility.columns)] for r in batch])
+        columns = meta.volatility.columns
+        # One copy of every window's columns, each a view: a copy per window (fancy indexing)
+        # gives the GIL up, and each would wait to win it back from the busy event loop.
+        views = np.array([r.values[:, column] for r in batch for column in columns])
+        inputs = views.reshape(len(batch), len(columns), -1).transpose(0, 2, 1)
         ts = np.array([r.ts_event for r in batch], dtype=np.int64)
         return Scale(inputs, meta.volatility.scale(ts, inputs, self.horizon))
 
@@ -353,7 +358,7 @@ class ForecastEngine:
         # a symbol's last window stays, copied, so that it does not keep the whole batch alive
         kept = [None] * len(latest) if selected is None else owned_rows(selected, latest)
         for i, window, weights in zip(latest, owned_rows(windows, latest), kept, strict=True):
-            newest = batch[i].values[-1].copy()
+            newest = owned_copy(batch[i].values[-1])
             served.cache[batch[i].symbol] = _Cached(batch[i].count, window, newest, weights)
         return windows, selected
 

@@ -262,15 +262,25 @@ def _like(out: tuple, items: list[Tensor]) -> tuple:
 
 
 def owned_rows(tensor: Tensor, rows: list[int]) -> list[Tensor]:
-    """Copies of `tensor`'s `rows`, each owning its memory. On CPU they are copied as bytes,
-    holding the GIL: a tensor op (a torch or large numpy copy, a view) gives the GIL up, and in
-    a burst the event loop takes it, so each of a batch's hundreds of rows would wait to win it
-    back. numpy has no bfloat16: such rows (CUDA autocast's) take a tensor view each."""
-    if tensor.device.type != "cpu":
-        return [tensor[i].clone() for i in rows]
-    if tensor.dtype == torch.bfloat16:
-        shape, data = tensor.shape[1:], tensor.contiguous().view(torch.uint8).numpy()
-        return [torch.frombuffer(bytearray(data[i]), dtype=tensor.dtype).view(shape) for i in rows]
-    array = tensor.contiguous().numpy()
-    copies = (np.frombuffer(bytearray(array[i]), array.dtype) for i in rows)
-    return [torch.from_numpy(copy.reshape(array.shape[1:])) for copy in copies]
+    """Copies of `tensor`'s `rows`, each owning its memory, made in one call: a call per row
+    (a torch op, a large numpy copy, even a tensor made from a numpy array) gives the GIL up,
+    and in a burst the event loop takes it, so each of a batch's hundreds of rows would wait to
+    win it back."""
+    return _scripted_copies()(tensor, rows)
+
+
+def owned_copy(row: np.ndarray) -> np.ndarray:
+    """A copy of `row` made holding the GIL: numpy gives it up for any copy, as a tensor op
+    does (`owned_rows`)."""
+    return np.frombuffer(bytearray(row), row.dtype).reshape(row.shape)
+
+
+def _copies(tensor: Tensor, rows: list[int]) -> list[Tensor]:
+    return [tensor[i].clone() for i in rows]
+
+
+@cache
+def _scripted_copies() -> Callable[[Tensor, list[int]], list[Tensor]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script's, as trace's
+        return torch.jit.script(_copies)

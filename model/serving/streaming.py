@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.serving.programs import owned_rows
+from model.serving.programs import owned_copy, owned_rows
 from model.tft import StaticContext
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ def advance(
     owned = (owned_rows(t, stepped) for t in (h, c, keys, values))
     for s, *state in zip(stepped, *owned, strict=True):
         row = per_symbol[s][-1]
-        streams[symbols[s]] = SymbolStream(row.row, *state, row.values.copy())
+        streams[symbols[s]] = SymbolStream(row.row, *state, owned_copy(row.values))
     return out
 
 
