@@ -384,7 +384,8 @@ class ForecastEngine:
         def step(*inputs: Tensor) -> tuple[Tensor, ...]:
             return self._chunked(plain.forward_rows, plain.step, *inputs)
 
-        dims = Dims(config.lstm_layers, config.lookback, config.hidden // config.heads)
+        d_head = config.hidden // config.heads
+        dims = Dims(config.lstm_layers, config.hidden, config.lookback, d_head)
         carried = advance(served.streams, batch, static, encode, step, dims, incremental)
         inputs = (*carried, static.selection, static.enrichment, future)
         out = self._chunked(programs.forward_rows, programs.forward, *inputs)

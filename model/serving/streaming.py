@@ -41,80 +41,91 @@ _HEAD = struct.Struct("<qiiiii")  # count, layers, hidden, lookback, d_head, fea
 _LENGTH = struct.Struct("<I")
 
 
+class Dims(NamedTuple):
+    """A stream's sizes, and where its parts sit in its carried state (`SymbolStream`)."""
+
+    layers: int
+    hidden: int
+    lookback: int
+    d_head: int
+
+    @property
+    def state(self) -> int:
+        """The LSTM state's values: h, then c, each `(layers, hidden)`."""
+        return 2 * self.layers * self.hidden
+
+    @property
+    def slot(self) -> int:
+        """A ring slot's values: a row's attention key `(hidden,)`, then its value `(d_head,)`."""
+        return self.hidden + self.d_head
+
+    @property
+    def size(self) -> int:
+        return self.state + self.lookback * self.slot
+
+
 @dataclass(slots=True)
 class SymbolStream:
-    """One symbol's carried state, float32 on the model's device. Never changed in place (a
-    step makes a new one), so a reference to one keeps it as it was. Stored as a head (row
-    count, LSTM state, newest row) and the ring's slots, each slot's key and value together: a
-    new bar changes one slot (streams.runtime.stores.StreamStore)."""
+    """One symbol's carried state on the model's device, as one tensor: the encoder LSTM's h
+    and c after row `count`, then the ring of the `lookback` newest rows' attention keys and
+    values, row r's in slot (r - 1) % lookback. One tensor, not one a part: a burst makes and
+    frees a thousand streams, each tensor a call that gives the GIL up (programs.owned_rows).
+    Never changed in place (a step makes a new one), so a reference to one keeps it as it was.
+    Stored as a head (row count, LSTM state, newest row) and the ring's slots: a new bar
+    changes one slot (streams.runtime.stores.StreamStore)."""
 
     count: int  # the newest row stepped, numbered as its window's rows
-    h: Tensor  # (layers, hidden) the encoder LSTM's state after row `count`
-    c: Tensor
-    keys: Tensor  # (lookback, hidden): row r's attention key in slot (r - 1) % lookback
-    values: Tensor  # (lookback, d_head)
+    carried: Tensor  # (dims.size,) float32
+    dims: Dims
     newest: np.ndarray  # the raw values of row `count`: a later window holds it, or restarted
 
     def head_bytes(self) -> bytes:
-        layers, hidden = self.h.shape
-        lookback, d_head = self.values.shape
-        head = _HEAD.pack(self.count, layers, hidden, lookback, d_head, len(self.newest))
-        return (
-            head
-            + _f4(self.h).tobytes()
-            + _f4(self.c).tobytes()
-            + self.newest.astype("<f8").tobytes()
-        )
+        head = _HEAD.pack(self.count, *self.dims, len(self.newest))
+        state = _f4(self.carried)[: self.dims.state]
+        return head + state.tobytes() + self.newest.astype("<f8").tobytes()
 
     def slots_bytes(self, slots: Sequence[int]) -> list[bytes]:
-        keys, values = _f4(self.keys), _f4(self.values)
-        return [keys[slot].tobytes() + values[slot].tobytes() for slot in slots]
+        ring = self._ring()
+        return [ring[slot].tobytes() for slot in slots]
 
     def changed_slots(self, prior: SymbolStream | None) -> list[int]:
         """The ring's slots whose contents differ from `prior`'s (None: every slot)."""
-        if prior is None or (prior.keys.shape, prior.values.shape) != (
-            self.keys.shape,
-            self.values.shape,
-        ):
-            return list(range(len(self.keys)))
-        changed = (self.keys != prior.keys).any(1) | (self.values != prior.values).any(1)
-        return changed.nonzero().flatten().tolist()
+        if prior is None or prior.dims != self.dims:
+            return list(range(self.dims.lookback))
+        return np.flatnonzero((self._ring() != prior._ring()).any(1)).tolist()
+
+    def _ring(self) -> np.ndarray:
+        dims = self.dims
+        return _f4(self.carried)[dims.state :].reshape(dims.lookback, dims.slot)
 
     def to_bytes(self) -> bytes:
-        return self.head_bytes() + b"".join(self.slots_bytes(range(len(self.keys))))
+        return self.head_bytes() + b"".join(self.slots_bytes(range(self.dims.lookback)))
 
     @classmethod
     def from_bytes(cls, data: bytes, device: torch.device) -> SymbolStream:
-        _, layers, hidden, lookback, d_head, features = _HEAD.unpack_from(data)
-        end = _HEAD.size + 8 * layers * hidden + 8 * features
-        size = 4 * (hidden + d_head)
-        slots = [data[end + size * slot : end + size * (slot + 1)] for slot in range(lookback)]
+        _, *sizes, features = _HEAD.unpack_from(data)
+        dims = Dims(*sizes)
+        end = _HEAD.size + 4 * dims.state + 8 * features
+        size = 4 * dims.slot
+        slots = [data[end + size * slot : end + size * (slot + 1)] for slot in range(dims.lookback)]
         return cls.from_parts(data[:end], slots, device)
 
     @classmethod
     def from_parts(cls, head: bytes, slots: Sequence[bytes], device: torch.device) -> SymbolStream:
         """The stream of `head_bytes` and its `slots_bytes` of every slot in order."""
-        count, layers, hidden, lookback, d_head, features = _HEAD.unpack_from(head)
-        n = layers * hidden
-        state = np.frombuffer(head, dtype="<f4", count=2 * n, offset=_HEAD.size)
-        newest = np.frombuffer(head, dtype="<f8", count=features, offset=_HEAD.size + 8 * n)
-        ring = np.frombuffer(b"".join(slots), dtype="<f4").reshape(lookback, hidden + d_head)
-        arrays = (
-            state[:n].reshape(layers, hidden),
-            state[n:].reshape(layers, hidden),
-            ring[:, :hidden],
-            ring[:, hidden:],
-        )
-        tensors = (torch.from_numpy(a.copy()).to(device) for a in arrays)
-        return cls(count, *tensors, newest.copy())
+        count, *sizes, features = _HEAD.unpack_from(head)
+        dims = Dims(*sizes)
+        state = head[_HEAD.size : _HEAD.size + 4 * dims.state]
+        newest = np.frombuffer(head, dtype="<f8", count=features, offset=_HEAD.size + len(state))
+        carried = np.frombuffer(bytearray(state + b"".join(slots)), dtype="<f4")
+        return cls(count, torch.from_numpy(carried).to(device), dims, newest.copy())
 
     @staticmethod
     def lookback_of(head: bytes) -> int:
         return _HEAD.unpack_from(head)[3]
 
     def to(self, device: torch.device) -> SymbolStream:
-        h, c, keys, values = (t.to(device) for t in (self.h, self.c, self.keys, self.values))
-        return SymbolStream(self.count, h, c, keys, values, self.newest)
+        return SymbolStream(self.count, self.carried.to(device), self.dims, self.newest)
 
     def continued_by(self, request: WindowRequest) -> bool:
         """Whether `request`'s window holds this stream's newest row and all after it."""
@@ -122,7 +133,7 @@ class SymbolStream:
 
 
 def _f4(tensor: Tensor) -> np.ndarray:
-    return tensor.detach().float().cpu().numpy().astype("<f4")
+    return np.asarray(tensor.detach().float().cpu().numpy(), dtype="<f4")
 
 
 def heads_bytes(streams: dict[str, SymbolStream]) -> bytes:
@@ -151,12 +162,6 @@ def continues(count: int, newest: np.ndarray, request: WindowRequest) -> bool:
     ahead = request.count - count
     lookback = len(request.values)
     return 0 <= ahead < lookback and np.array_equal(request.values[lookback - 1 - ahead], newest)
-
-
-class Dims(NamedTuple):
-    layers: int
-    lookback: int
-    d_head: int
 
 
 class Carried(NamedTuple):
@@ -225,7 +230,8 @@ def advance(
     selection = initial.selection[torch.tensor([i.symbol for i in flat])]
     encoded = encode(np.stack([i.values for i in flat]), selection)
     initial_h, initial_c, enrichment = initial.state_h, initial.state_c, initial.enrichment
-    h, c, keys, values = _stacked(streams, symbols, initial, dims)
+    carried = _stacked(streams, symbols, initial, dims)
+    h, c, keys, values = _parts(carried, dims)
     lookback, n = dims.lookback, len(batch)
     out = Carried(
         keys.new_empty(n, *keys.shape[1:]),
@@ -254,26 +260,32 @@ def advance(
             out.h[j], out.c[j] = h[s], c[s]
     stepped = [s for s, items in enumerate(per_symbol) if items]
     # copies owning their memory, so that a stream does not keep the whole batch alive
-    owned = (owned_rows(t, stepped) for t in (h, c, keys, values))
-    for s, *state in zip(stepped, *owned, strict=True):
+    for s, owned in zip(stepped, owned_rows(carried, stepped), strict=True):
         row = per_symbol[s][-1]
-        streams[symbols[s]] = SymbolStream(row.row, *state, owned_copy(row.values))
+        streams[symbols[s]] = SymbolStream(row.row, owned, dims, owned_copy(row.values))
     return out
 
 
 def _stacked(
     streams: dict[str, SymbolStream], symbols: list[str], initial: StaticContext, dims: Dims
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The symbols' streams stacked `(S, ...)`: h, c, keys, values; a symbol without one in
+) -> Tensor:
+    """The symbols' streams' carried states stacked `(S, dims.size)`; a symbol without one in
     its static state with an empty ring."""
-    parts = []
-    for k, symbol in enumerate(symbols):
-        stream = streams.get(symbol)
-        if stream is None:
-            h = initial.state_h[k].expand(dims.layers, -1)
-            c = initial.state_c[k].expand(dims.layers, -1)
-            keys = h.new_zeros(dims.lookback, h.shape[-1])
-            stream = SymbolStream(0, h, c, keys, h.new_zeros(dims.lookback, dims.d_head), h)
-        parts.append((stream.h, stream.c, stream.keys, stream.values))
-    h, c, keys, values = (torch.stack(p) for p in zip(*parts, strict=True))
-    return h, c, keys, values
+    n = dims.layers * dims.hidden
+    carried = initial.state_h.new_zeros(len(symbols), dims.size)
+    carried[:, :n] = initial.state_h.repeat(1, dims.layers)
+    carried[:, n : 2 * n] = initial.state_c.repeat(1, dims.layers)
+    have = [k for k, symbol in enumerate(symbols) if symbol in streams]
+    if have:
+        stored = torch.stack([streams[symbols[k]].carried for k in have])
+        carried[have] = stored.to(carried.dtype)
+    return carried
+
+
+def _parts(carried: Tensor, dims: Dims) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Views of stacked carried states `(S, dims.size)`: h, c `(S, layers, hidden)`, and the
+    ring's keys `(S, lookback, hidden)` and values `(S, lookback, d_head)`."""
+    n, shape = dims.layers * dims.hidden, (len(carried), dims.layers, dims.hidden)
+    ring = carried[:, 2 * n :].view(len(carried), dims.lookback, dims.slot)
+    h, c = carried[:, :n].view(shape), carried[:, n : 2 * n].view(shape)
+    return h, c, ring[..., : dims.hidden], ring[..., dims.hidden :]
