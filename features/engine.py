@@ -163,7 +163,9 @@ _SIGNATURE = types.int64(
 
 
 def _build_kernel(source_key: str) -> Callable[..., int]:
-    @njit(_SIGNATURE, cache=True, **KERNEL_OPTIONS)
+    # nogil: in the forecast worker the model's thread runs beside the event loop, and a batch's
+    # kernel call would otherwise hold it off the GIL for all of its bars.
+    @njit(_SIGNATURE, cache=True, nogil=True, **KERNEL_OPTIONS)
     def run(
         states: np.ndarray,
         rows: np.ndarray,

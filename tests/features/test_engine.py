@@ -168,3 +168,9 @@ def test_bad_bars_raise_and_leave_states_untouched(month, column, value, message
     with pytest.raises(ValueError, match=message):
         engine.update_many(states, data["rows"], *(data[k] for k in COLUMNS), np.zeros(10, bool))
     assert np.array_equal(states, before)
+
+
+def test_the_kernel_lets_the_gil_go_while_it_runs() -> None:
+    """The forecast worker's model thread needs the GIL beside the batch's features
+    (features/engine.py, `_build_kernel`)."""
+    assert engine._run.targetoptions["nogil"] is True
