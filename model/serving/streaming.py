@@ -68,11 +68,12 @@ class Dims(NamedTuple):
 class SymbolStream:
     """One symbol's carried state on the model's device, as one tensor: the encoder LSTM's h
     and c after row `count`, then the ring of the `lookback` newest rows' attention keys and
-    values, row r's in slot (r - 1) % lookback. One tensor, not one a part: a burst makes and
-    frees a thousand streams, each tensor a call that gives the GIL up (programs.owned_rows).
-    Never changed in place (a step makes a new one), so a reference to one keeps it as it was.
-    Stored as a head (row count, LSTM state, newest row) and the ring's slots: a new bar
-    changes one slot (streams.runtime.stores.StreamStore)."""
+    values, row r's in slot (r - 1) % lookback. One tensor, not one per part: a burst makes and
+    frees a stream per symbol in the inference thread, and each tensor made or freed there
+    takes its turn at the GIL beside the busy event loop (programs.owned_rows). Never changed
+    in place (a step makes a new one), so a reference to one keeps it as it was. Stored as a
+    head (row count, LSTM state, newest row) and the ring's slots: a new bar changes one slot
+    (streams.runtime.stores.StreamStore)."""
 
     count: int  # the newest row stepped, numbered as its window's rows
     carried: Tensor  # (dims.size,) float32
