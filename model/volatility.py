@@ -247,6 +247,13 @@ class VolatilityScale:
         ahead = self.profile.forward_rms(minute_of_day(ts_event), horizon)
         return np.sqrt(np.arange(1, horizon + 1)) ** (1 - self.weight) * ahead**self.weight
 
+    def inputs(self, windows: list[np.ndarray]) -> np.ndarray:
+        """`(B, lookback, k)` the windows' (feature rows, oldest first) scale inputs: each
+        window's columns as views, copied once. A copy per window (fancy indexing) gives the GIL
+        up, and in the forecast worker each would wait to win it back from the busy event loop."""
+        views = np.array([window[:, column] for window in windows for column in self.columns])
+        return views.reshape(len(windows), len(self.columns), -1).transpose(0, 2, 1)
+
     def scale(self, ts_event: np.ndarray, inputs: np.ndarray, horizon: int) -> np.ndarray:
         """`(B, horizon)` log-return units of windows ending at `ts_event`."""
         vol = self.level(inputs)

@@ -237,11 +237,7 @@ class ForecastEngine:
         """The checkpoint's volatility scale of the batch's windows: the units of its
         forecasts, and the shadow baselines' starting point, so computed once for both."""
         meta = self.served.forecaster.meta
-        columns = meta.volatility.columns
-        # One copy of every window's columns, each a view: a copy per window (fancy indexing)
-        # gives the GIL up, and each would wait to win it back from the busy event loop.
-        views = np.array([r.values[:, column] for r in batch for column in columns])
-        inputs = views.reshape(len(batch), len(columns), -1).transpose(0, 2, 1)
+        inputs = meta.volatility.inputs([r.values for r in batch])
         ts = np.array([r.ts_event for r in batch], dtype=np.int64)
         return Scale(inputs, meta.volatility.scale(ts, inputs, self.horizon))
 
@@ -384,9 +380,7 @@ class ForecastEngine:
         def step(*inputs: Tensor) -> tuple[Tensor, ...]:
             return self._chunked(plain.forward_rows, plain.step, *inputs)
 
-        d_head = config.hidden // config.heads
-        dims = Dims(config.lstm_layers, config.hidden, config.lookback, d_head)
-        carried = advance(served.streams, batch, static, encode, step, dims, incremental)
+        carried = advance(served.streams, batch, static, encode, step, Dims.of(config), incremental)
         inputs = (*carried, static.selection, static.enrichment, future)
         out = self._chunked(programs.forward_rows, programs.forward, *inputs)
         if programs is plain:

@@ -28,6 +28,8 @@ from model.tft import StaticContext
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from model.config import TFTConfig
+
 
 class WindowRequest(Protocol):
     """What a stream reads of a forecast request (model.serving.forecast_engine)."""
@@ -48,6 +50,12 @@ class Dims(NamedTuple):
     hidden: int
     lookback: int
     d_head: int
+
+    @classmethod
+    def of(cls, config: TFTConfig) -> Dims:
+        """A stream's sizes under the model `config`."""
+        c = config
+        return cls(c.lstm_layers, c.hidden, c.lookback, c.hidden // c.heads)
 
     @property
     def state(self) -> int:

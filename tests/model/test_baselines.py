@@ -371,3 +371,10 @@ def test_baselines_given_the_release_calendar_widen_at_releases_chosen_on_calibr
     meta.config.releases = False
     plain, _, _ = calibrated_forecasts(data, ends, fit, meta, 1380)  # type: ignore[arg-type]
     assert not any(name.endswith("_releases") for name in plain)
+
+
+def test_a_scales_inputs_are_its_columns_of_each_window_in_order() -> None:
+    scale = VolatilityScale(TimeOfDayProfile.flat(), (5, 0, 3), floor=3e-4)
+    windows = [np.arange(48.0).reshape(6, 8) + 100 * k for k in range(3)]
+    inputs = scale.inputs([w[1:] for w in windows])  # views of a larger buffer, as served
+    np.testing.assert_array_equal(inputs, np.stack([w[1:, [5, 0, 3]] for w in windows]))
