@@ -1,8 +1,10 @@
 """The engine alone beside a busy event loop: a thread that runs Python without pause, at the
 worker's switch interval (streams.faust_app.SWITCH_INTERVAL_S). In a burst the worker's event
-loop holds the interpreter most of the time, and every tensor op the inference thread calls
-from Python gives the interpreter up and must win it back; this measures what that costs the
-engine, an upper bound for a loop that is busy all the time."""
+loop holds the interpreter most of the time, and every time the inference thread gives the
+interpreter up it must win it back; this measures what that costs the engine beside Python
+code alone. It is no bound on the worker: the real loop's C calls (and Faust's consumer
+thread) hold the interpreter for their whole length, and the broker and the client share the
+cores, so the engine can take longer in the worker than here."""
 
 from __future__ import annotations
 

@@ -38,8 +38,8 @@ from model.tft import StaticContext, TemporalFusionTransformer
 # rows on CPU as on CUDA: on CUDA a chunk costs its kernel launches whatever its rows, and on CPU
 # each chunk's call, once its program returns, waits to win the GIL back from the event loop,
 # which in a burst is busy with the very bars being forecast; so fewer, bigger calls take a
-# burst faster (benchmarks/pipeline/, the engine beside a busy loop). An encoding chunk is
-# cheap; static contexts, computed once per symbol, keep small chunks.
+# burst faster. An encoding chunk is cheap; static contexts, computed once per symbol, keep
+# small chunks.
 # With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
 # already the same for every window: no padding, and forecasts agree exactly across restarts and
 # replays of that setting (they round differently from padded chunks' by float rounding).
@@ -263,7 +263,7 @@ def _like(out: tuple, items: list[Tensor]) -> tuple:
 
 def owned_rows(tensor: Tensor, rows: list[int]) -> list[Tensor]:
     """Copies of `tensor`'s `rows`, each owning its memory, made in one call: a call per row
-    (a torch op, a large numpy copy, even a tensor made from a numpy array) gives the GIL up,
+    (a torch op, a numpy copy, even a tensor made from a numpy array) gives the GIL up,
     and in a burst the event loop takes it, so each of a batch's hundreds of rows would wait to
     win it back."""
     return _scripted_copies()(tensor, rows)
