@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numba import njit
 
 from features.core import EWMA_SLOW
 from model.covariates import EXCHANGE_TZ, NS_PER_MIN
@@ -320,10 +321,26 @@ def window_ewma(
     square: np.ndarray, gap: np.ndarray, start: np.ndarray, halflife: float
 ) -> np.ndarray:
     """`(B,)` EWMA of `square` `(B, T)` over each window's rows after the first, from `start`;
-    a gap's return is a session's jump, not news, and leaves the variance as it was."""
+    a gap's return is a session's jump, not news, and leaves the variance as it was. Compiled,
+    and without the GIL: the forecast worker's inference thread computes it beside the busy
+    event loop, where each of a numpy loop's many small calls would wait to win the GIL back."""
     decay = 0.5 ** (1 / halflife)
-    variance = start
-    for k in range(1, square.shape[1]):
-        x = np.where((gap[:, k] > 0) | ~np.isfinite(square[:, k]), variance, square[:, k])
-        variance = decay * variance + (1 - decay) * x
+    kind = np.result_type(square, start, decay)  # numpy's own promotion: the same bits
+    return _window_ewma(square, gap, start.astype(kind), kind.type(decay), kind.type(1 - decay))
+
+
+@njit(cache=True, nogil=True)
+def _window_ewma(
+    square: np.ndarray, gap: np.ndarray, start: np.ndarray, decay: float, rest: float
+) -> np.ndarray:
+    variance = start.copy()
+    for b in range(square.shape[0]):
+        v = variance[b]
+        for k in range(1, square.shape[1]):
+            x = square[b, k]
+            if not (gap[b, k] > 0 or not np.isfinite(x)):
+                v = decay * v + rest * x
+            else:
+                v = decay * v + rest * v
+        variance[b] = v
     return variance

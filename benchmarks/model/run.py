@@ -46,7 +46,7 @@ from benchmarks.model.anchors import anchors, ptf_inputs, ptf_model, require_ptf
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.memory import peak_rss_mb
-from model.serving.programs import chunk_programs
+from model.serving.programs import chunk_programs, chunked
 from model.tft import TemporalFusionTransformer
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "model.json"
@@ -79,8 +79,9 @@ def cached_step(
         cache = model.encode_history(hist, context.selection)[0]
 
     def step() -> Any:
-        new = programs.encode(hist[:, -1:], context.selection)
-        return programs.forward(torch.cat([cache[:, 1:], new], dim=1), *context[:4], future)
+        new = chunked(programs.encode, hist[:, -1:], context.selection)
+        window = torch.cat([cache[:, 1:], new], dim=1)
+        return chunked(programs.forward, window, *context[:4], future)
 
     return step
 

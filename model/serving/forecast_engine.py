@@ -10,7 +10,6 @@ explanation (model.serving.explain) from the same forward pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -30,6 +29,7 @@ from model.serving.programs import (
     FORWARD_ROWS,
     STATIC_ROWS,
     ChunkPrograms,
+    Chunks,
     chunk_pool,
     chunk_programs,
     chunked,
@@ -265,13 +265,7 @@ class ForecastEngine:
             if programs.step is not None:
                 return self._streamed(served, programs, batch, incremental, future, static)
             encoded, weights = self._windows(served, programs, batch, incremental, explain)
-            out = self._chunked(
-                programs.forward_rows,
-                lambda e, f, *s: programs.forward(e, *s[:4], f),
-                encoded,
-                future,
-                *static,
-            )
+            out = self._chunked(programs.forward, encoded, *static[:4], future)
             if not explain:
                 return _Pass(out)
             assert weights is not None
@@ -342,7 +336,7 @@ class ForecastEngine:
             selection = torch.cat([served.static[symbols[k]].selection for k in unique // stride])
             x = self._tensor(served.forecaster.meta.normalizer.apply(values[:, None, :]))
             index[new] = lookback * len(blocks) + np.searchsorted(unique, keys)
-            encoded = self._chunked(programs.encode_rows, programs.encode, x, selection)
+            encoded = self._chunked(programs.encode, x, selection)
             if explain:
                 encoded, weights = encoded
                 weight_blocks.append(weights[:, 0])
@@ -375,23 +369,24 @@ class ForecastEngine:
 
         def encode(values: np.ndarray, selection: Tensor) -> Tensor:
             x = self._tensor(normalizer.apply(values[:, None, :]))
-            return self._chunked(plain.encode_rows, plain.encode, x, selection)
+            return self._chunked(plain.encode, x, selection)
 
         def step(*inputs: Tensor) -> tuple[Tensor, ...]:
-            return self._chunked(plain.forward_rows, plain.step, *inputs)
+            assert plain.step is not None
+            return self._chunked(plain.step, *inputs)
 
         carried = advance(served.streams, batch, static, encode, step, Dims.of(config), incremental)
         inputs = (*carried, static.selection, static.enrichment, future)
-        out = self._chunked(programs.forward_rows, programs.forward, *inputs)
+        out = self._chunked(programs.forward, *inputs)
         if programs is plain:
             return _Pass(out)
         _, weights = self._windows(served, programs, batch, incremental, explain=True)
         assert weights is not None
         return _Pass(out[0], reduced(weights, static.weights, *out[1:]))
 
-    def _chunked(self, rows: int, fn: Callable[..., Any], *inputs: Tensor) -> Any:
+    def _chunked(self, program: Chunks, *inputs: Tensor) -> Any:
         """`chunked` on the engine's threads where its programs are traced (CPU: fp32)."""
-        return chunked(rows, fn, *inputs, pool=self.pool if self.device.type == "cpu" else None)
+        return chunked(program, *inputs, pool=self.pool if self.device.type == "cpu" else None)
 
     def _tensor(self, array: np.ndarray) -> Tensor:
         tensor = torch.from_numpy(np.ascontiguousarray(array))

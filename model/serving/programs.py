@@ -4,12 +4,13 @@ A chunk is hundreds of small ops. Run eagerly in the inference thread, each op g
 back and must win it again from the event loop, and in a burst (the loop busy with the very
 bars being forecast) that convoy makes a chunk many times slower. A traced chunk runs in C++
 with the GIL released throughout, so long as no tensor that Python holds drops to its Python
-reference alone within it (`chunked` holds the inputs). Chunks have fixed shapes (see
-model.serving.forecast_engine), so a trace records exactly the ops eager mode runs and results
-are bit-identical; the engine's tests hold it to that. `torch.jit.trace` is deprecated, but its
-successors do not fit: `torch.export` runs a graph op by op from Python again, and
-`torch.compile` fuses ops, which changes rounding. bf16 autocast stays eager: on CUDA a chunk is
-a few kernel launches, not the GIL.
+reference alone within it; `Chunks` holds the inputs, and runs a batch's chunks in one call.
+Chunks have fixed shapes (see model.serving.forecast_engine), so a trace records exactly the
+ops eager mode runs and results are bit-identical; the engine's tests hold it to that.
+`torch.jit.trace` and `torch.jit.script` are deprecated, but their successors do not fit:
+`torch.export` runs a graph op by op from Python again, and `torch.compile` fuses ops, which
+changes rounding. bf16 autocast stays eager: on CUDA a chunk is a few kernel launches, not the
+GIL.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -36,9 +37,8 @@ from model.tft import StaticContext, TemporalFusionTransformer
 # to this at the serving size). Bigger chunks pay PyTorch's per-op overhead less often but make
 # a lone window, or a live minute of a few symbols, pay for a whole chunk. Forward chunks are 64
 # rows on CPU as on CUDA: on CUDA a chunk costs its kernel launches whatever its rows, and on CPU
-# each chunk's call, once its program returns, waits to win the GIL back from the event loop,
-# which in a burst is busy with the very bars being forecast; so fewer, bigger calls take a
-# burst faster. An encoding chunk is cheap; static contexts, computed once per symbol, keep
+# each chunk's ops are called one by one from C++ (within `Chunks`), so fewer, bigger chunks pay
+# that less often. An encoding chunk is cheap; static contexts, computed once per symbol, keep
 # small chunks.
 # With max_batch=1 every window runs alone, so a chunk of exactly one window (and one step) is
 # already the same for every window: no padding, and forecasts agree exactly across restarts and
@@ -56,17 +56,62 @@ TORCH_THREADS = 1
 
 
 class ChunkPrograms(NamedTuple):
-    # (encoded, selection, enrichment, state_h, state_c, future) -> quantiles (explaining: and
-    # attention, future weights)
-    forward: Callable[..., Tensor]
-    # steps (n, 1, n_hist), selection -> (n, 1, h) (explaining: and weights (n, 1, n_hist))
-    encode: Callable[[Tensor, Tensor], Tensor]
-    forward_rows: int  # the windows and steps of every call: inputs are padded to them
+    """A model's programs, each over a whole batch in chunks (`Chunks`): a list of inputs, each
+    `(n, ...)`, to a list of outputs."""
+
+    # [encoded, selection, enrichment, state_h, state_c, future] -> [quantiles] (explaining:
+    # and attention, future weights)
+    forward: Chunks
+    # [steps (n, 1, n_hist), selection] -> [(n, 1, h)] (explaining: and weights (n, 1, n_hist))
+    encode: Chunks
+    forward_rows: int  # the windows and steps of every chunk: inputs are padded to them
     encode_rows: int
     # The streaming encoder's (model.serving.streaming; None: the window encoder's model):
-    # (encoded (n, 1, h), h, c (n, layers, h), enrichment) -> next h, c, and the rows' keys and
-    # values; `forward` is then (keys, values, h, c, selection, enrichment, future) -> quantiles
-    step: Callable[..., tuple[Tensor, ...]] | None = None
+    # [encoded (n, 1, h), h, c (n, layers, h), enrichment] -> next h, c, and the rows' keys
+    # and values; `forward` is then [keys, values, h, c, selection, enrichment, future] ->
+    # [quantiles]
+    step: Chunks | None = None
+
+
+class _Listed(nn.Module):
+    """A program with its inputs and outputs as lists, as `Chunks` passes them."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, inputs: list[Tensor]) -> list[Tensor]:
+        out = self.module(*inputs)
+        return list(out) if isinstance(out, tuple) else [out]
+
+
+class Chunks(nn.Module):
+    """`program` over a batch in row chunks of exactly `rows` (the last padded by repeating its
+    final row), the outputs concatenated. Scripted around a traced program, a whole batch is
+    one call from Python, which gives the GIL up once: each op that Python calls, and each
+    tensor it frees, gives it up too, and in a burst each must then win it back from the event
+    loop, busy with the very bars being forecast. Inputs stay held by the call's C++ list
+    while the program runs, so no op in it lets go of a tensor that Python alone holds (that,
+    too, takes the GIL)."""
+
+    def __init__(self, program: nn.Module, rows: int) -> None:
+        super().__init__()
+        self.program, self.rows = program, rows
+
+    def forward(self, inputs: list[Tensor]) -> list[Tensor]:
+        n, rows = inputs[0].size(0), self.rows
+        outputs: list[list[Tensor]] = []
+        for start in range(0, n, rows):
+            part: list[Tensor] = []
+            for x in inputs:
+                chunk = x[start : start + rows]
+                short = rows - chunk.size(0)
+                if short > 0:  # (TorchScript has no unpacking in a list display)
+                    shape = [short] + list(chunk.shape[1:])  # noqa: RUF005
+                    chunk = torch.cat([chunk, chunk[-1:].expand(shape)])
+                part.append(chunk)
+            outputs.append(self.program(part))
+        return [torch.cat([out[i] for out in outputs])[:n] for i in range(len(outputs[0]))]
 
 
 class _Forward(nn.Module):
@@ -141,11 +186,14 @@ def chunk_programs(
     """`explain`: programs that also return what an explanation needs (forward: quantiles,
     attention, future weights; encode: encodings, selection weights). They run the same ops,
     so their quantiles and encodings are bit-identical to the plain programs'."""
+    rows = (forward_rows, encode_rows)
     if model.config.encoder == "stream":
         return _stream_programs(model, device, precision, forward_rows, encode_rows, explain)
-    forward, encode = _Forward(model, explain).eval(), _Encode(model, explain).eval()
+    forward, encode = _Listed(_Forward(model, explain)), _Listed(_Encode(model, explain))
     if device.type != "cpu" or precision != "fp32":
-        return ChunkPrograms(forward, encode, forward_rows, encode_rows)
+        return ChunkPrograms(
+            Chunks(forward.eval(), forward_rows), Chunks(encode.eval(), encode_rows), *rows
+        )
     c = model.config
     state = [torch.zeros(forward_rows, c.hidden) for _ in range(4)]
     window = torch.zeros(forward_rows, c.lookback, c.hidden)
@@ -154,10 +202,9 @@ def chunk_programs(
     with _tracing():
         # Expected: the deprecation, and shape-derived Python ints frozen into the trace.
         return ChunkPrograms(
-            torch.jit.trace(forward, (window, *state, future), check_trace=False),
-            torch.jit.trace(encode, (steps, selection), check_trace=False),
-            forward_rows,
-            encode_rows,
+            _scripted(forward, [window, *state, future]),
+            _scripted(encode, [steps, selection]),
+            *rows,
         )
 
 
@@ -170,10 +217,12 @@ def _stream_programs(
     explain: bool,
 ) -> ChunkPrograms:
     """The streaming encoder's programs: steps run in chunks of `forward_rows` rows too."""
-    decode, step = _Decode(model, explain).eval(), _Step(model).eval()
-    encode = _Encode(model, explain).eval()
+    rows = (forward_rows, encode_rows)
+    decode, step = _Listed(_Decode(model, explain)), _Listed(_Step(model))
+    encode = _Listed(_Encode(model, explain))
     if device.type != "cpu" or precision != "fp32":
-        return ChunkPrograms(decode, encode, forward_rows, encode_rows, step)
+        chunks = [Chunks(p.eval(), forward_rows) for p in (decode, step)]
+        return ChunkPrograms(chunks[0], Chunks(encode.eval(), encode_rows), *rows, chunks[1])
     c, n = model.config, forward_rows
     d_head = c.hidden // c.heads
     state = [torch.zeros(n, c.lstm_layers, c.hidden) for _ in range(2)]
@@ -183,13 +232,11 @@ def _stream_programs(
     steps, selection = torch.zeros(encode_rows, 1, c.n_hist), torch.zeros(encode_rows, c.hidden)
     with _tracing():
         return ChunkPrograms(
-            torch.jit.trace(decode, (*ring, *state, *context, future), check_trace=False),
-            torch.jit.trace(encode, (steps, selection), check_trace=False),
+            _scripted(decode, [*ring, *state, *context, future]),
+            _scripted(encode, [steps, selection]),
             forward_rows,
             encode_rows,
-            torch.jit.trace(
-                step, (torch.zeros(n, 1, c.hidden), *state, context[0]), check_trace=False
-            ),
+            _scripted(step, [torch.zeros(n, 1, c.hidden), *state, context[0]]),
         )
 
 
@@ -212,53 +259,32 @@ def chunk_pool(threads: int) -> ThreadPoolExecutor | None:
     return ThreadPoolExecutor(threads, "barcast-chunks") if threads > 1 else None
 
 
+def _scripted(program: _Listed, example: list[Tensor]) -> Chunks:
+    """`program` traced on `example` (a chunk's inputs), in a scripted `Chunks` of its rows."""
+    traced = torch.jit.trace(program.eval(), (example,), check_trace=False)
+    return torch.jit.script(Chunks(traced, example[0].size(0)))
+
+
 def chunked(
-    rows: int, fn: Callable[..., Any], *inputs: Tensor, pool: ThreadPoolExecutor | None = None
-) -> Any:
-    """fn over row chunks of exactly `rows` (the last padded by repeating its final row); with
-    `pool`, the chunks side by side on its threads. Only traced programs run there: autocast,
-    which eager CUDA programs rely on, holds in the caller's thread alone."""
-    n = inputs[0].shape[0]
-    modes = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
-
-    def one(start: int) -> Any:
-        part = [x[start : start + rows] for x in inputs]
-        short = rows - part[0].shape[0]
-        if short:
-            part = [torch.cat([p, p[-1:].expand(short, *p.shape[1:])]) for p in part]
-        # A tensor that Python holds takes the GIL each time its last reference from C++ goes
-        # (an op's argument, a view of it): in a traced program, at nearly every op on an
-        # input, each waiting to win the GIL back from a busy event loop. Held by a C++ list
-        # too, the inputs keep a C++ reference until the program has returned.
-        held = torch.ScriptList(part)
-        out = fn(*part)
-        del held
-        return out if not short else _head(out, rows - short)
-
-    def pooled(start: int) -> Any:
-        # the caller's inference and grad modes are its thread's alone
-        with torch.inference_mode(modes[0]), torch.set_grad_enabled(modes[1]):
-            return one(start)
-
-    starts = range(0, n, rows)
-    if pool is None or len(starts) == 1:
-        outputs = [one(start) for start in starts]
+    program: Chunks, *inputs: Tensor, pool: ThreadPoolExecutor | None = None
+) -> Tensor | tuple[Tensor, ...]:
+    """`program` over the batch `inputs`: its one output, or a tuple of its outputs; with
+    `pool`, a chunk per call, side by side on its threads. Only traced programs run there:
+    autocast, which eager CUDA programs rely on, holds in the caller's thread alone."""
+    rows, n = program.rows, inputs[0].shape[0]
+    if pool is None or n <= rows:
+        outputs = program(list(inputs))
     else:
-        outputs = list(pool.map(pooled, starts))
-    if isinstance(outputs[0], tuple):
-        return _like(outputs[0], [torch.cat(items) for items in zip(*outputs, strict=True)])
-    return torch.cat(outputs)
+        modes = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
+        def one(start: int) -> list[Tensor]:
+            # the caller's inference and grad modes are its thread's alone
+            with torch.inference_mode(modes[0]), torch.set_grad_enabled(modes[1]):
+                return program([x[start : start + rows] for x in inputs])
 
-def _head(out: Any, n: int) -> Any:
-    if isinstance(out, tuple):
-        return _like(out, [o[:n] for o in out])
-    return out[:n]
-
-
-def _like(out: tuple, items: list[Tensor]) -> tuple:
-    """`items` as the kind of tuple `out` is: a NamedTuple, or the plain one a trace returns."""
-    return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+        parts = list(pool.map(one, range(0, n, rows)))
+        outputs = [torch.cat(items) for items in zip(*parts, strict=True)]
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 def owned_rows(tensor: Tensor, rows: list[int]) -> list[Tensor]:

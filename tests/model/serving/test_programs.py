@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from model.serving.programs import chunked, owned_copy
+from model.serving.programs import Chunks, chunked, owned_copy
 
 
-def test_a_chunks_inputs_are_held_from_cpp_while_its_program_runs() -> None:
-    """Each input a program gets has a reference besides its Python object's: otherwise every
-    op of a traced program that lets go of one takes the GIL (docs/design.md, Forecast stage)."""
-    counts: list[list[int]] = []
+class _Sum(nn.Module):
+    def forward(self, inputs: list[Tensor]) -> list[Tensor]:
+        return [inputs[0] + inputs[1], inputs[0][:, :1] * 2]
 
-    def program(*inputs: Tensor) -> Tensor:
-        counts.append([x._use_count() for x in inputs])
-        return inputs[0] + inputs[1]
 
+def test_a_batch_runs_its_chunks_in_one_scripted_call_as_chunk_by_chunk() -> None:
+    """A traced program's batch is one call from Python (each op Python calls gives the GIL
+    up: docs/design.md, Forecast stage), padded chunk by chunk as eager chunks are."""
     a, b = torch.arange(40.0).view(20, 2), torch.ones(20, 2)
-    out = chunked(16, program, a, b)  # one whole chunk, one padded
-    assert torch.equal(out, a + b)
-    assert len(counts) == 2
-    assert all(count >= 2 for call in counts for count in call), counts
+    traced = torch.jit.trace(_Sum(), ([a[:16], b[:16]],), check_trace=False)
+    scripted = torch.jit.script(Chunks(traced, 16))
+    assert isinstance(scripted, torch.jit.ScriptModule)
+    total, first = chunked(scripted, a, b)  # one whole chunk, one padded
+    assert torch.equal(total, a + b) and torch.equal(first, a[:, :1] * 2)
+    eager = chunked(Chunks(_Sum(), 16), a, b)
+    assert all(torch.equal(x, y) for x, y in zip(eager, (total, first), strict=True))
+
+
+def test_pooled_chunks_are_the_batchs_call() -> None:
+    a, b = torch.randn(40, 3), torch.randn(40, 3)
+    program = Chunks(_Sum(), 16)
+    with ThreadPoolExecutor(2) as pool:
+        pooled = chunked(program, a, b, pool=pool)
+    assert all(torch.equal(x, y) for x, y in zip(pooled, chunked(program, a, b), strict=True))
 
 
 def test_an_owned_copy_is_its_rows_values_in_memory_of_its_own() -> None:
