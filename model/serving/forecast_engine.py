@@ -35,7 +35,6 @@ from model.serving.programs import (
     chunked,
     owned_copy,
     owned_rows,
-    pooled,
 )
 from model.serving.streaming import Dims, SymbolStream, advance, continues
 from model.tft import StaticContext, TemporalFusionTransformer
@@ -366,17 +365,20 @@ class ForecastEngine:
         explaining (`programs` the explaining ones), the rows' selection weights come as the
         window encoder's (`_windows`): a row's depend on it and its symbol, not on the state."""
         config, normalizer = served.forecaster.config, served.forecaster.meta.normalizer
-        assert served.programs.step is not None
-        steps = pooled(served.programs.step, self.pool if self.device.type == "cpu" else None)
+        plain = served.programs
 
-        def normalize(values: np.ndarray) -> Tensor:
-            return self._tensor(normalizer.apply(values[:, None, :]))
+        def encode(values: np.ndarray, selection: Tensor) -> Tensor:
+            x = self._tensor(normalizer.apply(values[:, None, :]))
+            return self._chunked(plain.encode, x, selection)
 
-        dims = Dims.of(config)
-        carried = advance(served.streams, batch, static, normalize, steps, dims, incremental)
+        def step(*inputs: Tensor) -> tuple[Tensor, ...]:
+            assert plain.step is not None
+            return self._chunked(plain.step, *inputs)
+
+        carried = advance(served.streams, batch, static, encode, step, Dims.of(config), incremental)
         inputs = (*carried, static.selection, static.enrichment, future)
         out = self._chunked(programs.forward, *inputs)
-        if programs is served.programs:
+        if programs is plain:
             return _Pass(out)
         _, weights = self._windows(served, programs, batch, incremental, explain=True)
         assert weights is not None

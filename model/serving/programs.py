@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from model.serving.stream_steps import StreamSteps
 from model.tft import StaticContext, TemporalFusionTransformer
 
 # Matrix kernels pick their code path (and so their rounding) by shape. Running the model only
@@ -68,10 +67,10 @@ class ChunkPrograms(NamedTuple):
     forward_rows: int  # the windows and steps of every chunk: inputs are padded to them
     encode_rows: int
     # The streaming encoder's (model.serving.streaming; None: the window encoder's model):
-    # `encode` and [encoded (n, 1, h), h, c (n, layers, h), enrichment] -> next h, c, and the
-    # rows' keys and values, over a batch's streams; `forward` is then [keys, values, h, c,
-    # selection, enrichment, future] -> [quantiles]
-    step: StreamSteps | None = None
+    # [encoded (n, 1, h), h, c (n, layers, h), enrichment] -> next h, c, and the rows' keys
+    # and values; `forward` is then [keys, values, h, c, selection, enrichment, future] ->
+    # [quantiles]
+    step: Chunks | None = None
 
 
 class _Listed(nn.Module):
@@ -221,26 +220,23 @@ def _stream_programs(
     rows = (forward_rows, encode_rows)
     decode, step = _Listed(_Decode(model, explain)), _Listed(_Step(model))
     encode = _Listed(_Encode(model, explain))
-    c, n = model.config, forward_rows
-    dims = (c.lstm_layers, c.hidden, c.lookback, c.hidden // c.heads)
     if device.type != "cpu" or precision != "fp32":
         chunks = [Chunks(p.eval(), forward_rows) for p in (decode, step)]
-        encoding = Chunks(encode.eval(), encode_rows)
-        return ChunkPrograms(chunks[0], encoding, *rows, StreamSteps(encoding, chunks[1], *dims))
+        return ChunkPrograms(chunks[0], Chunks(encode.eval(), encode_rows), *rows, chunks[1])
+    c, n = model.config, forward_rows
+    d_head = c.hidden // c.heads
     state = [torch.zeros(n, c.lstm_layers, c.hidden) for _ in range(2)]
     context = [torch.zeros(n, c.hidden) for _ in range(2)]
     future = torch.zeros(n, c.horizon, c.n_future)
-    ring = (torch.zeros(n, c.lookback, c.hidden), torch.zeros(n, c.lookback, dims[3]))
+    ring = (torch.zeros(n, c.lookback, c.hidden), torch.zeros(n, c.lookback, d_head))
     steps, selection = torch.zeros(encode_rows, 1, c.n_hist), torch.zeros(encode_rows, c.hidden)
     with _tracing():
-        encoding = _scripted(encode, [steps, selection])
-        stepping = _scripted(step, [torch.zeros(n, 1, c.hidden), *state, context[0]])
         return ChunkPrograms(
             _scripted(decode, [*ring, *state, *context, future]),
-            encoding,
+            _scripted(encode, [steps, selection]),
             forward_rows,
             encode_rows,
-            torch.jit.script(StreamSteps(encoding, stepping, *dims)),
+            _scripted(step, [torch.zeros(n, 1, c.hidden), *state, context[0]]),
         )
 
 
@@ -289,27 +285,6 @@ def chunked(
         parts = list(pool.map(one, range(0, n, rows)))
         outputs = [torch.cat(items) for items in zip(*parts, strict=True)]
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
-class Pooled(nn.Module):
-    """`program` with its chunks side by side on `pool`'s threads (`chunked`), for the eager
-    `StreamSteps` of an engine with more than one inference thread."""
-
-    def __init__(self, program: Chunks, pool: ThreadPoolExecutor) -> None:
-        super().__init__()
-        self.program, self.pool = program, pool
-
-    def forward(self, inputs: list[Tensor]) -> list[Tensor]:
-        out = chunked(self.program, *inputs, pool=self.pool)
-        return list(out) if isinstance(out, tuple) else [out]
-
-
-def pooled(steps: StreamSteps, pool: ThreadPoolExecutor | None) -> StreamSteps:
-    """`steps` with its chunks side by side on `pool`'s threads, run eagerly (None: as it is)."""
-    if pool is None:
-        return steps
-    encode, step = Pooled(steps.encode, pool), Pooled(steps.step, pool)
-    return StreamSteps(encode, step, steps.layers, steps.hidden, steps.lookback, steps.d_head)
 
 
 def owned_rows(tensor: Tensor, rows: list[int]) -> list[Tensor]:

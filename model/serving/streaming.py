@@ -14,7 +14,6 @@ of its stream from the start.
 
 from __future__ import annotations
 
-import itertools
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -23,15 +22,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.serving.programs import owned_copy
-from model.serving.stream_steps import Plan
+from model.serving.programs import owned_copy, owned_rows
 from model.tft import StaticContext
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from model.config import TFTConfig
-    from model.serving.stream_steps import StreamSteps
 
 
 class WindowRequest(Protocol):
@@ -81,7 +78,7 @@ class SymbolStream:
     and c after row `count`, then the ring of the `lookback` newest rows' attention keys and
     values, row r's in slot (r - 1) % lookback. One tensor, not one per part: a burst makes and
     frees a stream per symbol in the inference thread, and each tensor made or freed there
-    takes its turn at the GIL beside the busy event loop (model.serving.stream_steps). Never changed
+    takes its turn at the GIL beside the busy event loop (programs.owned_rows). Never changed
     in place (a step makes a new one), so a reference to one keeps it as it was. Stored as a
     head (row count, LSTM state, newest row) and the ring's slots: a new bar changes one slot
     (streams.runtime.stores.StreamStore)."""
@@ -222,55 +219,82 @@ def advance(
     streams: dict[str, SymbolStream],
     batch: Sequence[WindowRequest],
     static: StaticContext,
-    normalize: Callable[[np.ndarray], Tensor],
-    steps: StreamSteps,
+    encode: Callable[[np.ndarray, Tensor], Tensor],
+    step: Callable[..., tuple[Tensor, ...]],
     dims: Dims,
     incremental: bool,
 ) -> Carried:
     """Step every row `batch`'s forecasts need, symbol by symbol in order, and keep each
-    symbol's stream in `streams`. `normalize`: raw rows `(n, F)` -> the encoder's inputs `(n,
-    1, F)`; `steps` encodes and steps them (model.serving.stream_steps). `static`: the
-    requests' static contexts. Not `incremental`: each window streamed anew from its oldest
-    row."""
+    symbol's stream in `streams`. `encode`: raw rows `(n, F)` and their selection contexts ->
+    encodings `(n, 1, hidden)`; `step`: (encodings, h, c, enrichment) -> the next (h, c) `(n,
+    layers, hidden)` and the rows' keys and values `(n, 1, .)`, both in fixed-size chunks.
+    `static`: the requests' static contexts. Not `incremental`: each window streamed anew from
+    its oldest row."""
     per_symbol = _items(streams, batch, incremental)
     # each symbol (in order of first appearance) at one of its requests: its static context
     requests = {r.symbol: j for j, r in enumerate(batch)}
     symbols = list(requests)
+    initial = StaticContext(*(part[list(requests.values())] for part in static))
     flat = [item for items in per_symbol for item in items]
-    start = list(itertools.accumulate((len(items) for items in per_symbol), initial=0))
-    plan = Plan(
-        contexts=list(requests.values()),
-        rows=[i.symbol for i in flat],
-        have=[k for k, symbol in enumerate(symbols) if symbol in streams],
-        steps=[
-            _step(per_symbol, start, k, dims.lookback)
-            for k in range(max(len(items) for items in per_symbol))
-        ],
-        stepped=[s for s, items in enumerate(per_symbol) if items],
-        requests=len(batch),
+    selection = initial.selection[torch.tensor([i.symbol for i in flat])]
+    encoded = encode(np.stack([i.values for i in flat]), selection)
+    initial_h, initial_c, enrichment = initial.state_h, initial.state_c, initial.enrichment
+    carried = _stacked(streams, symbols, initial, dims)
+    h, c, keys, values = _parts(carried, dims)
+    lookback, n = dims.lookback, len(batch)
+    out = Carried(
+        keys.new_empty(n, *keys.shape[1:]),
+        values.new_empty(n, *values.shape[1:]),
+        h.new_empty(n, *h.shape[1:]),
+        c.new_empty(n, *c.shape[1:]),
     )
-    stored = [streams[symbols[k]].carried for k in plan.have]
-    context = [static.selection, static.enrichment, static.state_h, static.state_c]
-    x = normalize(np.stack([i.values for i in flat]))
-    out, owned = steps(x, context, stored, tuple(plan))
-    for s, carried in zip(plan.stepped, owned, strict=True):
+    start = np.cumsum([0] + [len(items) for items in per_symbol])
+    ring = torch.arange(lookback)
+    for k in range(max(len(items) for items in per_symbol)):
+        now = [items[k] for items in per_symbol if len(items) > k]
+        at = torch.tensor([i.symbol for i in now])
+        flat_at = torch.tensor([start[i.symbol] + k for i in now])
+        restart = torch.tensor([i.restart for i in now])[:, None, None]
+        h_in = torch.where(restart, initial_h[at, None], h[at])
+        c_in = torch.where(restart, initial_c[at, None], c[at])
+        h[at], c[at], key, value = step(encoded[flat_at], h_in, c_in, enrichment[at])
+        slots = torch.tensor([(i.row - 1) % lookback for i in now])
+        keys[at, slots], values[at, slots] = key[:, 0], value[:, 0]
+        forecast = [i for i in now if i.request >= 0]
+        if forecast:  # their windows, as of this step: oldest slot first
+            s = torch.tensor([i.symbol for i in forecast])
+            j = torch.tensor([i.request for i in forecast])
+            order = (torch.tensor([i.row for i in forecast])[:, None] + ring) % lookback
+            out.keys[j], out.values[j] = keys[s[:, None], order], values[s[:, None], order]
+            out.h[j], out.c[j] = h[s], c[s]
+    stepped = [s for s, items in enumerate(per_symbol) if items]
+    # copies owning their memory, so that a stream does not keep the whole batch alive
+    for s, owned in zip(stepped, owned_rows(carried, stepped), strict=True):
         row = per_symbol[s][-1]
-        streams[symbols[s]] = SymbolStream(row.row, carried, dims, owned_copy(row.values))
-    return Carried(*out)
+        streams[symbols[s]] = SymbolStream(row.row, owned, dims, owned_copy(row.values))
+    return out
 
 
-def _step(
-    per_symbol: list[list[_Item]], start: list[int], k: int, lookback: int
-) -> list[list[int]]:
-    """Step `k`'s rows, as `Plan.steps` holds them."""
-    now = [items[k] for items in per_symbol if len(items) > k]
-    forecast = [i for i in now if i.request >= 0]
-    return [
-        [i.symbol for i in now],
-        [start[i.symbol] + k for i in now],
-        [int(i.restart) for i in now],
-        [(i.row - 1) % lookback for i in now],
-        [i.symbol for i in forecast],
-        [i.request for i in forecast],
-        [i.row for i in forecast],
-    ]
+def _stacked(
+    streams: dict[str, SymbolStream], symbols: list[str], initial: StaticContext, dims: Dims
+) -> Tensor:
+    """The symbols' streams' carried states stacked `(S, dims.size)`; a symbol without one in
+    its static state with an empty ring."""
+    n = dims.layers * dims.hidden
+    carried = initial.state_h.new_zeros(len(symbols), dims.size)
+    carried[:, :n] = initial.state_h.repeat(1, dims.layers)
+    carried[:, n : 2 * n] = initial.state_c.repeat(1, dims.layers)
+    have = [k for k, symbol in enumerate(symbols) if symbol in streams]
+    if have:
+        stored = torch.stack([streams[symbols[k]].carried for k in have])
+        carried[have] = stored.to(carried.dtype)
+    return carried
+
+
+def _parts(carried: Tensor, dims: Dims) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Views of stacked carried states `(S, dims.size)`: h, c `(S, layers, hidden)`, and the
+    ring's keys `(S, lookback, hidden)` and values `(S, lookback, d_head)`."""
+    n, shape = dims.layers * dims.hidden, (len(carried), dims.layers, dims.hidden)
+    ring = carried[:, 2 * n :].view(len(carried), dims.lookback, dims.slot)
+    h, c = carried[:, :n].view(shape), carried[:, n : 2 * n].view(shape)
+    return h, c, ring[..., : dims.hidden], ring[..., dims.hidden :]
