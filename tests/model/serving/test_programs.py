@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import Tensor, nn
 
+from model.serving.forecast_engine import ForecastEngine
 from model.serving.programs import Chunks, chunked, owned_copy
+from tests.checkpoints import make_checkpoint
 
 
 class _Sum(nn.Module):
@@ -43,3 +47,14 @@ def test_an_owned_copy_is_its_rows_values_in_memory_of_its_own() -> None:
     window[1] = -1.0
     np.testing.assert_array_equal(copy, [4.0, 5.0, 6.0, 7.0])
     assert copy.dtype == window.dtype and copy.shape == (4,)
+
+
+@pytest.mark.parametrize("encoder", ["window", "stream"])
+def test_every_cpu_program_is_one_scripted_call_per_batch(tmp_path: Path, encoder: str) -> None:
+    """On CPU, each program a batch runs (the stream encoder's steps too) is scripted, so a
+    batch gives the GIL up once per program, not per chunk or op."""
+    make_checkpoint(tmp_path / "a", encoder=encoder)
+    programs = ForecastEngine(tmp_path / "a").served.programs
+    assert (programs.step is None) == (encoder == "window")
+    scripted = [programs.forward, programs.encode, programs.step or programs.forward]
+    assert all(isinstance(p, torch.jit.ScriptModule) for p in scripted)
