@@ -33,7 +33,6 @@ from model.volatility import (
     VolatilityScale,
     gaussian_misfit,
     minute_of_day,
-    window_ewma,
 )
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -379,23 +378,3 @@ def test_a_scales_inputs_are_its_columns_of_each_window_in_order() -> None:
     windows = [np.arange(48.0).reshape(6, 8) + 100 * k for k in range(3)]
     inputs = scale.inputs([w[1:] for w in windows])  # views of a larger buffer, as served
     np.testing.assert_array_equal(inputs, np.stack([w[1:, [5, 0, 3]] for w in windows]))
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_the_compiled_window_ewma_is_the_recursion_bit_for_bit(dtype: type) -> None:
-    """Gaps and non-finite returns leave the variance as it was; numpy's promotion and
-    rounding, step by step: checkpoints fitted before the kernel was compiled scale alike."""
-    rng = np.random.default_rng(3)
-    square = (rng.normal(size=(40, 60)) ** 2).astype(dtype)
-    square[rng.random(square.shape) < 0.05] = np.nan
-    square[rng.random(square.shape) < 0.02] = np.inf
-    gap = (rng.random(square.shape) < 0.05).astype(dtype)
-    start = (rng.random(40) + 0.1).astype(dtype)
-    decay = 0.5 ** (1 / 30.0)
-    expected = start
-    for k in range(1, square.shape[1]):
-        x = np.where((gap[:, k] > 0) | ~np.isfinite(square[:, k]), expected, square[:, k])
-        expected = decay * expected + (1 - decay) * x
-    got = window_ewma(square, gap, start, 30.0)
-    assert got.dtype == expected.dtype
-    np.testing.assert_array_equal(got, expected)
