@@ -326,21 +326,31 @@ def window_ewma(
     event loop, where each of a numpy loop's many small calls would wait to win the GIL back."""
     decay = 0.5 ** (1 / halflife)
     kind = np.result_type(square, start, decay)  # numpy's own promotion: the same bits
-    return _window_ewma(square, gap, start.astype(kind), kind.type(decay), kind.type(1 - decay))
+    skip = (gap > 0) | ~np.isfinite(square)
+    return _window_ewma(
+        square.astype(kind, copy=False),
+        skip,
+        start.astype(kind),
+        kind.type(decay),
+        kind.type(1 - decay),
+    )
 
 
-@njit(cache=True, nogil=True)
+# Compiled when imported (from numba's cache after the first time), for the float64 windows the
+# worker serves and the float32 panels training reads: no forecast waits on a compilation.
+@njit(
+    ["f8[:](f8[:, :], b1[:, :], f8[:], f8, f8)", "f4[:](f4[:, :], b1[:, :], f4[:], f4, f4)"],
+    cache=True,
+    nogil=True,
+)
 def _window_ewma(
-    square: np.ndarray, gap: np.ndarray, start: np.ndarray, decay: float, rest: float
+    square: np.ndarray, skip: np.ndarray, start: np.ndarray, decay: float, rest: float
 ) -> np.ndarray:
     variance = start.copy()
     for b in range(square.shape[0]):
         v = variance[b]
         for k in range(1, square.shape[1]):
-            x = square[b, k]
-            if not (gap[b, k] > 0 or not np.isfinite(x)):
-                v = decay * v + rest * x
-            else:
-                v = decay * v + rest * v
+            x = v if skip[b, k] else square[b, k]
+            v = decay * v + rest * x
         variance[b] = v
     return variance

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model.volatility import window_ewma
+from model.volatility import _window_ewma, window_ewma
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -26,3 +26,14 @@ def test_the_compiled_window_ewma_is_the_recursion_bit_for_bit(dtype: type) -> N
     got = window_ewma(square, gap, start, 30.0)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_kernel_is_compiled_before_any_call_for_windows_as_served(dtype: type) -> None:
+    """Strided columns of a window (as `VolatilityScale.inputs` gives them) run on a kernel
+    compiled when the module was imported: no forecast waits on a compilation."""
+    compiled = list(_window_ewma.overloads)
+    inputs = np.random.default_rng(0).random((8, 60, 7)).astype(dtype)
+    got = window_ewma(inputs[..., 0] ** 2, inputs[..., 3], inputs[:, 0, 4] ** 2, 30.0)
+    assert got.dtype == dtype and np.isfinite(got).all()
+    assert list(_window_ewma.overloads) == compiled and len(compiled) == 2
