@@ -90,11 +90,32 @@ class SymbolShadow:
         raw: dict[str, Columns],
         config: CalibrationConfig,
         mode: ServeMode,
+        defer: bool = False,
     ) -> tuple[dict[str, Any], Pending]:
         """The value to publish for the model's (calibrated) `value`, given each defined
-        baseline's quantiles `raw` (`columns_of`), and what waits for the scores."""
-        ts, model_id = int(value["ts_event"]), value["model_id"]
-        self.serve(model_id)
+        baseline's quantiles `raw` (`columns_of`), and what waits for the scores. With `defer`,
+        where the model's own forecast is published, the baselines are left uncalibrated in
+        the pending entry: nothing published waits for them. `calibrate` them then, in their
+        order, before the symbol's next `row` or forecast and before the entry is scored (the
+        calibrations take the same scores then: one scored later is due later)."""
+        ts = int(value["ts_event"])
+        self.serve(value["model_id"])
+        source = self.choice.at(ts, mode)
+        if source != MODEL and source not in raw:  # its EWMAs restarted since
+            source = VOLATILITY_SCALE if VOLATILITY_SCALE in raw else MODEL
+        pending = Pending(ts, source, {})
+        if source == MODEL:
+            if not defer:
+                self.calibrate(pending, raw, config)
+            return value | {"source": MODEL}, pending
+        calibrated = self.calibrate(pending, raw, config)[source]
+        return baseline_value(value, source, raw[source], calibrated, config), pending
+
+    def calibrate(
+        self, pending: Pending, raw: dict[str, Columns], config: CalibrationConfig
+    ) -> dict[str, Columns]:
+        """Each baseline's quantiles `raw` of the forecast `pending` stands for, calibrated
+        (if on) by the baseline's own calibration, into `pending` (flattened) and returned."""
         calibrated: dict[str, Columns] = {}
         for name in BASELINES:
             if name not in raw:
@@ -102,17 +123,10 @@ class SymbolShadow:
             low, median, high = raw[name]
             if config.enabled:
                 state = self.calibrations.setdefault(name, SymbolCalibration())
-                low, high = state.calibrate(name, ts, median, low, high, config)
+                low, high = state.calibrate(name, pending.ts_event, median, low, high, config)
             calibrated[name] = (low, median, high)
-        source = self.choice.at(ts, mode)
-        if source != MODEL and source not in calibrated:  # its EWMAs restarted since
-            source = VOLATILITY_SCALE if VOLATILITY_SCALE in calibrated else MODEL
-        if source == MODEL:
-            published = value | {"source": MODEL}
-        else:
-            published = baseline_value(value, source, raw[source], calibrated[source], config)
-        pending = Pending(ts, source, {n: (*lo, *m, *hi) for n, (lo, m, hi) in calibrated.items()})
-        return published, pending
+            pending.quantiles[name] = (*low, *median, *high)
+        return calibrated
 
     def canary_forecast(
         self, value: dict[str, Any], config: CalibrationConfig

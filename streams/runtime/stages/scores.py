@@ -40,7 +40,7 @@ from model.serving.scoring import (
 )
 from model.serving.scoring_state import SymbolScoring, pooled_figures
 from model.serving.shadow import Columns, Pending
-from model.serving.skill import TRACKS, ServeMode, Skill, pooled_skill
+from model.serving.skill import MODEL, TRACKS, ServeMode, Skill, pooled_skill
 from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stores import ShadowStore, StateStore
 from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
@@ -96,6 +96,10 @@ class Scoring:
         # A forecast's pending entry (with its row's partition and offset) until its canary's
         # forecast is in it (`canaries`), by id of its request
         self.canary_due: dict[int, tuple[Pending, int, int]] = {}
+        # The baselines of published forecasts of the model, not calibrated yet: nothing
+        # published waits for them (model.serving.shadow), per symbol in order, with their
+        # row's partition and offset and their quantiles
+        self.uncalibrated: dict[bytes, list[tuple[int, int, Pending, dict[str, Columns]]]] = {}
 
     def bar(
         self, row: FeatureRow, request: WindowRequest | None, engine: ForecastEngine | None
@@ -109,6 +113,7 @@ class Scoring:
         waiting = WaitingBar(bar, row.partition, row.offset, request is not None)
         self.waiting.setdefault(row.key, deque()).append(waiting)
         if self.shadows is not None and engine is not None:
+            self._calibrate_baselines(row.key)  # before a new checkpoint's row starts afresh
             shadow = self.shadows.read(row.key)
             baselines, model_id = engine.served.baselines, engine.model_id
             variances = shadow.row(baselines, model_id, row.ts_event, row.values)
@@ -213,9 +218,12 @@ class Scoring:
             self.calibrated.setdefault(key, deque()).append(Calibrated(value, None))
             return value
         shadow = self.shadows.read(key)
-        published, pending = shadow.forecast(value, baselines, self.config, self.mode)
+        # a canary's forecast joins the pending entry, after its baselines
+        published, pending = shadow.forecast(value, baselines, self.config, self.mode, not canary)
         if canary:
             self.canary_due[id(request)] = (pending, partition, offset)
+        elif pending.source == MODEL:
+            self.uncalibrated.setdefault(key, []).append((partition, offset, pending, baselines))
         self.shadows.write(key, partition, offset, shadow)
         self.calibrated.setdefault(key, deque()).append(Calibrated(value, pending))
         return published
@@ -223,6 +231,7 @@ class Scoring:
     def _advance(self, key: bytes, before: int | None) -> None:
         """The symbol's waiting bars (those before ts `before`; None: all) and the calibrated
         forecasts of those that requested one into its scoring state, in lockstep."""
+        self._calibrate_baselines(key)  # a forecast's pending entry is complete once applied
         waiting, calibrated = self.waiting[key], self.calibrated.get(key)
         while waiting and (before is None or waiting[0].bar.ts_event < before):
             bar, partition, offset, requested, control = waiting[0]
@@ -250,6 +259,13 @@ class Scoring:
         if not waiting:
             del self.waiting[key]
             self.calibrated.pop(key, None)
+
+    def _calibrate_baselines(self, key: bytes) -> None:
+        """The baselines the symbol's published forecasts left uncalibrated, in order."""
+        for partition, offset, pending, raw in self.uncalibrated.pop(key, ()):
+            shadow = self.shadows.read(key)  # type: ignore[union-attr]
+            shadow.calibrate(pending, raw, self.config)
+            self.shadows.write(key, partition, offset, shadow)  # type: ignore[union-attr]
 
     def _score(self, out: Scores) -> None:
         """Score what was decided, into the rolling figures and the calibrations, and `out`."""
