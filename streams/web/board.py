@@ -88,11 +88,21 @@ class SymbolBoard:
     fans: deque[Fan] = field(
         default_factory=lambda: deque(maxlen=HISTORY_MINUTES // FAN_EVERY_MINUTES + 1)
     )
-    latest: Fan | None = None
+    # The latest forecast, drawn (`fan`) when the page asks: a burst's thousand forecasts are
+    # each held, not drawn, on the event loop
+    latest_value: Mapping[str, Any] | None = None
+    latest_fan: Fan | None = None
+    latest_ms: int = 0
     latest_seen_ns: int = 0
     scores: deque[ScoreSummary] = field(default_factory=lambda: deque(maxlen=SCORE_WINDOW))
     observed: int = 0  # scores ever observed: `skill` is of the scores at that count
     skill: tuple[int, dict[str, SkillFigure]] = (0, {})
+
+    @property
+    def latest(self) -> Fan | None:
+        if self.latest_fan is None and self.latest_value is not None:
+            self.latest_fan = fan_of(self.latest_value)
+        return self.latest_fan
 
 
 class Board:
@@ -116,20 +126,24 @@ class Board:
             board.closes.popleft()
 
     def observe_forecast(self, forecast_value: Mapping[str, Any]) -> None:
+        """The symbol's latest forecast, kept as it is: its fan is drawn once the page asks, or
+        now if it is one of the past fans kept. A model's first forecast names the quantiles
+        drawn (its later ones have the same fields)."""
         board = self._symbol(forecast_value["symbol"])
-        fan = fan_of(forecast_value)
-        self.quantiles = quantile_names(forecast_value)
-        if board.latest is not None and fan["t_ms"] < board.latest["t_ms"]:
+        t_ns, model_id = int(forecast_value["ts_event"]), str(forecast_value["model_id"])
+        if model_id not in self.models:
+            self.quantiles = quantile_names(forecast_value)
+        if board.latest_value is not None and t_ns // NS_PER_MS < board.latest_ms:
             return
-        self.models.setdefault(fan["model_id"], self.clock())
+        self.models.setdefault(model_id, self.clock())
         while len(self.models) > MODELS_KEPT:
             del self.models[next(iter(self.models))]
-        board.latest, board.latest_seen_ns = fan, self.clock()
-        minute = fan["t_ms"] * NS_PER_MS // NS_PER_MIN
-        if minute % FAN_EVERY_MINUTES == 0 and not (
-            board.fans and board.fans[-1]["t_ms"] == fan["t_ms"]
+        board.latest_value, board.latest_fan = forecast_value, None
+        board.latest_ms, board.latest_seen_ns = t_ns // NS_PER_MS, self.clock()
+        if t_ns // NS_PER_MIN % FAN_EVERY_MINUTES == 0 and not (
+            board.fans and board.fans[-1]["t_ms"] == board.latest_ms
         ):
-            board.fans.append(fan)
+            board.fans.append(board.latest)  # type: ignore[arg-type]  # just set
 
     def observe_score(self, score_value: Mapping[str, Any]) -> None:
         self.scores_seen = True

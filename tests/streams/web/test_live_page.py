@@ -20,7 +20,7 @@ from streams.ingest.replay import Replay, ReplayOptions
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
 from streams.web import render
-from streams.web.board import FAN_EVERY_MINUTES, HISTORY_MINUTES, Board
+from streams.web.board import FAN_EVERY_MINUTES, HISTORY_MINUTES, Board, fan_of
 from tests.browser import Browser
 from tests.checkpoints import make_checkpoint
 from tests.streams.tools.test_backtest import sixe_slice
@@ -67,6 +67,25 @@ def test_memory_per_symbol_is_bounded_and_repeats_are_ignored() -> None:
     view = board.view()["symbols"][0]
     assert view["latest"] is not None and view["latest"]["t_ms"] == held.closes[-1][0] // 10**6
     assert all(f["t_ms"] * 10**6 >= held.closes[0][0] for f in view["fans"])
+
+
+def test_a_forecast_is_drawn_when_the_page_asks_and_a_kept_fan_when_observed() -> None:
+    """The worker's loop only holds a forecast; the page draws it. One of a fan minute is drawn
+    at once, into the past fans, and is the latest the page shows, not a copy of it."""
+    board = Board(clock=lambda: START)
+    off_minute = forecast(START + MINUTE, 5500.0)
+    board.observe_forecast(off_minute)
+    held = board.symbols["ESU4"]
+    assert held.latest_fan is None and not held.fans
+    assert board.view()["symbols"][0]["latest"] == fan_of(off_minute)
+    on_minute = START + (FAN_EVERY_MINUTES - (START // MINUTE) % FAN_EVERY_MINUTES) * MINUTE
+    board.observe_forecast(forecast(on_minute, 5501.0))
+    assert len(held.fans) == 1 and held.fans[-1] is held.latest
+    board.observe_forecast(forecast(START, 5499.0))  # older than the latest: not shown
+    assert board.view()["symbols"][0]["latest"]["t_ms"] == on_minute // 10**6  # type: ignore[index]
+    unnamed = {k: v for k, v in forecast(on_minute, 1.0).items() if k != "price_q50"}
+    with pytest.raises(ValueError, match="price_q50"):  # a model's first forecast is checked
+        board.observe_forecast(unnamed | {"model_id": "another"})
 
 
 def test_a_session_break_is_a_break_in_the_line() -> None:
