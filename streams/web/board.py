@@ -88,7 +88,7 @@ class SymbolBoard:
     fans: deque[Fan] = field(
         default_factory=lambda: deque(maxlen=HISTORY_MINUTES // FAN_EVERY_MINUTES + 1)
     )
-    # The latest forecast, drawn (`fan`) when the page asks: a burst's thousand forecasts are
+    # The latest forecast, drawn (`latest`) when the page asks: a burst's thousand forecasts are
     # each held, not drawn, on the event loop
     latest_value: Mapping[str, Any] | None = None
     latest_fan: Fan | None = None
