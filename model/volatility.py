@@ -330,7 +330,7 @@ def window_ewma(
     return _window_ewma(
         square.astype(kind, copy=False),
         skip,
-        start.astype(kind),
+        start.astype(kind, copy=False),  # the kernel returns a copy
         kind.type(decay),
         kind.type(1 - decay),
     )

@@ -92,7 +92,6 @@ class SymbolBoard:
     # each held, not drawn, on the event loop
     latest_value: Mapping[str, Any] | None = None
     latest_fan: Fan | None = None
-    latest_ms: int = 0
     latest_seen_ns: int = 0
     scores: deque[ScoreSummary] = field(default_factory=lambda: deque(maxlen=SCORE_WINDOW))
     observed: int = 0  # scores ever observed: `skill` is of the scores at that count
@@ -133,15 +132,16 @@ class Board:
         t_ns, model_id = int(forecast_value["ts_event"]), str(forecast_value["model_id"])
         if model_id not in self.models:
             self.quantiles = quantile_names(forecast_value)
-        if board.latest_value is not None and t_ns // NS_PER_MS < board.latest_ms:
+        t_ms, latest = t_ns // NS_PER_MS, board.latest_value
+        if latest is not None and t_ms < int(latest["ts_event"]) // NS_PER_MS:
             return
         self.models.setdefault(model_id, self.clock())
         while len(self.models) > MODELS_KEPT:
             del self.models[next(iter(self.models))]
         board.latest_value, board.latest_fan = forecast_value, None
-        board.latest_ms, board.latest_seen_ns = t_ns // NS_PER_MS, self.clock()
+        board.latest_seen_ns = self.clock()
         if t_ns // NS_PER_MIN % FAN_EVERY_MINUTES == 0 and not (
-            board.fans and board.fans[-1]["t_ms"] == board.latest_ms
+            board.fans and board.fans[-1]["t_ms"] == t_ms
         ):
             board.fans.append(board.latest)  # type: ignore[arg-type]  # just set
 
