@@ -25,6 +25,7 @@ from streams import schema
 from streams.metrics import Metrics, Outcome, Stage
 from streams.runtime.policy import DeadLetterReason, dead_letter
 from streams.runtime.records import CleanBar, Control, FeatureRow, Out, Record
+from streams.runtime.stages.engine_rows import EngineRows
 from streams.runtime.stores import StateStore
 from streams.schema import ControlKind
 
@@ -46,6 +47,7 @@ class SymbolFeatures:
     vector: np.ndarray = field(default_factory=lambda: engine.new_states(1)[0])
     scale: float = 1.0
     rolled_at: int = NO_TS
+    row: int = field(default=-1, compare=False)  # in the stage's EngineRows, once placed
 
     def to_bytes(self) -> bytes:
         """Compressed (zstd's fastest level): a third of an engine state is zeros."""
@@ -78,7 +80,8 @@ class SymbolFeatures:
 
 
 Item = CleanBar | Control | Out  # Out: a dead letter, passed on in order
-# Each new bar, its symbol's row, and if the symbol rolled the prices the engine is fed.
+# Each new bar, its symbol's row in the EngineRows, and if the symbol rolled the prices the
+# engine is fed.
 Bars = list[tuple[CleanBar, int, list[float] | None]]
 
 
@@ -108,10 +111,11 @@ class Featured:
 class Features:
     def __init__(self, store: StateStore[SymbolFeatures], topic: str, dlq_topic: str) -> None:
         self.store, self.topic, self.dlq_topic = store, topic, dlq_topic
+        self.engine_rows = EngineRows(lambda key, symbol: store.states.get(key) is symbol)
 
     def run(self, items: Sequence[Item]) -> Featured:
         """Every symbol in one engine call; outputs in arrival order, refusals last."""
-        rows: dict[bytes, int] = {}
+        rows: dict[bytes, int] = {}  # key -> its index in `symbols`
         symbols: list[SymbolFeatures] = []
         last: list[CleanBar | Control | None] = []  # each row's last change: tags the write
         bars: Bars = []
@@ -121,7 +125,9 @@ class Features:
             row = rows.get(key)
             if row is None:
                 row = rows[key] = len(symbols)
-                symbols.append(self.store.read(key))
+                symbol = self.store.read(key)
+                self.engine_rows.place(key, symbol)
+                symbols.append(symbol)
                 last.append(None)
             return row
 
@@ -134,14 +140,14 @@ class Features:
                 symbol.last_ts = item.value["ts_event"]
                 last[row] = item
                 rolled = symbol.rolled_at != NO_TS
-                bars.append((item, row, symbol.prices(item.value) if rolled else None))
+                bars.append((item, symbol.row, symbol.prices(item.value) if rolled else None))
             elif isinstance(item, Control) and item.kind == ControlKind.ROLL:
                 row = row_of(item.key)
                 if symbols[row].roll(item.ts_event, item.decoded["ratio"]):
                     last[row] = item
             elif isinstance(item, Out):
                 malformed += 1
-        computed, refusals = self._compute(symbols, bars, last)
+        computed, refusals = self._compute(bars)
         outputs: list[Out] = []
         next_rows: list[FeatureRow | Control] = []
         for item in items:
@@ -161,20 +167,19 @@ class Features:
         outputs += refusals
         return Featured(outputs, next_rows, len(bars), len(refusals), malformed)
 
-    def _compute(
-        self, symbols: list[SymbolFeatures], bars: Bars, last: list[CleanBar | None]
-    ) -> tuple[dict[int, FeatureRow], list[Out]]:
-        """Rows by id(bar), all bars in one engine call; if it refuses the batch (validating
-        every bar before it moves any state), bar by bar, refused bars as dead letters."""
+    def _compute(self, bars: Bars) -> tuple[dict[int, FeatureRow], list[Out]]:
+        """Rows by id(bar), all bars in one engine call on the states in place; if it refuses
+        the batch (validating every bar before it moves any state), bar by bar, refused bars as
+        dead letters."""
         if not bars:
             return {}, []
-        state = np.stack([symbol.vector for symbol in symbols])
         columns = engine_columns([bar.value for bar, _, _ in bars])  # type: ignore[misc]
         for i, (_, _, prices) in enumerate(bars):
             if prices is not None:
                 for column, price in zip(columns[1:5], prices, strict=True):
                     column[i] = price
         index = np.array([row for _, row, _ in bars], dtype=np.int64)
+        state = self.engine_rows.array
         try:
             values, warm = engine.update_many(state, index, *columns)
             computed = {
@@ -182,22 +187,18 @@ class Features:
             }
             refusals: list[Out] = []
         except ValueError:
-            computed, refusals = self._one_by_one(state, bars, columns)
-        for row, symbol in enumerate(symbols):
-            if last[row] is not None:
-                np.copyto(symbol.vector, state[row])
+            computed, refusals = self._one_by_one(state, index, bars, columns)
         return computed, refusals
 
     def _one_by_one(
-        self, state: np.ndarray, bars: Bars, columns: tuple[np.ndarray, ...]
+        self, state: np.ndarray, index: np.ndarray, bars: Bars, columns: tuple[np.ndarray, ...]
     ) -> tuple[dict[int, FeatureRow], list[Out]]:
         computed: dict[int, FeatureRow] = {}
         refusals: list[Out] = []
-        for i, (bar, row, _) in enumerate(bars):
+        for i, (bar, _, _) in enumerate(bars):
             try:
-                values, warm = engine.update_many(
-                    state[row : row + 1], np.zeros(1, np.int64), *(c[i : i + 1] for c in columns)
-                )
+                one = slice(i, i + 1)
+                values, warm = engine.update_many(state, index[one], *(c[one] for c in columns))
             except ValueError as exc:
                 refusals.append(self._refused(bar, exc))
                 continue
