@@ -12,6 +12,7 @@ from typing import Any
 
 import faust
 
+from streams.consumer import BatchTransport, Sink
 from streams.internals import InternalsMoved, live_fetcher
 from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadata
 from streams.runtime.commit import TICK_S, Runtime
@@ -49,6 +50,7 @@ class BarcastApp(faust.App):
         self.metrics = Metrics()
         # Told of every clean bar, forecast and score once handed to the producer (streams.web).
         self.observers: list[Observer] = []
+        self.sinks: dict[str, Sink] = {}  # an agent's topic -> its sink (streams.consumer)
         self.runtime = Runtime(
             settings,
             self.metrics,
@@ -57,6 +59,10 @@ class BarcastApp(faust.App):
             commit_offsets=self.commit_now,
             observers=self.observers,
         )
+
+    def _new_transport(self) -> BatchTransport:
+        """Faust's aiokafka transport, whose consumer hands records to `sinks` in batches."""
+        return BatchTransport(self.conf.broker_consumer, self)
 
     def assigned_partitions(self, topic: str) -> set[int]:
         """The partitions of `topic` assigned to this worker."""

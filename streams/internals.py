@@ -17,6 +17,9 @@ FETCHER_PATH = ("_thread", "_consumer", "_fetcher")
 FETCH_WAIT = "_fetch_max_wait_ms"
 # Faust's consumer's committed offsets (last processed + 1) by TP, which it keeps only here.
 COMMITTED = "_committed_offset"
+# What barcast's fetch loop (streams.consumer) uses of Faust's: each partition's read offset,
+# and how offsets without a record are told to its commits.
+DRAIN = ("_read_offset", "_add_gap")
 
 
 def live_fetcher(consumer: Any) -> Any:
@@ -43,6 +46,14 @@ def committed_offsets(consumer: Any) -> Mapping[Any, int | None]:
     if not isinstance(offsets, Mapping):
         raise InternalsMoved(_moved(COMMITTED, "reads the committed offsets", "COMMITTED"))
     return offsets
+
+
+def check_drain_internals(consumer: Any) -> None:
+    """InternalsMoved (naming the installed versions) if a Faust consumer lacks what barcast's
+    fetch loop uses of it."""
+    for name in DRAIN:
+        if not hasattr(consumer, name):
+            raise InternalsMoved(_moved(name, "passes fetched records on in batches", "DRAIN"))
 
 
 def _moved(path: str, use: str, constant: str) -> str:

@@ -9,7 +9,7 @@ given (the worker hands it to the producer, which frees it once acked), the fore
 agent batch's records until the batch ends, and the trained product-default model.
 
 The pipeline benchmark's throughput phase is replayed as the worker consumes it: the 6EH4 month
-tiled over `--symbols` symbols, `--minutes` bars each, in agent batches of `BATCH_MAX` records,
+tiled over `--symbols` symbols, `--minutes` bars each, in agent batches of `RUN_MAX` records,
 stores flushed after each; then bursts of one bar for `--burst` symbols, END_OF_INTERVAL and
 the flush, as in the benchmark's (c). RSS (`VmRSS`, peak `VmHWM`) and glibc's heap (mallinfo2:
 in use, free but retained) are read after each step. The growth is then taken apart by

@@ -19,7 +19,7 @@ from benchmarks.pipeline.models import product_checkpoint
 from model.serving.forecast_engine import ForecastEngine
 from model.serving.programs import TORCH_THREADS
 from streams import schema
-from streams.agents import BATCH_MAX
+from streams.agents import RUN_MAX
 from streams.metrics import Metrics
 from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import Out, Record
@@ -138,10 +138,10 @@ class ProbeWorker:
 
     async def replay(self, series: Series, minutes: range, probe: Probe) -> None:
         """The throughput phase: every symbol's bars minute by minute, in agent batches of
-        BATCH_MAX records as a consumer at full speed takes them; a commit after each."""
+        RUN_MAX records as a consumer at full speed takes them; a commit after each."""
         values, keys, stamps = series.messages(range(self.symbols), minutes)
-        for start in range(0, len(values), BATCH_MAX):
-            end = start + BATCH_MAX
+        for start in range(0, len(values), RUN_MAX):
+            end = start + RUN_MAX
             rows = zip(keys[start:end], values[start:end], stamps[start:end], strict=True)
             first, last = (
                 minutes[start // self.symbols],

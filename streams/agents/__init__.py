@@ -8,6 +8,7 @@ the agents, their output topics and timers, and the checkpoint served at start."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from model.checkpoint import CheckpointError
 from model.serving.checkpoints import CheckpointWatcher, load_engine
 from model.serving.programs import TORCH_THREADS
+from streams.consumer import Delivered
 from streams.exit_codes import ExitCode
 from streams.metrics import MetricsFeed
 from streams.runtime.commit import TICK_S, Committer, Handle
@@ -30,47 +32,62 @@ from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.windows import read_feature_row
 
 if TYPE_CHECKING:
-    from faust.types import EventT, TopicT
+    from faust.types import TopicT
 
     from model.serving.forecast_engine import ForecastEngine
     from streams.faust_app import BarcastApp
 
-BATCH_MAX = 2000
-BATCH_WITHIN_S = 0.01
+QUEUED_FETCHES = 4  # then the consumer waits: back-pressure
+# Records the stages run at once, from the fetches that came while they ran: at most a default
+# micro-batch's worth, so that the model starts on a burst's first bars while the stages run on
+# the next.
+RUN_MAX = 256
 SUMMARY_INTERVAL_S = 30.0
 RELOAD_INTERVAL_S = 2.0
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 log = logging.getLogger("barcast.forecast")
+agents_log = logging.getLogger("barcast.agents")
 
 
 def raw_topic(app: BarcastApp, name: str) -> TopicT:
     return app.topic(name, partitions=app.barcast.partitions, **RAW)  # type: ignore[arg-type]
 
 
-def records(events: Sequence[EventT]) -> list[Record]:
+def records(messages: Sequence[Any]) -> list[Record]:
+    """Faust messages (raw key and value) as the runtime's records."""
     out = []
-    for e in events:
-        m, headers = e.message, e.headers or []
+    for m in messages:
+        headers = m.headers or []
         pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
-        out.append(Record(m.topic, m.partition, m.offset, m.timestamp * 1e3, e.key, e.value, pairs))
+        out.append(Record(m.topic, m.partition, m.offset, m.timestamp * 1e3, m.key, m.value, pairs))
     return out
 
 
 def serve(app: BarcastApp, name: str, committer: Committer, handle: Handle) -> None:
-    """Agent `name`: `handle` on each take() batch of the committer's topic; its commits."""
+    """Agent `name`: `handle` on the records of the committer's topic, handed over a fetch at a
+    time by the consumer (streams.consumer), in runs of at most RUN_MAX; its commits."""
     topic = committer.topic
+    queued: asyncio.Queue[list[Any]] = asyncio.Queue(maxsize=QUEUED_FETCHES)
+    app.sinks[topic] = queued.put
+    app.topics.add(raw_topic(app, topic))  # subscribed: the consumer fetches it
 
-    async def agent(stream):  # type: ignore[no-untyped-def]
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            for event in events:
-                event.message.incref()  # take() acks when the batch is done; the commit too
+    async def agent() -> None:
+        agents_log.info("agent streams.agents.%s started on %s", name, topic)
+        waiting: list[Any] = []
+        while True:
+            if not waiting:
+                waiting = await queued.get()
+            while len(waiting) < RUN_MAX and not queued.empty():  # what came meanwhile
+                waiting += queued.get_nowait()
+            run, waiting = waiting[:RUN_MAX], waiting[RUN_MAX:]
+            held = [Delivered(app.consumer, m) for m in run]
             try:
-                await committer.run(records(events), events, handle)
-            except Exception as exc:  # Faust would ack the batch and go on: exit uncommitted
-                exit_uncommitted(f"agent failed on a batch of {len(events)} records", exc)
+                await committer.run(records(run), held, handle)
+            except Exception as exc:  # exit uncommitted: its records are read again
+                exit_uncommitted(f"agent {name} failed on a batch of {len(run)} records", exc)
+            await asyncio.sleep(0)  # the loop turns: the model starts on the run's bars
 
-    agent.__qualname__ = name  # Faust's logs name it streams.agents.NAME
-    app.agent(raw_topic(app, topic), name=name)(agent)
+    app.task(agent)
 
     @app.timer(TICK_S, name=f"{name}_commit")
     async def commit() -> None:
@@ -203,9 +220,10 @@ def register_forecast(app: BarcastApp, pipeline: Pipeline) -> None:
 
 
 def register_pipeline(app: BarcastApp, pipeline: Pipeline) -> None:
-    """Role `all`: the stages on `bars.raw`, a bar handed on in memory. Faust's consumer path
-    costs the loop more per record and hop than the stages' own work: at a minute boundary,
-    when every symbol's bar arrives at once, two hops fewer is most of a burst's loop time."""
+    """Role `all`: the stages on `bars.raw`, a bar handed on in memory. A hop through the
+    broker costs the loop each record's send, fetch and decoding again, and the bar a round
+    trip: at a minute boundary, when every symbol's bar arrives at once, two hops fewer
+    shorten the burst."""
     cleaning, featuring, forecasting = pipeline.corrections, pipeline.features, pipeline.forecasting
     assert cleaning is not None and featuring is not None and forecasting is not None
     feed = attach_corrections(app, cleaning)

@@ -7,10 +7,11 @@ a minute boundary every symbol's bar arrives at once, and writing every state mi
 queue the burst's last bars, and their forecasts, behind it.
 
 Why the offset guard (`_admit`): in the restart test (faust-streaming 0.15.3), right after a
-worker joins, the first records from a partition's committed offset sometimes never reach the
-agent (Faust moves its read offset past records whose delivery it abandons while flow control
-is suspended around the resume, `Consumer._drain_messages`, and its commit passes them), lost
-for good. So a partition's records must come at consecutive offsets from where it resumes
+worker joins, the first records from a partition's committed offset sometimes never reached the
+agent (Faust's fetch loop, `Consumer._drain_messages`, moves its read offset past records whose
+delivery it abandons while flow control is suspended around the resume, and its commit passes
+them), lost for good. barcast's fetch loop (streams.consumer) abandons none, but whatever
+delivers them, a partition's records must come at consecutive offsets from where it resumes
 (`_start`): a hole is read from the broker with librdkafka and passed on first (every record
 of it still in the log, or the worker exits 69); a record delivered twice (as a few from before
 Faust's seek at start-up) is dropped.
@@ -119,17 +120,20 @@ class Committer:
         runtime.committers.append(self)
 
     async def run(self, records: Sequence[Record], held: Sequence[Ackable], stages: Handle) -> None:
-        """The `stages` on a batch's records of assigned partitions, in order, each once; the
-        `held` events held until a commit (repeats too: acked early, they let the commit
-        pass a first delivery)."""
+        """The `stages` on a batch's records of assigned partitions, in order, each once; their
+        acks (`held[i]` is `records[i]`'s) held until a commit (repeats too: acked early, they
+        let the commit pass a first delivery). A record of a partition no longer assigned is
+        left unacked: acked, it would let this worker's commit pass it if the partition came
+        back."""
         async with self.lock:
             if self.closed:
                 return  # left unacked, so uncommitted: whoever reads the partition next has it
-            if not self.held:
-                self.held_since = time.monotonic()
-            self.held += held
             owned = self.runtime.assigned(self.topic)
-            admitted = await self._admit([r for r in records if r.partition in owned])
+            mine = [i for i, r in enumerate(records) if r.partition in owned]
+            if mine and not self.held:
+                self.held_since = time.monotonic()
+            self.held += [held[i] for i in mine]
+            admitted = await self._admit([records[i] for i in mine])
             if admitted:
                 started = time.perf_counter()
                 await stages(admitted)

@@ -2,7 +2,7 @@
 conformal): stores keyed by symbol; the score records go to `forecasts.scores`. A symbol's bars
 and forecasts meet its scoring state in lockstep, as `calibrate_offline` replays them (bar t,
 the forecast of t, bar t + 1): a bar waits in memory until the forecast of every earlier bar is
-calibrated. So however far the model lags (a take() batch may hold thousands of one symbol's
+calibrated. So however far the model lags (an agent's batch may hold thousands of one symbol's
 rows, past the retention), the states are a function of the bars and forecasts alone.
 
 Scoring runs in the quiet (`settle`: the checkpoint's drain, after the flush's forecasts):

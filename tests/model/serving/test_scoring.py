@@ -287,7 +287,7 @@ def test_malformed_inputs_are_named() -> None:
 
 
 def test_a_batch_scores_each_forecast_as_if_alone() -> None:
-    """The stage scores a take() batch's decided forecasts together (`score_all`): each record
+    """The stage scores an agent's batch's decided forecasts together (`score_all`): each record
     is bit-equal to its forecast scored alone, whatever else is in the batch."""
     bars, forecasts = random_history("X", seed=11)
     short = [dict(f, **{name: f[name][:3] for name in ("horizons", "q10", "q50", "q90")})

@@ -15,6 +15,7 @@ from streams.runtime.commit import (
     commit_due,
 )
 from streams.runtime.observers import notify
+from streams.runtime.records import Record
 from streams.settings import Settings
 
 MAX_S = 2.0
@@ -112,3 +113,31 @@ def test_a_tick_checks_again_under_the_lock_whether_a_checkpoint_is_due() -> Non
         assert committer.held == [] and event.acked and commits == [None]
 
     asyncio.run(run())
+
+
+def test_records_of_a_partition_no_longer_assigned_are_neither_run_nor_acked() -> None:
+    """Acked, a record the worker never ran would let its commit pass the record if the
+    partition came back to it."""
+
+    async def run() -> tuple[list[int], list[Event]]:
+        async def commit() -> None:
+            pass
+
+        runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {1}, commit)
+        committer = Committer(runtime, "bars.raw", [])
+        committer.next = {0: 0, 1: 0}  # both partitions seen: no restore
+        records = [Record("bars.raw", p, 0, 0.0, b"k", b"v", []) for p in (0, 1)]
+        events = [Event(), Event()]
+        ran: list[int] = []
+
+        async def stages(batch: list[Record]) -> None:
+            ran.extend(r.partition for r in batch)
+
+        await committer.run(records, events, stages)
+        await committer.commit()
+        await asyncio.gather(*committer.completing)
+        return ran, events
+
+    ran, events = asyncio.run(run())
+    assert ran == [1]
+    assert [e.acked for e in events] == [False, True]

@@ -22,6 +22,7 @@ from streams.runtime.records import Record
 from streams.runtime.stores import Changelog, StateStore, Store, WindowStore
 from streams.settings import Settings
 from tests.kafka_io import read_topic
+from tests.streams.runtime.test_commit import Event
 
 
 async def flush(store: Store) -> None:
@@ -152,7 +153,7 @@ def test_records_delivered_again_below_a_mark_restore_the_partition_once() -> No
             admitted.extend(r.offset for r in records)
 
         again = [Record("bars.raw", 0, offset, 0.0, b"k", b"v", []) for offset in range(7)]
-        await committer.run(again, [], stages)
+        await committer.run(again, [Event() for _ in again], stages)
         return admitted
 
     assert asyncio.run(run()) == [5, 6]

@@ -91,7 +91,7 @@ def request(row: FeatureRow) -> WindowRequest:
 
 def run(stage: Scoring, stream: list[Event]) -> Iterator[tuple[str, bytes]]:
     """What the stage publishes, in order: ("forecast", value) and ("score", value). The bars
-    between two forecasts are scored together, as the rows of one take() batch."""
+    between two forecasts are scored together, as the rows of one agent's batch."""
     for kind, _, item in [*stream, ("end", 0, None)]:
         out = Scores()
         if kind == "bar":
@@ -173,7 +173,7 @@ def test_a_rollback_calibrates_as_calibrate_offline(lag: int) -> None:
 
 
 def test_bars_far_ahead_of_their_forecasts_change_nothing() -> None:
-    """A take() batch may hold thousands of one symbol's rows before the model's first forecast
+    """An agent's batch may hold thousands of one symbol's rows before the model's first forecast
     of them, more bars than a scoring state retains. They wait for the forecasts (lockstep), so
     nothing is scored late and every score and calibrated forecast is as with no lag."""
     stream, _ = events(0)
