@@ -36,7 +36,8 @@ class Out:
 
 
 class Ackable(Protocol):
-    """What the runtime holds of a consumed record until its checkpoint: a Faust event."""
+    """What the runtime holds of a consumed record until its commit, which acks it to the
+    consumer (streams.consumer.Delivered)."""
 
     def ack(self) -> bool: ...
 
