@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 QUEUED_FETCHES = 4  # then the consumer waits: back-pressure
 # Records the stages run at once, from the fetches that came while they ran: at most a default
-# micro-batch's worth, so that the model starts on a burst's first bars while the stages run on
-# the next.
+# micro-batch's worth, the loop turning between runs (for the flushes, the producer's callbacks
+# and the timers waiting on it).
 RUN_MAX = 256
 SUMMARY_INTERVAL_S = 30.0
 RELOAD_INTERVAL_S = 2.0
@@ -85,7 +85,7 @@ def serve(app: BarcastApp, name: str, committer: Committer, handle: Handle) -> N
                 await committer.run(records(run), held, handle)
             except Exception as exc:  # exit uncommitted: its records are read again
                 exit_uncommitted(f"agent {name} failed on a batch of {len(run)} records", exc)
-            await asyncio.sleep(0)  # the loop turns: the model starts on the run's bars
+            await asyncio.sleep(0)  # the loop turns before the next run
 
     app.task(agent)
 
