@@ -32,6 +32,7 @@ from model.serving.programs import (
     Chunks,
     chunk_pool,
     chunk_programs,
+    chunk_threads,
     chunked,
     owned_copy,
     owned_rows,
@@ -138,7 +139,7 @@ class ForecastEngine:
 
     @classmethod
     def from_settings(cls, path: Path, settings: ServingSettings) -> ForecastEngine:
-        padded, threads = settings.max_batch > 1, settings.inference_threads
+        padded, threads = settings.max_batch > 1, chunk_threads(settings.inference_threads)
         return cls(path, settings.device, padded, settings.explain, threads)
 
     def prepare(self, path: Path) -> Served:
