@@ -47,7 +47,7 @@ RANGES: dict[str, tuple[float, float | None, str]] = {
     "replication": (1, None, "replicas per partition, at most the brokers'"),
     "max_batch": (1, None, "forecast requests per micro-batch"),
     "max_delay_ms": (0, None, "ms"),
-    "inference_threads": (0, None, "threads running model chunks, 0 for one per core"),
+    "inference_threads": (1, None, "threads running model chunks"),
     "session_timeout_s": (0.001, None, "s"),
     "rebalance_timeout_s": (0.001, None, "s"),
     "connect_timeout_s": (0.001, None, "s"),
@@ -127,11 +127,11 @@ class Settings:
     max_batch: int = field(default=256, metadata={"doc": "Micro-batch size cap."})
     max_delay_ms: float = field(default=5.0, metadata={"doc": "Micro-batch max wait (ms)."})
     inference_threads: int = field(
-        default=0,
+        default=1,
         metadata={
             "doc": "Threads that run a micro-batch's model chunks side by side on CPU (each "
-            "chunk on one core, so forecasts are the same whatever this is); 0: one per core "
-            "the worker may run on (its CPU affinity; under a CPU quota, set the quota)."
+            "chunk on one core, so forecasts are the same whatever this is); at most the cores "
+            "the worker may use less one, which the event loop keeps."
         },
     )
     incremental_encoding: bool = field(

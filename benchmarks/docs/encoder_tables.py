@@ -25,8 +25,7 @@ def encoders_table(results: Path = RESULTS) -> str:
     g = e["goals"]
     lines = [
         f"Both encoders in one run (`--variants encoders`, at {tree_at(p)}, {p['cpu_model']}, "
-        f"{e['inference_threads']} inference thread{'s' * (e['inference_threads'] > 1)}, "
-        f"load average {p['loadavg'][0]:.2f} to "
+        f"{e['inference_threads']} inference thread, load average {p['loadavg'][0]:.2f} to "
         f"{p['loadavg_end'][0]:.2f}); medians over the restarts.",
         "",
         "| encoder | 1,000-symbol burst | engine alone | beside a busy loop | burst / engine "

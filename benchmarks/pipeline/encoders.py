@@ -15,6 +15,7 @@ at the workers' thread count.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from benchmarks.pipeline.report import Bursts, ratio
 from benchmarks.pipeline.worker_time import PARTS
 from model.config import ENCODERS, TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
-from model.serving.programs import TORCH_THREADS, chunk_threads
+from model.serving.programs import TORCH_THREADS
 from streams.settings import Settings
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def prepare_encoders(
     print(f"serving, window encoder: {served.source}", flush=True)
     paths = {"window": window, "stream": serving}
     alone = engine_alone(paths, windows, settings, args.pairs)
-    return Encoders(paths, served.source, alone, chunk_threads(settings.inference_threads))
+    return Encoders(paths, served.source, alone, settings.inference_threads)
 
 
 def measure_encoders(
@@ -106,14 +107,13 @@ def timed(
 
 def thread_counts(settings: Settings) -> list[int]:
     """The inference threads the engine alone is measured at: on CPU 1, 2, 4, ... up to the
-    cores the worker may run on, and BARCAST_INFERENCE_THREADS's count; on CUDA, where chunks
-    run one after another, the setting's alone."""
-    threads = chunk_threads(settings.inference_threads)
+    cores less the event loop's, and BARCAST_INFERENCE_THREADS (the default is chosen from
+    these); on CUDA, where chunks run one after another, the setting's alone."""
     if settings.device != "cpu" and torch.cuda.is_available():
-        return [threads]
-    most = chunk_threads(0)
+        return [settings.inference_threads]
+    most = max(1, (os.cpu_count() or 1) - 1)
     doubling = {2**k for k in range(most.bit_length())}
-    return sorted(doubling | {most, threads})
+    return sorted(doubling | {most, settings.inference_threads})
 
 
 def engine_alone(

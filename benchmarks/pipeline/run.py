@@ -87,7 +87,7 @@ from benchmarks.pipeline.report import Measured, results, table
 from benchmarks.provenance import loadavg, run_metadata
 from model.config import TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
-from model.serving.programs import TORCH_THREADS, chunk_threads
+from model.serving.programs import TORCH_THREADS
 from streams.broker import EmbeddedBroker
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
@@ -318,7 +318,7 @@ def run(args: argparse.Namespace) -> dict:
             "max_delay_ms": base.max_delay_ms,
             "partitions": base.partitions,
             "worker_torch_threads": TORCH_THREADS,
-            "inference_threads": chunk_threads(base.inference_threads),
+            "inference_threads": base.inference_threads,
         },
         "provenance": provenance | {"loadavg_end": loadavg()},
         "command": " ".join(["python -m benchmarks.pipeline", *sys.argv[1:]]),

@@ -32,7 +32,6 @@ from model.serving.programs import (
     Chunks,
     chunk_pool,
     chunk_programs,
-    chunk_threads,
     chunked,
     owned_copy,
     owned_rows,
@@ -139,7 +138,7 @@ class ForecastEngine:
 
     @classmethod
     def from_settings(cls, path: Path, settings: ServingSettings) -> ForecastEngine:
-        padded, threads = settings.max_batch > 1, chunk_threads(settings.inference_threads)
+        padded, threads = settings.max_batch > 1, settings.inference_threads
         return cls(path, settings.device, padded, settings.explain, threads)
 
     def prepare(self, path: Path) -> Served:

@@ -15,7 +15,6 @@ GIL.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -254,15 +253,6 @@ def _tracing() -> Iterator[None]:
 
 
 @cache
-def chunk_threads(setting: int) -> int:
-    """BARCAST_INFERENCE_THREADS as a thread count: 0 is one per core this process may run on
-    (its CPU affinity, which a container's cpuset sets; not a CPU quota, which it cannot see)."""
-    if setting:
-        return setting
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
 def chunk_pool(threads: int) -> ThreadPoolExecutor | None:
     """The threads that run `threads` chunks at once (None: one, the caller's), one pool per
     process for every engine: hot reloads and canaries share it."""

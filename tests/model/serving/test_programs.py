@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,8 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from model.serving.forecast_engine import ForecastEngine
-from model.serving.programs import Chunks, chunk_threads, chunked, owned_copy
-from streams.settings import Settings
+from model.serving.programs import Chunks, chunked, owned_copy
 from tests.checkpoints import make_checkpoint
 
 
@@ -41,19 +39,6 @@ def test_pooled_chunks_are_the_batchs_call() -> None:
     with ThreadPoolExecutor(2) as pool:
         pooled = chunked(program, a, b, pool=pool)
     assert all(torch.equal(x, y) for x, y in zip(pooled, chunked(program, a, b), strict=True))
-
-
-def test_the_default_inference_threads_are_one_per_core_the_worker_may_run_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """BARCAST_INFERENCE_THREADS=0, the default, counts the cores of the process's affinity
-    (a container's cpuset), not the machine's; a count given is kept."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5})
-    assert Settings().inference_threads == 0
-    assert chunk_threads(0) == 3 and chunk_threads(2) == 2
-    make_checkpoint(tmp_path / "a")
-    engine = ForecastEngine.from_settings(tmp_path / "a", Settings())
-    assert engine.pool is not None and engine.pool._max_workers == 3
 
 
 def test_an_owned_copy_is_its_rows_values_in_memory_of_its_own() -> None:
