@@ -1,16 +1,18 @@
-"""One benchmark at two commits in one run: A (a base commit) and B (this checkout), alternated.
+"""One benchmark two ways in one run, alternated: A at a base commit and B this checkout, or A
+this checkout at its defaults and B with one setting changed (`--setting NAME=VALUE`).
 
 The machine is shared and noisy, so a figure from another day says little about a change; this
-runs the same benchmark at both commits in pairs, swapping the order from one pair to
+runs the same benchmark both ways in pairs, swapping the order from one pair to
 the next (A B, B A, A B, ...), and reports each numeric result's median at A and at B and the
 ratio B / A of the medians.
 
     .venv/bin/python -m benchmarks.paired --base REV [--pairs 3] corrections -- --repeats 1
+    .venv/bin/python -m benchmarks.paired --setting MAX_BATCH=128 pipeline -- --minutes 140
 
 The base commit is checked out as a git worktree under var/paired/ and imported from there
 (PYTHONPATH), with this checkout's virtual environment and data directory; the benchmark must
-take `--out FILE`. Writes benchmarks/results/paired_NAME.json: both commits, the per-run
-values, medians, ratios and the run's provenance.
+take `--out FILE`. Writes benchmarks/results/paired_NAME.json (or `--out`): both commits, the
+setting B ran with, the per-run values, medians, ratios and the run's provenance.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import REPO, loadavg, run_metadata
-from streams.settings import Settings
+from streams.setting_values import PREFIX
+from streams.settings import Settings, env_names
 
 Flat = dict[str, float]
 
@@ -61,10 +64,24 @@ def entry(root: Path, name: str) -> list[str]:
     return [str(root / "benchmarks" / f"{name}.py")]
 
 
-def run_once(root: Path, name: str, args: list[str], out: Path) -> Flat:
+def setting_env(setting: str) -> dict[str, str]:
+    """`NAME=VALUE` as the environment that sets it: {"BARCAST_NAME": "VALUE"}."""
+    name, sep, value = setting.partition("=")
+    key = f"{PREFIX}{name.strip().upper().removeprefix(PREFIX)}"
+    if not sep or key not in env_names():
+        known = ", ".join(sorted(n.removeprefix(PREFIX) for n in env_names()))
+        raise SystemExit(f"--setting {setting!r}: give NAME=VALUE with NAME one of: {known}")
+    return {key: value}
+
+
+def run_once(
+    root: Path, name: str, args: list[str], out: Path, setting: dict[str, str | None]
+) -> Flat:
+    """`setting`: environment variables to set, or to leave out where None."""
     # The data directory's default is relative to the checkout: both sides read this one's.
     data_dir = Settings.from_env().data_dir.resolve()
-    env = {**os.environ, "PYTHONPATH": str(root), "BARCAST_DATA_DIR": str(data_dir)}
+    env = {**os.environ, "PYTHONPATH": str(root), "BARCAST_DATA_DIR": str(data_dir), **setting}
+    env = {key: value for key, value in env.items() if value is not None}
     command = [sys.executable, *entry(root, name), *args, "--out", str(out)]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, cwd=root, env=env, check=True)
@@ -91,8 +108,11 @@ def summarize(runs: dict[str, list[Flat]]) -> dict[str, dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="commit A (B is this checkout)")
+    sides = parser.add_mutually_exclusive_group(required=True)
+    sides.add_argument("--base", help="commit A (B is this checkout)")
+    sides.add_argument("--setting", help="NAME=VALUE: B runs this checkout with BARCAST_NAME=VALUE")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/paired_NAME.json")
     parser.add_argument(
         "benchmark", help="a benchmark's folder under benchmarks/, e.g. corrections"
     )
@@ -101,25 +121,28 @@ def main() -> None:
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
     name = args.benchmark.removesuffix(".py")
     meta = run_metadata()
-    base_root, base_commit = worktree(args.base)
-    roots = {"A": base_root, "B": REPO}
+    setting = {} if args.setting is None else setting_env(args.setting)
+    base_root, base_commit = (REPO, meta["commit"]) if setting else worktree(args.base)
+    defaults: dict[str, str | None] = dict.fromkeys(setting)  # A: as if never set
+    roots, settings = {"A": base_root, "B": REPO}, {"A": defaults, "B": dict(setting)}
     runs: dict[str, list[Flat]] = {"A": [], "B": []}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
             for side in "AB" if pair % 2 == 0 else "BA":
                 out = Path(tmp) / f"{side}{pair}.json"
-                runs[side].append(run_once(roots[side], name, script_args, out))
+                runs[side].append(run_once(roots[side], name, script_args, out, settings[side]))
     fields = summarize(runs)
     result = {
         "benchmark": name,
         "args": script_args,
         "A": base_commit,
         "B": meta["commit"],
+        "B_setting": setting,
         "pairs": args.pairs,
         "fields": fields,
         "provenance": meta | {"loadavg_end": loadavg()},
     }
-    target = REPO / "benchmarks" / "results" / f"paired_{name}.json"
+    target = args.out or REPO / "benchmarks" / "results" / f"paired_{name}.json"
     target.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{'field':48s} {'median A':>12s} {'median B':>12s} {'B / A':>7s}")
     for field, row in fields.items():
