@@ -148,7 +148,7 @@ def main() -> None:
     for field, row in fields.items():
         ratio = "" if row["B_over_A"] is None else f"{row['B_over_A']:7.3f}"
         print(f"{field:48s} {row['median_A']:12.4g} {row['median_B']:12.4g} {ratio}")
-    print(f"wrote {target.relative_to(REPO)}")
+    print(f"wrote {target}")
 
 
 def _git(*args: str) -> str:
