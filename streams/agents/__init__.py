@@ -98,6 +98,10 @@ def serve(app: BarcastApp, name: str, committer: Committer, handle: Handle) -> N
         if any(tp.topic == topic for tp in revoked):
             await committer.on_revoked()
 
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        committer.on_assigned()
+
 
 def attach_corrections(app: BarcastApp, stage: Corrections) -> MetricsFeed:
     """The corrections stage's output topics and summary log; the feed of its counters."""

@@ -111,12 +111,14 @@ class Committer:
         # Per source partition, where the stores' last complete flush ends (see `_start`)
         self.marks = runtime.changelog(marks_name(topic))
         self.marked: dict[int, int] = {}
+        self.told: set[int] = set()  # partitions whose skipped records were logged (`_repeated`)
         self.lock = asyncio.Lock()
         self.held: list[Ackable] = []
         self.held_since = 0.0
         self.sent: list[asyncio.Future] = []
         self.completing: list[asyncio.Future] = []  # the last commit's steps 4 to 7
         self.closed = False  # after the last commit of a graceful stop
+        self.moving = False  # partitions revoked and not assigned again yet: nothing runs
         runtime.committers.append(self)
 
     async def run(self, records: Sequence[Record], held: Sequence[Ackable], stages: Handle) -> None:
@@ -124,9 +126,11 @@ class Committer:
         acks (`held[i]` is `records[i]`'s) held until a commit (repeats too: acked early, they
         let the commit pass a first delivery). A record of a partition no longer assigned is
         left unacked: acked, it would let this worker's commit pass it if the partition came
-        back."""
+        back. So is every record while partitions move (`on_revoked` to `on_assigned`): one
+        fetched before the revoke, run then, would publish and store what its partition's next
+        owner does too, and leave this worker holding the partition's state."""
         async with self.lock:
-            if self.closed:
+            if self.closed or self.moving:
                 return  # left unacked, so uncommitted: whoever reads the partition next has it
             owned = self.runtime.assigned(self.topic)
             mine = [i for i, r in enumerate(records) if r.partition in owned]
@@ -206,7 +210,7 @@ class Committer:
 
     async def on_revoked(self) -> None:
         """Before partitions move: commit, then forget every state (whoever owns a
-        partition next, this worker too, restores it)."""
+        partition next, this worker too, restores it); no batch runs until `on_assigned`."""
         async with self.lock:
             if not self.closed:  # else the last commit is done, and the producer stopped
                 await self.commit()
@@ -215,6 +219,14 @@ class Committer:
                 store.forget()
             self.next.clear()
             self.marked.clear()
+            self.told.clear()
+            self.moving = True
+
+    def on_assigned(self) -> None:
+        """Partitions assigned: batches run again, of the partitions assigned now (a record
+        fetched before the revoke, of a partition this worker keeps, restores it from its
+        last commit, and the same record fetched again is dropped as a repeat)."""
+        self.moving = False
 
     async def close(self) -> None:
         """The last commit (`Runtime.close`): what this worker read commits now, so the next
@@ -236,18 +248,39 @@ class Committer:
     async def _admit(self, records: Sequence[Record]) -> list[Record]:
         """Each partition's records in offset order, without repeats or holes (the guard)."""
         admitted: list[Record] = []
+        repeated: dict[int, list[int]] = {}  # partition -> offsets delivered again
         for record in records:
             partition, offset = record.partition, record.offset
             expected = self.next.get(partition)
             if expected is None:  # kept before a skip too: else the next record restores again
                 expected = self.next[partition] = await self._start(partition)
             if offset < expected:
+                repeated.setdefault(partition, []).append(offset)
                 continue  # delivered again: passed on already
             if offset > expected:
                 admitted += await self._fill(partition, expected, offset)
             self.next[partition] = offset + 1
             admitted.append(record)
+        for partition, offsets in repeated.items():
+            self._repeated(partition, offsets)
         return admitted
+
+    def _repeated(self, partition: int, offsets: list[int]) -> None:
+        """Say, once per partition started, that records before where its stores resume were
+        skipped. After a crash they are the records of a commit that marked its flush but did
+        not commit its offsets: nothing is lost. After the group's offsets were reset, or the
+        topic was made anew, the stores never saw them: the log line is what shows it
+        (docs/operations.md, Replaying a day of history)."""
+        if partition in self.told:
+            return
+        self.told.add(partition)
+        log.info(
+            "%s[%d]: skipped %d record(s) at offsets %d..%d, before offset %d where the stores "
+            "resume: their effects are in the stores already (a commit marked them); if the "
+            "group's offsets were reset or the topic made anew, they were never run: see "
+            "docs/operations.md, Replaying a day of history",
+            self.topic, partition, len(offsets), min(offsets), max(offsets), self.next[partition],
+        )  # fmt: skip
 
     async def _fill(self, partition: int, start: int, end: int) -> list[Record]:
         log.warning(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+
+import pytest
 
 from streams.metrics import Metrics
 from streams.runtime.commit import (
@@ -140,4 +143,72 @@ def test_records_of_a_partition_no_longer_assigned_are_neither_run_nor_acked() -
 
     ran, events = asyncio.run(run())
     assert ran == [1]
+    assert [e.acked for e in events] == [False, True]
+
+
+def test_records_before_where_the_stores_resume_are_skipped_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After a reset of the group's offsets, or a topic made anew, the records before the mark
+    are never run: the worker says so, once per partition started."""
+
+    async def run() -> list[int]:
+        async def commit() -> None:
+            pass
+
+        runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0, 1}, commit)
+        committer = Committer(runtime, "bars.raw", [])
+        committer.next = {0: 100, 1: 0}  # partition 0 resumes at its mark, 100
+        ran: list[int] = []
+
+        async def stages(batch: list[Record]) -> None:
+            ran.extend(r.offset for r in batch)
+
+        for offsets in ((5, 6, 7), (8, 9), (100,)):
+            records = [Record("bars.raw", 0, o, 0.0, b"k", b"v", []) for o in offsets]
+            await committer.run(records, [Event() for _ in records], stages)
+        await committer.run([Record("bars.raw", 1, 0, 0.0, b"k", b"v", [])], [Event()], stages)
+        return ran
+
+    with caplog.at_level(logging.INFO, logger="barcast.runtime"):
+        ran = asyncio.run(run())
+    assert ran == [100, 0]
+    told = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert told == [
+        "bars.raw[0]: skipped 3 record(s) at offsets 5..7, before offset 100 where the stores "
+        "resume: their effects are in the stores already (a commit marked them); if the "
+        "group's offsets were reset or the topic made anew, they were never run: see "
+        "docs/operations.md, Replaying a day of history"
+    ]
+
+
+def test_no_batch_runs_while_partitions_move() -> None:
+    """From the revoke to the next assignment, records fetched before the revoke are neither
+    run nor acked: the partition's next owner runs them. Assigned again, batches run."""
+
+    async def run() -> tuple[list[int], list[Event]]:
+        async def commit() -> None:
+            pass
+
+        runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, commit)
+        committer = Committer(runtime, "bars.raw", [])
+        committer.next = {0: 0}
+        ran: list[int] = []
+
+        async def stages(batch: list[Record]) -> None:
+            ran.extend(r.offset for r in batch)
+
+        events = [Event(), Event()]
+        await committer.on_revoked()
+        assert committer.next == {}  # forgotten: restored from its mark when it runs again
+        committer.next = {0: 0}  # as restored, without a broker
+        await committer.run([Record("bars.raw", 0, 0, 0.0, b"k", b"v", [])], events[:1], stages)
+        committer.on_assigned()
+        await committer.run([Record("bars.raw", 0, 0, 0.0, b"k", b"v", [])], events[1:], stages)
+        await committer.commit()
+        await asyncio.gather(*committer.completing)
+        return ran, events
+
+    ran, events = asyncio.run(run())
+    assert ran == [0]
     assert [e.acked for e in events] == [False, True]
