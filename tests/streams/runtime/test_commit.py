@@ -84,6 +84,12 @@ def held_long_ago(committer: Committer) -> Event:
     return event
 
 
+async def committed(committer: Committer) -> None:
+    """A commit, through its last step."""
+    await committer.commit()
+    await asyncio.gather(*committer.completing)
+
+
 async def tick_behind_the_lock(committer: Committer, agent_meanwhile: bool) -> None:
     """A timer's tick that finds a checkpoint due, then waits for the lock the agent holds;
     `agent_meanwhile`: the agent checkpoints and takes a new burst's first records before it
@@ -137,8 +143,7 @@ def test_records_of_a_partition_no_longer_assigned_are_neither_run_nor_acked() -
             ran.extend(r.partition for r in batch)
 
         await committer.run(records, events, stages)
-        await committer.commit()
-        await asyncio.gather(*committer.completing)
+        await committed(committer)
         return ran, events
 
     ran, events = asyncio.run(run())
@@ -205,8 +210,7 @@ def test_no_batch_runs_while_partitions_move() -> None:
         await committer.run([Record("bars.raw", 0, 0, 0.0, b"k", b"v", [])], events[:1], stages)
         committer.on_assigned()
         await committer.run([Record("bars.raw", 0, 0, 0.0, b"k", b"v", [])], events[1:], stages)
-        await committer.commit()
-        await asyncio.gather(*committer.completing)
+        await committed(committer)
         return ran, events
 
     ran, events = asyncio.run(run())
