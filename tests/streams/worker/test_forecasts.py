@@ -28,7 +28,7 @@ from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint, torch_threads_of_a_worker
 from tests.kafka_io import Message, produce, read_topic
-from tests.topic_logs import ForecastLog, ScoreLog, wait_for_metric
+from tests.topic_logs import ForecastLog, ScoreLog, metric, wait_for_metric
 from tests.worker import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("worker_threads")]
@@ -59,6 +59,15 @@ def end_of_data(settings: Settings) -> None:
     producer = BarProducer(settings, settings.topic_raw)
     producer.send_control(time.time_ns())
     assert producer.flush() == 0
+
+
+def produce_bars(settings: Settings, values: list[dict[str, Any]]) -> None:
+    """`values` to the raw topic, each keyed by its symbol (its partition, as a feed's)."""
+    produce(
+        settings.broker,
+        settings.topic_raw,
+        [(v["symbol"].encode(), orjson.dumps(v)) for v in values],
+    )
 
 
 def forecasts_by_key(messages: list[Message]) -> dict[Key, dict]:
@@ -165,15 +174,14 @@ def kill_and_resume(
     2,000 bars go in only after the kill: it cannot come after the last forecast, however far
     behind the worker this test's reading is."""
     (forecasts, scores), (total, scored) = logs, counts
-    records = [(b"6EH4", orjson.dumps(v)) for v in bars]
-    produce(settings.broker, settings.topic_raw, records[:-2000])
+    produce_bars(settings, bars[:-2000])
     worker = Worker(settings, name="first").start()
     wait_for_metric(worker, "barcast_checkpoints_total", 1)
     forecasts.read_until(500)
     worker.kill()
     before = forecasts.read_to_end()
     assert 0 < before < total, f"kill after {before} of {total} forecasts"
-    produce(settings.broker, settings.topic_raw, records[-2000:])
+    produce_bars(settings, bars[-2000:])
     with Worker(settings, name="second") as second:
         end_of_data(settings)
         # One symbol, one partition: by its last new forecast every repeat has been read, and
@@ -251,30 +259,37 @@ def test_a_killed_worker_resumes_with_the_same_forecasts_and_scores(
     assert len({m for _, _, m in forecasts.values}) == 1
 
 
-def test_two_workers_split_the_partitions_and_agree_with_one(
+def test_a_worker_joining_mid_stream_takes_partitions_over_with_their_state(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame
 ) -> None:
+    """Worker a serves every partition through the first 1,000 bars of each symbol; b joins and
+    the group rebalances; the other 500 go in once b is ready. Whichever worker serves a
+    partition after the move continues it from the states a committed at the revoke, so both
+    together publish what one uninterrupted run does (a repeat must repeat every byte)."""
     settings = pipeline_settings(broker_settings, tmp_path)
-    symbols = ("6EH4", "6EM4", "6EU4", "6EZ4")
-    values = [
-        v
-        for symbol in symbols
-        for v in bars_from_frame(sixe_bars.iloc[:1500], symbol=symbol, instrument_id=1)
-    ]
+    symbols = ("6EH4", "6EZ4", "6EU5", "6EM4")  # one per partition of four (murmur2)
+    history = [bars_from_frame(sixe_bars.iloc[:1500], symbol=s, instrument_id=1) for s in symbols]
+    values = [v for bars in history for v in bars]
     reference = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
-    produce(
-        settings.broker,
-        settings.topic_raw,
-        [(v["symbol"].encode(), orjson.dumps(v)) for v in values],
-    )
-    with Worker(settings, name="a") as a, Worker(settings, name="b") as b:
-        end_of_data(settings)
-        messages = read_topic(
-            settings.broker, settings.topic_forecasts, len(reference), timeout_s=300
-        )
-        logs = a.log() + b.log()
-    assert_matches(reference, forecasts_by_key(messages))
-    assert "forecast" in logs and len({m.partition for m in messages}) > 1
+    first, rest = [bars[:1000] for bars in history], [bars[1000:] for bars in history]
+    joined_at = first[0][-1]["ts_event"]
+    served_before = sum(ts <= joined_at for _, ts in reference)
+    forecasts = ForecastLog(settings.broker, settings.topic_forecasts, settings.partitions)
+    try:
+        produce_bars(settings, [v for bars in first for v in bars])
+        with Worker(settings, name="a"):
+            assert forecasts.read_until(served_before, timeout_s=300) == served_before
+            with Worker(settings, name="b") as b:
+                produce_bars(settings, [v for bars in rest for v in bars])
+                end_of_data(settings)
+                assert forecasts.read_until(len(reference), timeout_s=300) == len(reference)
+                served_by_b = metric(b, "barcast_forecasts_total")
+    finally:
+        forecasts.close()
+    assert served_by_b, "b served no partition: the group never rebalanced"
+    assert "Restoring state from changelog topics" in b.log()
+    published = {(s, ts): orjson.loads(v) for (s, ts, _), v in forecasts.values.items()}
+    assert_matches(reference, published)
 
 
 def test_stream_and_forecast_roles_run_as_separate_worker_groups(
@@ -283,7 +298,7 @@ def test_stream_and_forecast_roles_run_as_separate_worker_groups(
     settings = pipeline_settings(broker_settings, tmp_path)
     values = bars_from_frame(sixe_bars.iloc[:1200], symbol="6EH4", instrument_id=1)
     reference = forecast_history(values, ForecastEngine(tmp_path / "models" / "first"))
-    produce(settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values])
+    produce_bars(settings, values)
     stream = Worker(replace(settings, role="stream"), name="stream")
     forecast = Worker(replace(settings, role="forecast"), name="forecast")
     with stream, forecast:
@@ -307,15 +322,11 @@ def test_hot_reload_swaps_the_model_between_batches(
     make_checkpoint(tmp_path / "staging", seed=5)
     second = forecast_history(values, ForecastEngine(tmp_path / "staging"))
     with Worker(settings) as worker:
-        produce(
-            settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values[:1500]]
-        )
+        produce_bars(settings, values[:1500])
         before = read_topic(settings.broker, settings.topic_forecasts, 1, timeout_s=120)
         shutil.copytree(tmp_path / "staging", tmp_path / "models" / "second")
         worker.wait_for_log("hot-reloaded checkpoint", 30)
-        produce(
-            settings.broker, settings.topic_raw, [(b"6EH4", orjson.dumps(v)) for v in values[1500:]]
-        )
+        produce_bars(settings, values[1500:])
         end_of_data(settings)
         messages = read_topic(settings.broker, settings.topic_forecasts, len(first), timeout_s=300)
     assert before
