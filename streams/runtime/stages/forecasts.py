@@ -347,7 +347,7 @@ class Forecasting:
         goes on serving the model it has. A model id `barcast promote` named is promoted."""
         promoted = watcher.promoted()
         if promoted is not None and self.serving.canaries:
-            self.serving.force(promoted)
+            await self.serving.force(promoted)
         path = watcher.poll()
         if path is None:
             return

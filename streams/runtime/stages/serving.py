@@ -94,11 +94,19 @@ class Serving:
             engine.model_id, self.default.model_id if self.default else None, self.needed,
         )  # fmt: skip
 
-    def force(self, model_id: str) -> None:
-        """`barcast promote`: serve `model_id` from each partition's next row."""
-        if model_id not in self.forced:
-            self.forced.add(model_id)
-            log.info("barcast promote: %s serves from each partition's next row", model_id)
+    async def force(self, model_id: str) -> None:
+        """`barcast promote`: serve `model_id` from each partition's next row (loaded again
+        if it was let go, as a refused canary is)."""
+        if model_id in self.forced:
+            return
+        self.forced.add(model_id)
+        if model_id not in self.engines and self.load is not None:
+            engine = await self.load(model_id)
+            if engine is None:
+                log.error("barcast promote: checkpoint %s is not in the model directory", model_id)
+                return
+            self.engines[model_id] = engine
+        log.info("barcast promote: %s serves from each partition's next row", model_id)
 
     async def before(self, row: FeatureRow, sync: Callable[[], Awaitable[None]]) -> None:
         """At a row of a partition: its state loaded; a verdict due before it (`sync` first);
@@ -249,7 +257,10 @@ class Serving:
 
     def _tidy(self) -> None:
         """Once no partition this worker has seen runs the canary any more, it is done; once
-        they all serve one checkpoint, that one is the worker's default."""
+        they all serve one checkpoint, that one is the worker's default. A checkpoint none of
+        them serves or runs is let go: its weights and per-symbol caches would otherwise stay
+        for as long as the worker runs, one more with each rollout (a partition that names it
+        later loads it again, `_loaded`)."""
         assert self.store is not None
         states = [self.store.read(partition_key(p)) for p in sorted(self.seen)]
         if self.candidate is not None and all(
@@ -258,9 +269,13 @@ class Serving:
             self.candidate = None
             self.metrics.set_canary(None)
         served = {s.serving for s in states if s.serving is not None}
-        if len(served) == 1 and (only := served.pop()) in self.engines:
+        if len(served) == 1 and (only := next(iter(served))) in self.engines:
             self.default = self.engines[only]
             self.metrics.set_model(only, self.default.fingerprint)
+        used = served | {s.candidate for s in states} | self.forced
+        used |= {e.model_id for e in (self.default, self.candidate) if e is not None}
+        for model_id in set(self.engines) - used:
+            del self.engines[model_id]
 
 
 EXPLAINED = {

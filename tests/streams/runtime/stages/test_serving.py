@@ -17,6 +17,7 @@ import orjson
 from features.engine import FINGERPRINT, N_FEATURES
 from model.covariates import NS_PER_MIN
 from model.serving.canary import PartitionCanary
+from model.serving.checkpoints import PROMOTE, CheckpointWatcher
 from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import DELIVERY
 from streams.metrics import Metrics
@@ -102,6 +103,8 @@ def test_a_burst_after_the_quiet_is_one_batch_and_the_verdict_is_the_same(
     asyncio.run(run())
     decided = states(quiet)
     assert all(canary_id in s.verdicts for s in decided), "the canary was decided"
+    # the checkpoint no partition serves any more is let go
+    assert set(quiet.serving.engines) == {s.serving for s in decided}, quiet.serving.engines
     assert states(busy) == decided
     records = published(quiet_out, returned[0])
     assert any(topic == quiet.settings.topic_shadow for topic, *_ in records)
@@ -142,3 +145,44 @@ def test_a_canarys_forecasts_wait_for_the_quiet_and_are_the_same_whenever_made(
     records = published(waiting_out, returned[0])
     assert sum(topic == shadow for topic, *_ in records) > len(SYMBOLS) * 4
     assert published(eager_out, returned[1]) == records
+
+
+def test_barcast_promote_loads_a_checkpoint_let_go_and_it_serves_from_the_next_row(
+    tmp_path: Path,
+) -> None:
+    """Once decided, the checkpoint no partition serves is let go (its weights and caches
+    would stay for as long as the worker runs); `barcast promote` loads it again."""
+    serving_id = make_checkpoint(tmp_path / "serving")
+    canary_id = make_checkpoint(tmp_path / "canary", seed=1)
+    forecasting, producer = stage(tmp_path)
+    watcher = CheckpointWatcher(tmp_path)
+    forecasting.watch(watcher)
+    watcher.accept(tmp_path / "canary")  # as the worker does on proposing it
+    returned: list[Out] = []
+
+    async def minutes(start: int, end: int) -> None:
+        for minute in range(start, end):
+            if minute == CANARY_AT:
+                canary = ForecastEngine.from_settings(tmp_path / "canary", forecasting.settings)
+                forecasting.serving.propose(canary)
+            returned.extend(await forecasting.add(rows(minute)))
+            await forecasting.drain()
+
+    asyncio.run(minutes(0, END))
+    decided = {s.serving for s in states(forecasting)}
+    assert len(decided) == 1 and all(canary_id in s.verdicts for s in states(forecasting))
+    (let_go,) = {serving_id, canary_id} - decided
+    assert let_go not in forecasting.serving.engines
+
+    (tmp_path / PROMOTE).write_text(let_go)
+    asyncio.run(forecasting.reload(watcher))
+    assert let_go in forecasting.serving.engines
+    asyncio.run(minutes(END, END + 2))
+    assert all(s.serving == let_go for s in states(forecasting))
+    last = START + (END + 1) * NS_PER_MIN
+    served = {
+        v["model_id"]
+        for (t, _, ts), v in published(producer, returned).items()
+        if t == forecasting.settings.topic_forecasts and ts == last
+    }
+    assert served == {let_go}
