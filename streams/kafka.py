@@ -166,3 +166,47 @@ def pipeline_topics(settings: Settings) -> list[str]:
         *([settings.topic_shadow] if settings.canary else []),
         *([settings.topic_explain] if settings.explain else []),
     ]
+
+
+def newest_values(settings: Settings, topic: str) -> dict[int, bytes]:
+    """The value of each partition's last record in `topic`, read without joining a group; a
+    partition without records, and a topic that does not exist, have none."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    timeout_s = settings.connect_timeout_s
+    config = {"group.id": "barcast-newest", "enable.auto.commit": False}
+    consumer = Consumer(confluent_config(settings, **config, **{"enable.partition.eof": True}))
+    try:
+        found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if found is None or found.error is not None:
+            return {}
+        last: dict[int, int] = {}  # partition -> the offset its last record is at or after
+        for partition in sorted(found.partitions):
+            where = TopicPartition(topic, partition)
+            low, high = consumer.get_watermark_offsets(where, timeout=timeout_s)
+            if high > low:
+                last[partition] = high - 1
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in last.items()])
+        newest: dict[int, tuple[int, bytes]] = {}
+        # Each partition is read to its end, not to the high watermark: the embedded broker
+        # reports the start of a partition's last batch as its last offset (the changelogs'
+        # lone last records, runtime.kafka_io), so its last record may lie after it.
+        pending, deadline = set(last), time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                bootstrap = bootstrap_servers(settings)
+                raise BrokerUnavailable(unavailable_message(bootstrap, timeout_s))
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error, partition = message.error(), message.partition()
+            if error is None:
+                if message.offset() >= newest.get(partition, (-1, b""))[0]:
+                    newest[partition] = message.offset(), message.value()
+            elif error.code() == KafkaError._PARTITION_EOF:
+                pending.discard(partition)
+            else:
+                raise KafkaException(error)
+        return {partition: value for partition, (_, value) in newest.items()}
+    finally:
+        consumer.close()

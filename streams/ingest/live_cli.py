@@ -12,13 +12,19 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+
+import numpy as np
 
 from streams.exit_codes import ExitCode
-from streams.ingest.errors import AuthFailed, IngestError
+from streams.ingest.errors import AuthFailed, BrokerDown, IngestError
+from streams.ingest.live_options import LiveOptions
 from streams.ingest.replay_cli import parse_symbols, parse_time, run_standalone
 from streams.settings import Settings
 
 KEY_VARIABLE = "DATABENTO_API_KEY"
+NOW = "now"
+log = logging.getLogger("barcast.live")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated, e.g. ES.FUT,NQ.FUT,6E.FUT,ZN.FUT",
     )
     parser.add_argument(
-        "--start", type=parse_time, help="replay from this ISO time first (within 24 h)"
+        "--start",
+        type=parse_start,
+        help="replay from this ISO time first (within 24 h), or `now` (default: where the "
+        "topic ends, so a restart replays the bars sent while no ingest ran)",
     )
     parser.add_argument("--topic", help="target topic (default: BARCAST_TOPIC_RAW, bars.raw)")
     parser.add_argument("--gateway", help="gateway host (default: Databento's for the dataset)")
@@ -69,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_start(text: str) -> int | str:
+    return NOW if text == NOW else parse_time(text)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ingest-live",
@@ -95,22 +108,13 @@ def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def run(args: argparse.Namespace) -> int:
-    from streams.ingest.live import LiveIngest, redact
-    from streams.ingest.live_options import LiveOptions
-    from streams.ingest.producer import BarProducer
-
-    key = os.environ.get(KEY_VARIABLE, "").strip()
-    settings = Settings.from_env()
-    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        # barcast reports disconnects and gateway errors itself, once, with what it does next.
-        logging.getLogger("databento").setLevel(logging.CRITICAL)
-    options = LiveOptions(
+def live_options(args: argparse.Namespace, settings: Settings) -> LiveOptions:
+    return LiveOptions(
         dataset=args.dataset,
         schema=args.schema,
         stype_in=args.stype_in,
         symbols=tuple(args.symbols),
-        start_ns=args.start,
+        start_ns=None if args.start == NOW else args.start,
         gateway=args.gateway,
         port=args.port,
         heartbeat_interval_s=args.heartbeat_s,
@@ -122,17 +126,52 @@ def run(args: argparse.Namespace) -> int:
         key_by=settings.key_by,
         follow=settings.follow,
     )
+
+
+def resumed(options: LiveOptions, settings: Settings, topic: str) -> LiveOptions:
+    """`options` starting where `topic` ends (`resume_start`), or from now if it is empty."""
+    from streams.ingest.resume import resume_start
+    from streams.kafka import BrokerUnavailable
+
+    try:
+        start = resume_start(settings, topic, options.schema)
+    except BrokerUnavailable as exc:
+        raise BrokerDown(str(exc)) from None
+    if start is None:
+        log.info("live: %s holds no records yet: subscribing from now", topic)
+    else:
+        log.info(
+            "live: resuming from %sZ, where every partition of %s ends (`--start now` starts "
+            "from now instead)", np.datetime64(start, "ns"), topic,
+        )  # fmt: skip
+    return replace(options, start_ns=start)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the options, start the producer, resume where the topic ends unless `--start`
+    says otherwise, and ingest until a signal; then flush and print the summary."""
+    from streams.ingest.live import LiveIngest, redact
+    from streams.ingest.producer import BarProducer
+
+    key = os.environ.get(KEY_VARIABLE, "").strip()
+    settings = Settings.from_env()
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # barcast reports disconnects and gateway errors itself, once, with what it does next.
+        logging.getLogger("databento").setLevel(logging.CRITICAL)
+    options = live_options(args, settings)
     ingest: LiveIngest | None = None
     sink: BarProducer | None = None
     try:
         if not key:
             raise AuthFailed(f"{KEY_VARIABLE} is not set; export your Databento API key")
+        topic = args.topic or settings.topic_raw
+        # Never given up on while the broker is down: a bar queued is delivered once it is
+        # back, in order, so where the topic ends is where a restart resumes (`resume_start`).
         sink = BarProducer(
-            settings,
-            args.topic or settings.topic_raw,
-            linger_ms=5.0,
-            dead_letters=settings.topic_dlq,
+            settings, topic, linger_ms=5.0, dead_letters=settings.topic_dlq, timeout_s=None
         )
+        if args.start is None:
+            options = resumed(options, settings, topic)
         ingest = LiveIngest(options, key, sink)
         with _stop_on_signals(ingest.stop):
             ingest.run()

@@ -37,18 +37,25 @@ PRODUCER_TUNING: dict[str, Any] = {
     "queue.buffering.max.messages": 500_000,
     "queue.buffering.max.kbytes": 1_048_576,
     "delivery.report.only.error": True,
-    "message.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000),
 }
 
 
-def producer_config(settings: Settings, linger_ms: float) -> dict[str, Any]:
-    """The producer configuration replay and live ingest use (and the benchmark's baseline)."""
-    return confluent_config(settings, **PRODUCER_TUNING, **{"linger.ms": linger_ms})
+def producer_config(
+    settings: Settings, linger_ms: float, timeout_s: float | None = DELIVERY_TIMEOUT_S
+) -> dict[str, Any]:
+    """The producer configuration replay and live ingest use (and the benchmark's baseline):
+    a message not delivered in `timeout_s` fails; None: it is retried until delivered."""
+    timeout_ms = 0 if timeout_s is None else int(timeout_s * 1000)
+    return confluent_config(
+        settings, **PRODUCER_TUNING, **{"linger.ms": linger_ms, "message.timeout.ms": timeout_ms}
+    )
 
 
 class BarProducer:
     """Sends bars and control records to one topic, and with `dead_letters` the bars it cannot
-    publish there to that topic; creates the topics if they are missing."""
+    publish there to that topic; creates the topics if they are missing. A message not
+    delivered within `timeout_s` fails (`check`); with None it waits for the broker, in the
+    queue, however long it is down."""
 
     def __init__(
         self,
@@ -56,6 +63,7 @@ class BarProducer:
         topic: str,
         linger_ms: float = 50.0,
         dead_letters: str | None = None,
+        timeout_s: float | None = DELIVERY_TIMEOUT_S,
     ):
         from confluent_kafka import Producer
 
@@ -75,7 +83,7 @@ class BarProducer:
         except RuntimeError as exc:
             raise DeliveryFailed(str(exc)) from None
         self.partitions = topics.get(topic, settings.partitions)
-        config = producer_config(settings, linger_ms)
+        config = producer_config(settings, linger_ms, timeout_s)
         config["on_delivery"] = self._on_failure
         config["error_cb"] = self._on_error
         self._producer = Producer(config)

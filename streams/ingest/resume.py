@@ -9,9 +9,23 @@ which ingest records, or backfills from Databento Historical.
 Whatever a gateway sends again (a replay from an earlier start, or a gateway that resends its
 whole session on every connection), a bar not newer than the last one handled for its
 instrument can never be new: `Published` drops it.
+
+A restarted ingest (a deploy, a crash, a node drained) resumes where its topic ends
+(`resume_start`), so the bars the gateway sent while no ingest ran are replayed, or, beyond the
+window, recorded as an outage, instead of missing without a trace.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+from streams.kafka import newest_values
+from streams.schema import ControlKind
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
 
 INTERVAL_NS = {"ohlcv-1s": 10**9, "ohlcv-1m": 60 * 10**9, "ohlcv-1h": 3600 * 10**9}
 DAY_NS = 86_400 * 10**9  # ohlcv-1d and ohlcv-eod
@@ -54,3 +68,27 @@ class Published:
         if self.newest is None or ts_event > self.newest:
             self.newest = ts_event
         return True
+
+
+def complete_until(value: bytes, schema: str) -> int:
+    """What a partition whose last record is `value` holds every bar before: a bar or roll says
+    its interval may be partial; END_OF_INTERVAL closes its interval; an outage, its span."""
+    record = orjson.loads(value)
+    control = record.get("control")
+    if control == ControlKind.END_OF_INTERVAL:
+        return int(record["ts_event"]) + interval_ns(schema)
+    if control == ControlKind.OUTAGE:
+        return int(record["end"])
+    return int(record["ts_event"])
+
+
+def topic_resume(newest: dict[int, bytes], schema: str) -> int | None:
+    """The earliest of the partitions' `complete_until`: every bar before it is on every
+    partition (a partition is written in order). None for a topic without records."""
+    ends = [complete_until(value, schema) for value in newest.values()]
+    return min(ends) if ends else None
+
+
+def resume_start(settings: Settings, topic: str, schema: str) -> int | None:
+    """Where live ingest into `topic` resumes after a restart (`topic_resume`)."""
+    return topic_resume(newest_values(settings, topic), schema)

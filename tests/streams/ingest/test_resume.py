@@ -4,6 +4,7 @@ and the real broker."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from pathlib import Path
 
@@ -11,7 +12,15 @@ import orjson
 import pytest
 
 from streams import schema
-from streams.ingest.resume import CLAMP_MARGIN_NS, Published, earliest_start
+from streams.exit_codes import ExitCode
+from streams.ingest import live_cli
+from streams.ingest.resume import (
+    CLAMP_MARGIN_NS,
+    Published,
+    earliest_start,
+    resume_start,
+    topic_resume,
+)
 from streams.settings import Settings
 from tests.historical_gateway import HistoricalGateway
 from tests.kafka_io import Message
@@ -35,6 +44,24 @@ def test_the_earliest_start_is_a_bar_boundary_inside_the_window() -> None:
     earliest = earliest_start(now, 300.0, "ohlcv-1m")
     assert earliest % MINUTE_NS == 0
     assert now - 300 * 10**9 + CLAMP_MARGIN_NS <= earliest < now - 240 * 10**9 + MINUTE_NS
+
+
+def test_a_restart_resumes_where_every_partition_holds_every_bar_before() -> None:
+    m = 1_719_877_200 * 10**9
+    bar = {"symbol": "ESU4", "ts_event": m, "close": 5500.25}
+    roll = schema.roll(m - MINUTE_NS, "ES.c.0", "ESU4", "ESZ4", 1.01)
+    newest = {
+        0: schema.encode(schema.end_of_interval(m)),  # minute m complete
+        1: orjson.dumps(bar),  # minute m under way: its other bars may not have come
+        2: schema.encode(schema.outage(m - 9 * MINUTE_NS, m + 2 * MINUTE_NS)),
+        3: schema.encode(roll),
+    }
+    assert topic_resume(newest, "ohlcv-1m") == m - MINUTE_NS
+    del newest[3]
+    assert topic_resume(newest, "ohlcv-1m") == m
+    assert topic_resume({0: newest[0], 2: newest[2]}, "ohlcv-1m") == m + MINUTE_NS
+    assert topic_resume({0: newest[0]}, "ohlcv-1s") == m + 10**9
+    assert topic_resume({}, "ohlcv-1m") is None, "an empty topic: from now"
 
 
 def esu4_nqu4(dbn_files: list[Path]) -> Path:
@@ -187,3 +214,39 @@ def test_backfill_fetches_the_unrecoverable_span_from_historical_once(
     assert_each_once(bars, set(rows))
     assert not any(outage_controls(partitions).values())
     assert {b["source"] for b in bars} == {"live:GLBX.MDP3"}
+
+
+@pytest.mark.integration
+def test_a_restarted_ingest_resumes_where_its_topic_ends(
+    broker_settings: Settings,
+    dbn_files: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`barcast ingest-live` (no --start, the topic empty: from now) dies with its session
+    after 23 bars (no retries: as a process killed); the next subscribes from where every
+    partition of bars.raw is complete. Nothing is lost, and only bars of the minute under way
+    at the death come twice."""
+    settings, path = broker_settings, esu4_nqu4(dbn_files)
+    rows = set(file_rows(path))
+    for name, value in settings.to_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(live_cli.KEY_VARIABLE, KEY)
+    caplog.set_level(logging.INFO, logger="barcast.live")
+    with LiveGateway(path, KEY, hang_ups=(23,)) as gateway:
+        where = ["--gateway", "127.0.0.1", "--port", str(gateway.port)]
+        code = live_cli.main(["--symbols", ",".join(SYMBOLS), *where, "--max-retries", "0"])
+    assert code == ExitCode.GATEWAY_UNAVAILABLE
+    assert "holds no records yet: subscribing from now" in caplog.text
+    assert gateway.sessions[0].subscriptions[0].start is None
+    first = {(b["symbol"], b["ts_event"]) for b in raw_topic(settings)[0]}
+    start = resume_start(settings, settings.topic_raw, "ohlcv-1m")
+    assert start is not None and start >= max(ts for _, ts in first), "nothing replayed needlessly"
+    assert all(ts >= start for _, ts in rows - first), "every bar not published is replayed"
+    later = {(symbol, ts) for symbol, ts in rows if ts >= start}
+    with LiveGateway(path, KEY) as gateway:
+        ingest_live(settings, gateway, lambda s: s.bars >= len(later), start_ns=start)
+    assert gateway.sessions[0].subscriptions[0].start == start
+    got = [(b["symbol"], b["ts_event"]) for b in raw_topic(settings)[0]]
+    assert set(got) == rows
+    assert {ts for key in got if got.count(key) > 1 for _, ts in [key]} <= {start}
