@@ -95,7 +95,7 @@ class BarProducer:
             try:
                 produce(topic, value, key, timestamp=timestamp, headers=BAR_HEADERS)
             except BufferError:
-                self._produce_when_room(value, key, timestamp)
+                self._when_room(topic, value, key, timestamp=timestamp, headers=BAR_HEADERS)
         self.sent += len(values)
         self._producer.poll(0)
 
@@ -113,14 +113,14 @@ class BarProducer:
         the old contract's bars produced before it and before the new one's."""
         value, key = schema.encode(roll), schema.encode_key(roll["symbol"])
         timestamp = roll["ts_event"] // 1_000_000
-        self._producer.produce(self.topic, value, key, timestamp=timestamp, headers=CONTROL_HEADERS)
+        self._when_room(self.topic, value, key, timestamp=timestamp, headers=CONTROL_HEADERS)
         self.sent += 1
         self._producer.poll(0)
 
     def _to_every_partition(self, control: schema.ControlRecord) -> None:
         value, ts_event = schema.encode(control), control["ts_event"]
         for partition in range(self.partitions):
-            self._producer.produce(
+            self._when_room(
                 self.topic,
                 value,
                 schema.CONTROL_KEY,
@@ -145,7 +145,7 @@ class BarProducer:
             (schema.DLQ_REASON, reason.encode()),
             (schema.DLQ_MESSAGE, message.encode()),
         ]
-        self._producer.produce(self.dead_letters, value, key, timestamp=timestamp, headers=headers)
+        self._when_room(self.dead_letters, value, key, timestamp=timestamp, headers=headers)
         self.sent += 1
         self._producer.poll(0)
 
@@ -166,16 +166,15 @@ class BarProducer:
                 f"de-duplicates by (symbol, ts_event, rtype), so re-sending is safe"
             )
 
-    def _produce_when_room(self, value: bytes, key: bytes, timestamp: int) -> None:
+    def _when_room(self, topic: str, value: bytes, key: bytes, **options: Any) -> None:
+        """Produce, waiting while the queue is full (a replay at full speed fills it, and so
+        does a broker that is down under live ingest) instead of failing on BufferError."""
         while True:
-            self._producer.poll(0.05)
             try:
-                self._producer.produce(
-                    self.topic, value, key, timestamp=timestamp, headers=BAR_HEADERS
-                )
+                self._producer.produce(topic, value, key, **options)
                 return
             except BufferError:
-                continue
+                self._producer.poll(0.05)
 
     def _on_failure(self, err: Any, _msg: Any) -> None:
         self.failed += 1

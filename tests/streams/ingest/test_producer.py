@@ -1,0 +1,55 @@
+"""The ingest producer waits while librdkafka's queue is full, for every kind of record: a
+replay at full speed keeps it full, and a broker down under live ingest fills it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streams import schema
+from streams.ingest.producer import BarProducer
+
+
+class FullQueue:
+    """A librdkafka producer whose queue is full for the next `full` messages."""
+
+    def __init__(self, full: int) -> None:
+        self.full, self.polls = full, 0
+        self.produced: list[tuple[str, bytes]] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes, **options: Any) -> None:
+        if self.full:
+            self.full -= 1
+            raise BufferError("Local: Queue full")
+        self.produced.append((topic, key))
+
+    def poll(self, timeout_s: float) -> int:
+        self.polls += 1
+        return 0
+
+
+def producer(queue: FullQueue) -> BarProducer:
+    """A BarProducer of 2 partitions on `queue`, without a broker."""
+    sink = object.__new__(BarProducer)
+    sink.topic, sink.dead_letters, sink.partitions, sink.sent = "raw", "dlq", 2, 0
+    sink._producer = queue
+    return sink
+
+
+def test_every_kind_of_record_waits_for_room_in_the_queue() -> None:
+    queue = FullQueue(full=3)
+    sink = producer(queue)
+    sink.send_bars([b"{}"], [b"ESU4"], [1])
+    queue.full = 3
+    sink.send_control(60 * 10**9)
+    queue.full = 3
+    sink.send_roll(schema.roll(60 * 10**9, "ES.c.0", "ESU4", "ESZ4", 1.01))
+    queue.full = 3
+    sink.send_dead_letter(b"ESU4", b"{}", 1, "unmapped_symbol", "no symbol names it")
+    assert queue.produced == [
+        ("raw", b"ESU4"),
+        ("raw", schema.CONTROL_KEY),
+        ("raw", schema.CONTROL_KEY),
+        ("raw", b"ES.c.0"),
+        ("dlq", b"ESU4"),
+    ]
+    assert sink.sent == 5 and queue.polls >= 12
