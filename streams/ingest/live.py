@@ -175,15 +175,16 @@ class LiveIngest:
     def _backfill(self, start: int, end: int) -> bool:
         """[start, end) from Databento Historical through the live path; False if not had."""
         try:
-            metadata, records = backfill.fetch(
+            fetched = backfill.fetch(
                 self._key, self.options.historical_gateway, self.options.subscription(), start, end
             )
         except backfill.BackfillFailed as exc:
             log.warning("live: backfill of %s to %s failed: %s", _iso(start), _iso(end), exc)
             return False
-        self._book.add_metadata(metadata)
+        self._book.add_metadata(fetched.metadata)
+        self._book.add_resolution(fetched.names)
         before = self.stats.bars
-        for record in records:
+        for record in fetched.records:
             self._handle(record)
         count = self.stats.bars - before
         self.stats.backfilled += count

@@ -189,14 +189,22 @@ class SymbolBook:
         else:
             return False
         for instrument_id, symbol, interval in pairs:
-            span = (
-                _day_ns(interval["start_date"]),
-                _day_ns(interval["end_date"]),
-                self.index_of(symbol),
-            )
-            self._metadata.setdefault(instrument_id, []).append(span)
-            self._plans.pop(instrument_id, None)
+            self._add_dated(instrument_id, symbol, interval["start_date"], interval["end_date"])
         return bool(pairs)
+
+    def add_resolution(self, result: dict[str, list[dict[str, str]]]) -> None:
+        """Take a symbology.resolve result from instrument ids to raw symbols (`{id: [{"d0":
+        start date, "d1": end date, "s": raw symbol}]}`), as dated as metadata mappings."""
+        for instrument_id, intervals in result.items():
+            for iv in intervals:
+                if iv["s"]:
+                    start, end = date.fromisoformat(iv["d0"]), date.fromisoformat(iv["d1"])
+                    self._add_dated(int(instrument_id), iv["s"], start, end)
+
+    def _add_dated(self, instrument_id: int, symbol: str, start: date, end: date) -> None:
+        span = (_day_ns(start), _day_ns(end), self.index_of(symbol))
+        self._metadata.setdefault(instrument_id, []).append(span)
+        self._plans.pop(instrument_id, None)
 
     def add_record(self, record: Any) -> bool:
         """Learn from a SymbolMappingMsg or an instrument definition; False for other records."""

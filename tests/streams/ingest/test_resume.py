@@ -217,6 +217,37 @@ def test_backfill_fetches_the_unrecoverable_span_from_historical_once(
 
 
 @pytest.mark.integration
+def test_a_backfill_before_any_session_names_its_bars_by_symbology(
+    broker_settings: Settings,
+    dbn_files: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restart 10 minutes after its start point, the gateway replaying 5: the span before
+    the window is backfilled before any session has named an instrument, and a `parent`
+    request's metadata names none either; symbology.resolve does, so no bar is dead-lettered."""
+    path = esu4_nqu4(dbn_files)
+    rows = file_rows(path)
+    tls = make_certificates(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls.ca))
+    live = LiveGateway(path, KEY, replay_window_s=300)
+    first = live.now
+    live.now = first + 10 * MINUTE_NS
+    with live, HistoricalGateway(path, KEY, tls) as historical:
+        stats = ingest_live(
+            broker_settings, live, lambda s: s.bars >= len(rows), replay_window_s=300,
+            backfill=True, historical_gateway=historical.url, start_ns=first,
+        )  # fmt: skip
+    [request] = historical.requests
+    assert (request.start, request.end) == (first, first + 6 * MINUTE_NS)
+    [resolved] = historical.resolved
+    assert sorted(resolved["symbols"].split(",")) == sorted({str(i) for i in live.symbols})
+    assert (stats.bars, stats.backfilled, stats.unmapped, stats.outages) == (len(rows), 12, 0, 0)
+    assert read_all(broker_settings.broker, broker_settings.topic_dlq) == []
+    assert_each_once(raw_topic(broker_settings)[0], set(rows))
+
+
+@pytest.mark.integration
 def test_a_restarted_ingest_resumes_where_its_topic_ends(
     broker_settings: Settings,
     dbn_files: list[Path],
