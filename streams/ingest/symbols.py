@@ -218,8 +218,10 @@ class SymbolBook:
                 start = EVER[0] if record.start_ts == undefined else record.start_ts
                 end = EVER[1] if record.end_ts == undefined else record.end_ts
                 span = (start - start % NANOS_PER_DAY, end, self.index_of(symbol))
-                self._records.setdefault(record.instrument_id, []).append(span)
-                self._plans.pop(record.instrument_id, None)
+                spans = self._records.setdefault(record.instrument_id, [])
+                if span not in spans:  # each reconnect names them all again
+                    spans.append(span)
+                    self._plans.pop(record.instrument_id, None)
                 if record.stype_in == databento_dbn.SType.CONTINUOUS:
                     self._hold(record.instrument_id, record.stype_in_symbol, span, start)
             return True
@@ -238,7 +240,9 @@ class SymbolBook:
         is no longer from there (a roll)."""
         index = self.index_of(symbol)
         before = self._holders.get(index)
-        if before is not None and before != instrument_id:
+        if before == instrument_id:
+            return  # still behind it: a reconnect's mapping again
+        if before is not None:
             spans = self._continuous[before]
             last = max(i for i, span in enumerate(spans) if span[2] == index)
             spans[last] = (spans[last][0], min(spans[last][1], start), index)

@@ -177,6 +177,26 @@ def test_a_mapping_record_without_dates_names_every_date() -> None:
     assert book.symbols[index[0]] == "ESM4"
 
 
+def test_a_reconnects_mappings_again_add_nothing() -> None:
+    """Each live session names every instrument again: months of reconnects must not grow
+    the spans a bar's name is looked up in."""
+    book, SType = SymbolBook(), databento_dbn.SType
+    for _ in range(100):
+        book.add_record(mapping_record(5, "ESM4", 2**64 - 1, 2**64 - 1))
+        book.add_record(
+            databento_dbn.SymbolMappingMsg(
+                1, 5, JAN1, SType.CONTINUOUS, "ES.c.0", SType.RAW_SYMBOL, "ESM4", JAN1, 2**64 - 1
+            )
+        )
+    assert [len(spans) for spans in (book._records[5], book._continuous[5])] == [2, 1]
+    index = book.resolve(np.array([5], np.uint32), np.array([JAN1], np.uint64))
+    assert book.symbols[index[0]] == "ESM4"
+    assert (
+        book.symbols[book.continuous(np.array([5], np.uint32), np.array([JAN1], np.uint64))[0]]
+        == "ES.c.0"
+    )
+
+
 def test_parent_metadata_names_no_raw_symbols() -> None:
     SType = databento_dbn.SType
     parent = databento_dbn.Metadata(
