@@ -45,6 +45,10 @@ from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stores import ShadowStore, StateStore
 from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
 
+# A symbol without a bar for this long (event time) before the newest of any is no longer
+# trading (an expired contract); longer than any holiday weekend's close.
+STALE_NS = 7 * 86_400 * 10**9
+
 
 @dataclass(slots=True)
 class Scores:  # score records in the order they were decided, and the records publishing them
@@ -311,24 +315,36 @@ class Scoring:
         return list(zip(entries, records, strict=True))
 
     def figures(self) -> dict[tuple[int, str], float]:
-        """Rolling coverage and pinball per horizon over the symbols this worker holds."""
-        return pooled_figures([state.rolling for state in self.scores.states.values()])
+        """Rolling coverage and pinball per horizon over the symbols this worker holds that
+        are trading (`trading`)."""
+        trading = self.trading()
+        return pooled_figures([s.rolling for k, s in self.scores.states.items() if k in trading])
 
     def skill(self) -> dict[tuple[int, str], Skill]:
         """The model's rolling skill over each baseline per horizon, over the symbols this
-        worker holds, with its bootstrap interval (model.serving.skill)."""
+        worker holds that are trading, with its bootstrap interval (model.serving.skill)."""
         if self.shadows is None:
             return {}
-        return pooled_skill([state.window for state in self.shadows.states.values()])
+        trading = self.trading()
+        return pooled_skill([s.window for k, s in self.shadows.states.items() if k in trading])
 
     def sources(self) -> dict[str, int]:
-        """How many symbols serve each source now (every source named, 0 for none)."""
+        """How many trading symbols serve each source now (every source named, 0 for none)."""
         if self.shadows is None:
             return {}
-        counts = dict.fromkeys(TRACKS, 0)
-        for state in self.shadows.states.values():
-            counts[state.choice.at(-1, self.mode)] += 1  # -1: no choice due comes in force
+        counts, trading = dict.fromkeys(TRACKS, 0), self.trading()
+        for key, state in self.shadows.states.items():
+            if key in trading:
+                counts[state.choice.at(-1, self.mode)] += 1  # -1: no choice due in force
         return counts
+
+    def trading(self) -> set[bytes]:
+        """The symbols with a bar within `STALE_NS` of the newest bar of any: an expired
+        contract's figures stop moving at its last hours, and would weigh on the pooled ones
+        for as long as the worker runs."""
+        last = {k: s.last_bar_ts for k, s in self.scores.states.items() if s.last_bar_ts}
+        newest = max(last.values(), default=0)
+        return {key for key, ts in last.items() if ts >= newest - STALE_NS}
 
 
 def take(state: SymbolScoring, control: ControlRecord) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from model.covariates import NS_PER_MIN
 from model.serving.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
 from model.serving.forecast_engine import WindowRequest
 from model.serving.scoring import decode_score, score_offline
-from model.serving.scoring_state import SymbolScoring
+from model.serving.scoring_state import SymbolScoring, pooled_figures
 from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stores import Changelog, StateStore
@@ -28,6 +29,7 @@ from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 SYMBOLS = ("6EH4", "ESU4")
 TOPIC = "forecasts.scores"
 CONFIG = CalibrationConfig()
+DAY_NS = 86_400 * 10**9
 
 
 def scoring(
@@ -144,6 +146,23 @@ def test_calibrated_forecasts_do_not_depend_on_how_far_bars_ran_ahead() -> None:
     assert all(v["schema_version"] == 2 for v in calibrated)
     assert any(v["q90"] != v["raw_q90"] for v in calibrated)
     assert all("raw_q90" not in orjson.loads(v) for v in raw.values())
+
+
+def test_a_symbol_that_stopped_trading_leaves_the_pooled_figures() -> None:
+    """ESU4 expires: a week after its last bar, the gauges pool 6EH4's figures alone."""
+    stage = scoring(MemoryChangelogs())
+    stream, _ = events(lag=0)
+    list(run(stage, stream))
+    states = stage.scores.states
+    row, _ = next(item for kind, _, item in reversed(stream) if kind == "bar")
+    for days in (0, 6, 8):  # 6EH4 trades on; ESU4's last bar recedes
+        later = replace(row, symbol="6EH4", key=b"6EH4", ts_event=row.ts_event + days * DAY_NS)
+        stage.bar(later, None, None)
+        stage.settle(Scores())
+        both = pooled_figures([states[s.encode()].rolling for s in SYMBOLS])
+        alone = pooled_figures([states[b"6EH4"].rolling])
+        assert both != alone
+        assert stage.figures() == (both if days < 7 else alone), days
 
 
 def rolled_back(lag: int) -> tuple[list[Event], list[dict[str, Any]]]:
