@@ -28,6 +28,8 @@ HISTORY_MINUTES = 240
 FAN_EVERY_MINUTES = 30
 SCORE_WINDOW = 600
 MODELS_KEPT = 16
+STALE_NS = 7 * 86_400 * 10**9  # a symbol without a bar this long (an expired contract) leaves
+DAY_NS = 86_400 * 10**9
 NS_PER_MS = 1_000_000
 NS_PER_MIN = 60_000_000_000
 PRICE_PREFIX = "price_"
@@ -113,6 +115,7 @@ class Board:
         self.models: dict[str, int] = {}  # model id -> when first seen (wall ns)
         self.quantiles: list[str] = []
         self.scores_seen = False
+        self.swept_day = 0  # the event day of the newest bar: symbols gone stale leave then
 
     def observe_bar(self, clean_bar_value: Mapping[str, Any]) -> None:
         board = self._symbol(clean_bar_value["symbol"])
@@ -123,6 +126,16 @@ class Board:
         cutoff = ts - HISTORY_MINUTES * NS_PER_MIN
         while board.closes[0][0] <= cutoff:
             board.closes.popleft()
+        if ts // DAY_NS > self.swept_day:
+            self.swept_day = ts // DAY_NS
+            self._forget_stale(ts - STALE_NS)
+
+    def _forget_stale(self, since: int) -> None:
+        """The symbols without a bar since `since` leave the page: an expired contract's card
+        would otherwise stay, and be drawn every refresh, for as long as the worker runs."""
+        stale = [s for s, b in self.symbols.items() if b.closes and b.closes[-1][0] < since]
+        for symbol in stale:
+            del self.symbols[symbol]
 
     def observe_forecast(self, forecast_value: Mapping[str, Any]) -> None:
         """The symbol's latest forecast, kept as it is: its fan is drawn once the page asks, or

@@ -69,6 +69,15 @@ def test_memory_per_symbol_is_bounded_and_repeats_are_ignored() -> None:
     assert all(f["t_ms"] * 10**6 >= held.closes[0][0] for f in view["fans"])
 
 
+def test_a_symbol_that_stopped_trading_leaves_the_page_after_a_week() -> None:
+    board = Board(clock=lambda: START)
+    board.observe_bar(bar(START, 5500.0, symbol="ESU4"))
+    for day in (1, 6, 8):
+        board.observe_bar(bar(START + day * 1440 * MINUTE, 5600.0, symbol="ESZ4"))
+        shown = [s["symbol"] for s in board.view()["symbols"]]
+        assert shown == (["ESU4", "ESZ4"] if day < 7 else ["ESZ4"]), day
+
+
 def test_a_forecast_is_drawn_when_the_page_asks_and_a_kept_fan_when_observed() -> None:
     """The worker's loop only holds a forecast; the page draws it. One of a fan minute is drawn
     at once, into the past fans, and is the latest the page shows, not a copy of it."""
