@@ -10,7 +10,8 @@ gateway streams DBN: metadata, then records. Subscriptions name parents (`ES.FUT
 symbols; the gateway resolves them against the file with its own rules, announces each
 instrument with a SymbolMappingMsg, reports unresolvable symbols with an ErrorMsg, acknowledges
 the subscription, streams the bars at or after `start` (intraday replay, inclusive), ends each
-minute with an END_OF_INTERVAL system message, and sends heartbeats while idle.
+minute with an END_OF_INTERVAL system message (stamped, as Databento's, with the minute's
+exclusive end), and sends heartbeats while idle.
 
 How it names the instruments is `mappings`: SymbolMappingMsg records (a live session), only the
 file's own symbol mappings in the metadata (a gateway replaying a historical file, as
@@ -260,7 +261,9 @@ class LiveGateway:
                     return
                 writer.write(bytes(bar))
                 session.bars_sent += 1
-            writer.write(self._system(ts, end_of_interval, SystemCode.END_OF_INTERVAL))
+            # Databento stamps it with the interval's exclusive end: 14:31 follows the bars
+            # stamped 14:30
+            writer.write(self._system(ts + MINUTE_NS, end_of_interval, SystemCode.END_OF_INTERVAL))
             self.now = max(self.now, ts + MINUTE_NS)
             await writer.drain()
         while True:  # idle, as a live feed is between bars: heartbeats until the client leaves

@@ -37,7 +37,7 @@ from streams.ingest.dbn_source import OHLCV_DTYPE
 from streams.ingest.errors import AuthFailed, GatewayUnavailable
 from streams.ingest.live_options import LiveOptions, LiveStats
 from streams.ingest.producer import BarProducer
-from streams.ingest.resume import Published, earliest_start, interval_start
+from streams.ingest.resume import Published, earliest_start, interval_ns, interval_start
 from streams.ingest.rolls import Continuity
 from streams.ingest.symbols import SymbolBook, SymbolFilter, Verdict
 
@@ -293,7 +293,9 @@ class LiveIngest:
         if record.is_heartbeat():
             self.stats.heartbeats += 1
         elif record.code == databento_dbn.SystemCode.END_OF_INTERVAL:
-            ts = record.ts_event
+            # Databento stamps it with the interval's exclusive end; the control record, with
+            # the start of the interval it closes (its schema in streams.topic_schemas).
+            ts = record.ts_event - interval_ns(self.options.schema)
             if self._last_control is None or ts > self._last_control:
                 self._last_control = ts
                 self._sink.send_control(ts)
