@@ -120,13 +120,23 @@ def bars_from_frame(
     }
     for name in PRICE_FIELDS:
         columns[name] = _fixed(np.asarray(frame[name]))
-    volume = np.asarray(frame["volume"])
-    if volume.dtype.kind == "f":
-        volume = np.round(np.nan_to_num(volume))
-    columns["volume"] = volume.astype(np.uint64).tolist()
+    columns["volume"] = _volumes(np.asarray(frame["volume"]))
     columns["source"] = [source] * n
     names = list(columns)
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def _volumes(volume: np.ndarray) -> list[int | float]:
+    """Integer volumes; a float column's missing (NaN) ones are 0, and an infinite or negative
+    one stays as it is, so that the corrections reject its bar as malformed, naming the field
+    (cast, -1.0 would become 2**64 - 1, and an infinity 0)."""
+    if volume.dtype.kind != "f":
+        return volume.astype(np.uint64).tolist()
+    bad = np.isinf(volume) | (volume < 0)
+    counts = np.round(np.where(bad, 0.0, np.nan_to_num(volume))).astype(np.uint64).tolist()
+    for i in np.flatnonzero(bad).tolist():
+        counts[i] = float(volume[i])
+    return counts
 
 
 def _fixed(prices: np.ndarray) -> list[int]:

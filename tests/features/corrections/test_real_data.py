@@ -82,3 +82,15 @@ def test_dbn_files_have_no_false_positives(dbn_files: list[Path]) -> None:
         assert history.gaps == []
         total += len(frame)
     assert total == 84
+
+
+def test_an_impossible_float_volume_is_malformed_not_a_huge_or_zero_count(
+    sixe_bars: pd.DataFrame,
+) -> None:
+    """A float column (a CSV's): -1.0 cast would be 2**64 - 1 and an infinity 0; each bar is
+    rejected as malformed instead, and a missing (NaN) volume is 0."""
+    frame = sixe_bars.iloc[:40].copy()
+    frame.loc[frame.index[[10, 20, 30]], "volume"] = [-1.0, np.inf, np.nan]
+    history = correct_history(bars_from_frame(frame, symbol="6EH4", instrument_id=1))
+    assert history.stats.rejected == history.stats.as_dict()["rejected.malformed"] == 2
+    assert [b["volume"] for b in history.clean if b["ts_event"] == frame.ts_event.iloc[30]] == [0]
