@@ -141,6 +141,14 @@ class TrainConfig:
     device: str = "auto"
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "patience", "chunk"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"TrainConfig.{name}={getattr(self, name)} must be >= 1")
+        if self.windows_per_epoch < 0 or self.embargo < 0:
+            name = "windows_per_epoch" if self.windows_per_epoch < 0 else "embargo"
+            raise ConfigError(f"TrainConfig.{name}={getattr(self, name)} must be >= 0 (0: auto)")
+
     def epoch_windows(self, n_train: int) -> int:
         """Training windows drawn per epoch out of `n_train`."""
         if self.windows_per_epoch:

@@ -37,6 +37,7 @@ from model.train import (
     train,
     train_on_panel,
 )
+from streams.exit_codes import ExitCode
 from streams.tools import model_cli as cli
 from tests.firstrate_days import write_sessions
 
@@ -259,6 +260,22 @@ def test_train_and_evaluate_commands_on_real_bars(sixe_csv: Path, tmp_path: Path
         assert (out / "evaluation" / name).stat().st_size > 1000
     args = parser.parse_args(["evaluate", "--checkpoint", str(tmp_path), "--data", str(data)])
     assert args.func(args) == 2  # not a checkpoint: one clear line, no traceback
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--epochs", "0"), ("--patience", "0"), ("--batch-size", "0"), ("--embargo", "-1")],
+)
+def test_train_refuses_an_unusable_recipe_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    """Before reading any data: not an AssertionError or ZeroDivisionError traceback later."""
+    parser = barcast_parser()
+    missing = str(tmp_path / "no-such-file.csv")
+    args = parser.parse_args(["train", "--data", missing, "--out", str(tmp_path), option, value])
+    assert args.func(args) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("barcast train: TrainConfig.") and option[2:].replace("-", "_") in err
 
 
 def test_train_and_evaluate_commands_read_a_firstrate_folder_by_dates(tmp_path: Path) -> None:
