@@ -6,6 +6,7 @@ The corrections, the feature engine's callers, training and the worker all go th
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,14 @@ PRICE_SCALE = 1e-9
 UNDEF_PRICE = 2**63 - 1
 FIXED_PER_UNIT = round(1 / PRICE_SCALE)
 PRICE_FIELDS = ("open", "high", "low", "close")
+
+
+class ControlKind(StrEnum):
+    """What a control record of a bar topic says: the value of its `control` field."""
+
+    END_OF_INTERVAL = "end_of_interval"
+    OUTAGE = "outage"  # bars from ts_event up to end may be missing: the feed was down
+    ROLL = "roll"  # the instrument behind a continuous symbol changes at ts_event
 
 
 def is_control(value: Any) -> bool:

@@ -19,7 +19,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import numpy as np
 import orjson
 
-from features.bars import PRICE_FIELDS
+from features.bars import PRICE_FIELDS, ControlKind
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -39,14 +39,6 @@ class Kind(StrEnum):
 
     BAR = "bar"
     CONTROL = "control"
-
-
-class ControlKind(StrEnum):
-    """What a control record says: the value of its `control` field."""
-
-    END_OF_INTERVAL = "end_of_interval"
-    OUTAGE = "outage"  # bars from ts_event up to end may be missing: the feed was down
-    ROLL = "roll"  # the instrument behind a continuous symbol changes at ts_event
 
 
 class RawBar(TypedDict):

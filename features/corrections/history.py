@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from features.bars import PRICE_FIELDS, is_control, to_fixed
+from features.bars import PRICE_FIELDS, ControlKind, is_control, to_fixed
 from features.corrections.config import CorrectionConfig
 from features.corrections.outcome import CorrectionStats, Gap, Outcome, Step
 from features.corrections.parse import RTYPE_OHLCV_1M, decode, oversized, validate
 from features.corrections.state import SymbolState
-from features.corrections.step import correct, flush, process
+from features.corrections.step import correct, expect_roll, flush, outage, process
 
 
 @dataclass(slots=True)
@@ -36,8 +36,9 @@ class History:
 
 def correct_history(values: Iterable[Any], config: CorrectionConfig | None = None) -> History:
     """Correct a history of `bars.raw` messages (bytes or dicts, any symbols mixed, in arrival
-    order). END_OF_INTERVAL control records flush held spike candidates as the agent does; at
-    the end every held candidate is decided, so each input bar has exactly one outcome."""
+    order). Control records are taken as the agent takes them (`_control`: outages, announced
+    rolls, held spike candidates decided); at the end every held candidate is decided, so each
+    input bar has exactly one outcome."""
     history = History()
     for step in correct_steps(values, config, history.stats, history.states):
         history.add(step)
@@ -61,9 +62,7 @@ def correct_steps(
             continue
         data = decode(value)
         if isinstance(data, dict) and is_control(data):
-            until = data.get("ts_event")
-            for state in states.values():
-                yield flush(state, config, stats, until_ts=until if type(until) is int else None)
+            yield from _control(data, config, stats, states)
             continue
         bar = data if isinstance(data, str) else validate(data, value, config)
         if isinstance(bar, str):
@@ -74,6 +73,27 @@ def correct_steps(
         yield step
     for state in states.values():
         yield flush(state, config, stats)
+
+
+def _control(
+    control: dict[str, Any],
+    config: CorrectionConfig,
+    stats: CorrectionStats,
+    states: dict[str, SymbolState],
+) -> Iterator[Step]:
+    """A control record, as the corrections agent takes it (streams.runtime.stages.corrections):
+    a ROLL into its symbol's state; an OUTAGE marks every state (no gap fill across it); each
+    but a ROLL decides the held spike candidates that timed out."""
+    kind, until = control.get("control"), control.get("ts_event")
+    if kind == ControlKind.ROLL:
+        state = states.get(control.get("symbol", ""))
+        if state is not None and state.last is not None:
+            expect_roll(state, control["raw_symbols"][1], control["ratio"])
+        return
+    for state in states.values():
+        if kind == ControlKind.OUTAGE:
+            outage(state, control["end"])
+        yield flush(state, config, stats, until_ts=until if type(until) is int else None)
 
 
 def bars_from_frame(

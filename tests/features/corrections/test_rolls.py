@@ -14,9 +14,11 @@ from features.corrections import (
     Step,
     SymbolState,
     correct,
+    correct_history,
     expect_roll,
     outage,
 )
+from streams import schema
 from tests.correction_bars import BASE, CONFIG, MINUTE, T0, TICK, bar, calm, flat
 
 SPREAD = 1.02  # larger than the spike rule's 0.5 %: unrolled, the first new bar is a candidate
@@ -124,3 +126,25 @@ def test_a_raw_symbol_rides_into_bars_clean_and_a_bad_one_is_malformed() -> None
     [step], _ = run([{**flat(0), "raw_symbol": 7}])
     assert step.outcomes[0].reason.value == "malformed"  # type: ignore[union-attr]
     assert "raw_symbol" in step.outcomes[0].message
+
+
+def test_a_history_takes_outages_and_announced_rolls_as_the_agent_does() -> None:
+    """`correct_history` (the offline reference and backtests) with control records among the
+    bars: no gap fill across an outage, and a new contract at the announced ratio."""
+    bars = old_contract(40)
+    close = orjson.loads(orjson.dumps(bars[-1]))["close"]
+    first = round(close * SPREAD)
+    controls = [
+        schema.encode(schema.outage(T0 + 41 * MINUTE, T0 + 45 * MINUTE)),
+        schema.encode(schema.roll(T0 + 50 * MINUTE, "6EH4", "6EH4", "6EM4", SPREAD)),
+    ]
+    # it opens 3 ticks off the spread: a roll no record announced would take that as the ratio
+    opened_away = bar(
+        51, first + 3 * TICK, first + 4 * TICK, first - TICK, first, raw_symbol="6EM4"
+    )
+    history = correct_history([*bars, controls[0], flat(50, close, raw_symbol="6EH4"),
+                               controls[1], opened_away])  # fmt: skip
+    assert [g.filled for g in history.gaps] == [False], "the gap over the outage"
+    rolled = [b for b in history.clean if b["raw_symbol"] == "6EM4"]
+    assert [b["close"] for b in rolled] == [first] and history.stats.rolls == 1
+    assert abs(history.states["6EH4"].returns[-1]) < 1e-9, "at the announced ratio: no return"
