@@ -25,6 +25,7 @@ from model.config import ENCODERS, TFTConfig
 from model.covariates import SymbolVocab
 from model.dataset import TRAINING_DTYPE, Part, Split, WindowData, build_panel, window_ends
 from model.guards import check_epoch
+from model.loop import pinball_loss
 from model.normalization import Normalizer
 from model.synthetic import random_walk_bars, synthetic_panel
 from model.tft import TemporalFusionTransformer
@@ -131,6 +132,25 @@ def test_training_refuses_a_validation_loss_of_exactly_0(
     monkeypatch.setattr("model.loop.evaluate_loss", lambda *args: 0.0)
     panel = synthetic_panel(n_bars=900, n_features=16)
     with pytest.raises(TrainingError, match="exactly 0"):
+        train_on_panel(panel, tmp_path, TINY, replace(QUIET, epochs=1), "synthetic", {})
+    assert not (tmp_path / checkpoint.WEIGHTS).exists()
+
+
+def test_training_stops_at_the_first_step_whose_loss_is_not_finite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-step guard is wired in: a NaN loss (an exploding learning rate, NaN inputs)
+    stops the run at that step, before any weight moves on it, and writes no checkpoint."""
+    losses = iter([None, float("nan")])  # the first step's loss as computed, then NaN
+
+    def pinball(pred: torch.Tensor, y: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+        loss = pinball_loss(pred, y, levels)
+        value = next(losses, None)
+        return loss if value is None else loss * value
+
+    monkeypatch.setattr("model.loop.pinball_loss", pinball)
+    panel = synthetic_panel(n_bars=900, n_features=16)
+    with pytest.raises(TrainingError, match=r"epoch 1 step 2: training loss is nan"):
         train_on_panel(panel, tmp_path, TINY, replace(QUIET, epochs=1), "synthetic", {})
     assert not (tmp_path / checkpoint.WEIGHTS).exists()
 
