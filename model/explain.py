@@ -17,11 +17,15 @@ from model.metrics import attention_entropy
 def explain_windows(
     forecaster: Forecaster, panel: Panel, ends: np.ndarray, batch_size: int
 ) -> dict[str, Any]:
-    """Every feature row is encoded once, then each window's encodings are gathered."""
+    """Every feature row is encoded once, then each window's encodings are gathered. The rows'
+    encodings are kept in host memory, and of their selection weights only the sum over the
+    window ends: years of rows would not fit a GPU (a row's weights alone are 4 bytes a
+    feature)."""
     lookback = forecaster.config.lookback
     first, last = int(ends.min()) - lookback + 1, int(ends.max())
     row_symbol = panel.row_symbol
-    encoded, weights = [], []
+    times_end = np.bincount(ends - first, minlength=last + 1 - first)  # a row's windows
+    encoded, hist = [], np.zeros(panel.features.shape[1])
     for start in tqdm(
         range(first, last + 1, batch_size * 8), desc="explain encode", unit="rows", disable=None
     ):
@@ -29,10 +33,11 @@ def explain_windows(
         enc, w = forecaster.encode(
             [panel.symbols[i] for i in row_symbol[rows]], panel.features[rows, None, :]
         )
-        encoded.append(enc[:, 0])
-        weights.append(w[:, 0])
+        encoded.append(enc[:, 0].cpu())
+        times = torch.from_numpy(times_end[rows - first]).to(w.device, torch.float64)
+        hist += (w[:, 0].double() * times[:, None]).sum(0).cpu().numpy()
     all_encoded = torch.cat(encoded)
-    hist = (torch.cat(weights)[torch.from_numpy(ends - first)]).mean(0).cpu().numpy()
+    hist /= len(ends)
     steps = np.arange(-lookback + 1, 1)
     static, future, entropy, uniform = 0.0, 0.0, 0.0, 0.0
     for start in tqdm(

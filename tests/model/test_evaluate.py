@@ -15,6 +15,7 @@ from model.calibration import fit_interval_scale
 from model.dataset import Part, Split, build_panel, window_ends
 from model.evaluate import evaluate, importance, run_engine
 from model.evaluation_windows import PARTS, trained_on_these
+from model.explain import explain_windows
 from model.serving.conformal import CalibrationConfig, calibrate_offline
 from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import (
@@ -162,6 +163,24 @@ def test_the_command_line_offers_exactly_the_splits_evaluate_takes() -> None:
     assert [parser.parse_args([*command, part]).split for part in PARTS] == list(PARTS)
     with pytest.raises(SystemExit):
         parser.parse_args([*command, "calib"])  # the baselines calibrate on it: nothing to score
+
+
+def test_the_historical_importances_are_the_mean_selection_weights_at_the_window_ends(
+    slice_csv: Path, tmp_path: Path
+) -> None:
+    """Summed as the rows are encoded, not kept per row (years of rows would not fit a GPU):
+    the mean of each window end's own weights, a repeated end counted each time."""
+    bars, _ = load_bars([slice_csv])
+    panel = build_panel(bars, 10)
+    everything = int(panel.ts.max()) + 1
+    ends = window_ends(panel, Split(everything, everything, everything, 70), Part.TRAIN, 60, 10)
+    ends = np.concatenate([ends[::7], ends[:3]])
+    make_checkpoint(tmp_path / "ckpt", symbols=("6EH4",))
+    forecaster = ForecastEngine(tmp_path / "ckpt").served.forecaster
+    explained = explain_windows(forecaster, panel, ends, 32)
+    symbols = [panel.symbols[i] for i in panel.row_symbol[ends]]
+    _, weights = forecaster.encode(symbols, panel.features[ends, None, :])
+    np.testing.assert_allclose(explained["hist"], weights[:, 0].mean(0).numpy(), rtol=1e-5)
 
 
 def test_a_stream_checkpoints_importances_are_the_window_ones_and_its_attention_is_not_faked(
