@@ -275,6 +275,21 @@ def window_rows(values: np.ndarray, lookback: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(padded, lookback, axis=0).transpose(0, 2, 1)
 
 
+@dataclass(frozen=True)
+class WindowsOf:
+    """The windows ending at rows `ends` of `window_rows`' view, each slice copied only when
+    read (`model.volatility.Windows`): all of them at once is 8 bytes a value of a window."""
+
+    rows: np.ndarray  # window_rows(...): a view
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        return self.rows[self.ends[index]]
+
+
 def one_bar_returns(panel: Panel) -> np.ndarray:
     """(R,) each row's 1-bar log return; NaN at a symbol's first bar and after a gap."""
     return np.concatenate(

@@ -36,6 +36,7 @@ from model.dataset import (
     Part,
     Split,
     WindowData,
+    WindowsOf,
     build_panel,
     calibration_windows,
     fit_normalizer,
@@ -365,7 +366,7 @@ def fit_volatility(panel: Panel, split: Split, ends: np.ndarray, lookback: int) 
         )
     profile = fit_profile(panel, split.train_end)
     columns = [panel.feature_names.index(name) for name in SCALE_INPUTS]
-    inputs = window_rows(panel.features[:, columns], lookback)[ends]
+    inputs = WindowsOf(window_rows(panel.features[:, columns], lookback), ends)
     return VolatilityScale.fit(
         profile, panel.feature_names, inputs, panel.ts[ends], panel.targets[ends]
     )

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -46,6 +48,7 @@ SCALE_FLAT_HALFLIVES = (10.0, 30.0, 60.0)
 # window's time-of-day EWMA taking the rest.
 SCALE_MEMORY = tuple((d / 10, w / 10) for d in range(0, 11, 2) for w in range(0, 11 - d, 2))
 SCALE_FLOOR = 0.1  # fraction of the median blended level on the windows the scale is fitted on
+FIT_CHUNK = 16_384  # windows a fit copies at a time
 
 
 def minute_of_day(ts_event: np.ndarray) -> np.ndarray:
@@ -198,8 +201,10 @@ class VolatilityScale:
         moves)."""
         columns = tuple(feature_names.index(name) for name in SCALE_INPUTS)
         base = cls(profile, columns, 0.0)
-        tod = {h: base.tod_variance(inputs, h) for h in SCALE_HALFLIVES}
-        flat = {h: base.flat_variance(inputs, h) for h in SCALE_FLAT_HALFLIVES}
+        variance = partial(per_window, inputs)
+        tod = {h: variance(partial(base.tod_variance, halflife=h)) for h in SCALE_HALFLIVES}
+        flat = {h: variance(partial(base.flat_variance, halflife=h)) for h in SCALE_FLAT_HALFLIVES}
+        last = per_window(inputs, lambda x: x[:, -1].copy())  # a view would keep x
         forward = {
             w: replace(base, weight=w).forward(ts_event, targets.shape[1]) for w in SCALE_WEIGHTS
         }
@@ -208,11 +213,11 @@ class VolatilityScale:
             SCALE_WEIGHTS, SCALE_HALFLIVES, SCALE_FLAT_HALFLIVES, SCALE_MEMORY
         ):
             candidate = replace(base, weight=w, memory=memory)
-            sigma = candidate.blend(inputs, tod[h], flat[f])[:, None] * forward[w]
+            sigma = candidate.blend(last, tod[h], flat[f])[:, None] * forward[w]
             fits[(w, h, f, memory)] = gaussian_misfit(sigma, targets)
         w, h, f, memory = min(fits, key=fits.__getitem__)
         chosen = replace(base, weight=w, halflife=h, flat_halflife=f, memory=memory)
-        level = float(np.nanmedian(chosen.level(inputs)))
+        level = float(np.nanmedian(per_window(inputs, chosen.level)))
         if not level > 0:
             raise ValueError("the windows' returns are all 0: no volatility to scale by")
         return replace(chosen, floor=SCALE_FLOOR * level)
@@ -221,11 +226,12 @@ class VolatilityScale:
         """`(B,)` the windows' blended volatility, from `inputs` `(B, T, len(SCALE_INPUTS))`.
         Elementwise only, so a window's value is the same whatever shares its batch."""
         tod = self.tod_variance(inputs, self.halflife)
-        return self.blend(inputs, tod, self.flat_variance(inputs, self.flat_halflife))
+        return self.blend(inputs[:, -1], tod, self.flat_variance(inputs, self.flat_halflife))
 
-    def blend(self, inputs: np.ndarray, tod: np.ndarray, flat: np.ndarray) -> np.ndarray:
-        """`(B,)` the blended volatility from the windows' two EWMA variances."""
-        day, week = inputs[:, -1, 5] ** 2, inputs[:, -1, 6] ** 2
+    def blend(self, last: np.ndarray, tod: np.ndarray, flat: np.ndarray) -> np.ndarray:
+        """`(B,)` the blended volatility from the windows' two EWMA variances and their last
+        rows' inputs `last` `(B, len(SCALE_INPUTS))`."""
+        day, week = last[:, 5] ** 2, last[:, 6] ** 2
         day_w, week_w = self.memory
         daily = tod ** (1 - day_w - week_w) * day**day_w * week**week_w
         return np.sqrt(flat ** (1 - self.weight) * daily**self.weight)
@@ -304,6 +310,22 @@ class VolatilityScale:
             *(float(v) for v in moves),
             (float(memory[0]), float(memory[1])),
         )
+
+
+class Windows(Protocol):
+    """Windows' scale inputs `(n, lookback, len(SCALE_INPUTS))`, read a slice at a time: an
+    array, or `model.dataset.WindowsOf`, which makes each slice's copy only when read."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: slice) -> np.ndarray: ...
+
+
+def per_window(windows: Windows, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """`f` of `windows`, `FIT_CHUNK` of them at a time (its value for a window depends on that
+    window's rows only): a fit on a year of windows holds no copy of them all."""
+    chunks = range(0, max(len(windows), 1), FIT_CHUNK)
+    return np.concatenate([f(windows[lo : lo + FIT_CHUNK]) for lo in chunks])
 
 
 def gaussian_misfit(sigma: np.ndarray, targets: np.ndarray) -> float:
