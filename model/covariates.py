@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 NS_PER_MIN = 60_000_000_000
+NS_PER_DAY = 1440 * NS_PER_MIN
 EXCHANGE_TZ = "America/Chicago"
 HALT_MINUTE = 16 * 60  # CME Globex daily maintenance halt, US/Central
 RTH = (8 * 60 + 30, 15 * 60)  # US regular trading hours, US/Central

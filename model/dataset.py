@@ -19,13 +19,12 @@ import numpy as np
 import torch
 
 from model.bar_files import CleanBars, DataError
-from model.covariates import NS_PER_MIN, SymbolVocab
+from model.covariates import NS_PER_DAY, NS_PER_MIN, SymbolVocab
 from model.normalization import Normalizer, Relative
 from model.releases import ReleaseCalendar, known_future
 from model.splits import Part, Split
 from model.volatility import TimeOfDayProfile, VolatilityScale, contiguous_returns
 
-NS_PER_DAY = 1440 * NS_PER_MIN
 TRAINING_DTYPE = np.float32  # the panel's features in training: half float64's memory; a
 # feature's relative rounding (6e-8) is far below what its normalized value resolves
 FEATURE_CHUNK = 4096  # bars per feature-engine call (its float64 output is this x 225)

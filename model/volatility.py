@@ -9,11 +9,10 @@ the k bars ahead. Both the volatility baselines and the TFT's output scale are b
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -137,7 +136,7 @@ class TimeOfDayProfile:
         return cls(bucket, relative)
 
 
-@functools.lru_cache(maxsize=64)
+@lru_cache(maxsize=64)
 def _trailing_rms(bucket_minutes: int, relative: bytes, decay: float) -> np.ndarray:
     square = np.repeat(np.frombuffer(relative, dtype=np.float64) ** 2, bucket_minutes)
     lags = np.arange(int(np.ceil(np.log(1e-4) / np.log(decay))))

@@ -19,8 +19,10 @@ from typing import Any, TypedDict
 import numpy as np
 
 from features.bars import PRICE_SCALE
+from model.covariates import NS_PER_DAY
 from model.serving.baselines import BASELINES
 from model.serving.skill import MODEL, skill_interval
+from streams.runtime.stages.scores import STALE_NS
 from streams.web.score_summary import ScoreSummary, summarize_score
 
 # The page's history length and score window are constants here, not BARCAST_* settings.
@@ -28,8 +30,6 @@ HISTORY_MINUTES = 240
 FAN_EVERY_MINUTES = 30
 SCORE_WINDOW = 600
 MODELS_KEPT = 16
-STALE_NS = 7 * 86_400 * 10**9  # a symbol without a bar this long (an expired contract) leaves
-DAY_NS = 86_400 * 10**9
 NS_PER_MS = 1_000_000
 NS_PER_MIN = 60_000_000_000
 PRICE_PREFIX = "price_"
@@ -126,8 +126,8 @@ class Board:
         cutoff = ts - HISTORY_MINUTES * NS_PER_MIN
         while board.closes[0][0] <= cutoff:
             board.closes.popleft()
-        if ts // DAY_NS > self.swept_day:
-            self.swept_day = ts // DAY_NS
+        if ts // NS_PER_DAY > self.swept_day:
+            self.swept_day = ts // NS_PER_DAY
             self._forget_stale(ts - STALE_NS)
 
     def _forget_stale(self, since: int) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from model.covariates import NS_PER_DAY
 from model.serving.canary import CANARY
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
@@ -47,7 +48,7 @@ from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
 
 # A symbol without a bar for this long (event time) before the newest of any is no longer
 # trading (an expired contract); longer than any holiday weekend's close.
-STALE_NS = 7 * 86_400 * 10**9
+STALE_NS = 7 * NS_PER_DAY
 
 
 @dataclass(slots=True)
