@@ -24,7 +24,7 @@ from model.dataset import Panel, window_rows
 from model.metrics import pinball_per_window
 from model.releases import release_calendar
 from model.serving.baselines import TOD_EWMA, VOLATILITY_SCALE
-from model.volatility import TimeOfDayProfile, gaussian_misfit
+from model.volatility import TimeOfDayProfile, gaussian_misfit, per_window
 
 HALFLIVES = (10, 20, 30, 60, 120, 240)  # bars; each EWMA baseline keeps its best on calibration
 BLEND_WEIGHTS = (0.2, 0.4, 0.6, 0.8)  # the time-of-day EWMA's below 1 (baselines.profile_blend)
@@ -217,10 +217,12 @@ class Calibrated:
 
 def scale_alone(panel: Panel, ends: np.ndarray, meta: CheckpointMeta) -> np.ndarray:
     """`(n, H)` the checkpoint's own volatility scale on windows `ends`, without the network:
-    what the TFT adds is measured against it on every run."""
+    what the TFT adds is measured against it on every run. A chunk of windows at a time."""
     volatility, config = meta.volatility, meta.config
-    inputs = window_rows(panel.features[:, list(volatility.columns)], config.lookback)[ends]
-    return volatility.scale(panel.ts[ends], inputs, config.horizon)
+    rows = window_rows(panel.features[:, list(volatility.columns)], config.lookback)
+    return per_window(
+        ends, lambda chunk: volatility.scale(panel.ts[chunk], rows[chunk], config.horizon)
+    )
 
 
 def volatility_candidates(

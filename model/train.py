@@ -55,7 +55,7 @@ from model.serving import baselines as served_baselines
 from model.splits import check_order
 from model.tft import TemporalFusionTransformer
 from model.training_state import STATE_FILE, TrainingState
-from model.volatility import SCALE_INPUTS, VolatilityScale
+from model.volatility import SCALE_INPUTS, VolatilityScale, per_window
 
 
 def train(
@@ -285,10 +285,18 @@ def calibrate(
 def fast_ratios(
     panel: Panel, volatility: VolatilityScale, ends: np.ndarray, c: TFTConfig
 ) -> dict[float, np.ndarray]:
-    """Each of `FAST_HALFLIVES`' fast volatility over the scale `(n, H)` on windows `ends`."""
-    inputs = window_rows(panel.features[:, list(volatility.columns)], c.lookback)[ends]
-    scale = volatility.scale(panel.ts[ends], inputs, c.horizon)
-    return {h: volatility.fast(inputs, h, c.horizon) / scale for h in FAST_HALFLIVES}
+    """Each of `FAST_HALFLIVES`' fast volatility over the scale `(n, H)` on windows `ends`, a
+    chunk of windows at a time (a copy of every window's inputs would outgrow the panel)."""
+    rows = window_rows(panel.features[:, list(volatility.columns)], c.lookback)
+
+    def ratios(chunk: np.ndarray) -> np.ndarray:
+        inputs = rows[chunk]
+        scale = volatility.scale(panel.ts[chunk], inputs, c.horizon)
+        fast = [volatility.fast(inputs, h, c.horizon) / scale for h in FAST_HALFLIVES]
+        return np.stack(fast, axis=1)  # (n, halflives, H)
+
+    stacked = per_window(ends, ratios)
+    return {h: stacked[:, i] for i, h in enumerate(FAST_HALFLIVES)}
 
 
 def run_metrics(

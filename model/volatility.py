@@ -321,8 +321,9 @@ class Windows(Protocol):
 
 
 def per_window(windows: Windows, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """`f` of `windows`, `FIT_CHUNK` of them at a time (its value for a window depends on that
-    window's rows only): a fit on a year of windows holds no copy of them all."""
+    """`f` of `windows` (or of windows' end rows), `FIT_CHUNK` of them at a time (its value for
+    a window depends on that window's rows only): a fit on a year of windows holds no copy of
+    them all."""
     chunks = range(0, max(len(windows), 1), FIT_CHUNK)
     return np.concatenate([f(windows[lo : lo + FIT_CHUNK]) for lo in chunks])
 

@@ -6,6 +6,7 @@ and the time-of-day EWMA blend whose EWMAs run over the symbol's rows, calibrate
 from __future__ import annotations
 
 import json
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from model import baselines, checkpoint
 from model.bar_files import load_bars
 from model.calibrated_baselines import fit_served, scale_alone
-from model.dataset import build_panel, one_bar_returns
+from model.dataset import build_panel, one_bar_returns, window_rows
 from model.serving.baselines import (
     FILE,
     TOD_EWMA,
@@ -27,6 +28,7 @@ from model.serving.baselines import (
     new_ewma,
 )
 from model.serving.shadow import columns_of
+from model.train import fast_ratios
 from model.volatility import TimeOfDayProfile
 from tests.checkpoints import make_checkpoint
 
@@ -151,3 +153,27 @@ def test_a_batchs_columns_leave_out_the_baselines_not_defined() -> None:
         TOD_EWMA: tuple(tod[0, :, j].tolist() for j in range(3)),
     }
     assert second == {VOLATILITY_SCALE: tuple(scale[1, :, j].tolist() for j in range(3))}
+
+
+def test_the_scale_alone_and_the_fast_ratios_read_a_chunk_of_windows_at_a_time(
+    panel_and_meta,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a year of windows, a copy of every window's scale inputs outgrows the panel: both read
+    them a chunk at a time, to the same figures bit for bit."""
+    panel, meta = panel_and_meta
+    volatility, config = meta.volatility, meta.config
+    ends = np.arange(config.lookback, len(panel.ts) - config.horizon)
+    whole = scale_alone(panel, ends, meta), fast_ratios(panel, volatility, ends, config)
+    monkeypatch.setattr("model.volatility.FIT_CHUNK", 100)
+    tracemalloc.start()
+    chunked = scale_alone(panel, ends, meta), fast_ratios(panel, volatility, ends, config)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    np.testing.assert_array_equal(chunked[0], whole[0])
+    assert chunked[1].keys() == whole[1].keys()
+    for halflife, ratios in whole[1].items():
+        np.testing.assert_array_equal(chunked[1][halflife], ratios)
+    copy = window_rows(panel.features[:, list(volatility.columns)], config.lookback)[ends]
+    outputs = whole[0].nbytes * (1 + 2 * len(whole[1]))  # the figures, and their chunks
+    assert peak < outputs + copy.nbytes / 3, (peak, copy.nbytes, outputs)
