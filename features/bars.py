@@ -25,6 +25,8 @@ class ControlKind(StrEnum):
     END_OF_INTERVAL = "end_of_interval"
     OUTAGE = "outage"  # bars from ts_event up to end may be missing: the feed was down
     ROLL = "roll"  # the instrument behind a continuous symbol changes at ts_event
+    # The symbol's states were dropped at ts_event: no bar of it for BARCAST_EXPIRE_DAYS
+    EXPIRED = "expired"
 
 
 def is_control(value: Any) -> bool:

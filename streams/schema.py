@@ -89,9 +89,10 @@ class ControlRecord(TypedDict):
     control: str
     ts_event: int
     end: NotRequired[int]  # of an outage: the first ts_event delivered after it
-    symbol: NotRequired[str]  # of a roll: the continuous symbol, its key
+    symbol: NotRequired[str]  # of a roll: the continuous symbol, its key; of an expiry: its key
     ratio: NotRequired[float]  # of a roll: new contract's price / old contract's
     raw_symbols: NotRequired[list[str]]  # of a roll: [old, new]
+    last_ts: NotRequired[int]  # of an expiry: the symbol's last bar
 
 
 Headers = list[tuple[str, bytes]]
@@ -121,6 +122,13 @@ def roll(ts_event: int, symbol: str, old: str, new: str, ratio: float) -> Contro
     }
 
 
+def expired(ts_event: int, symbol: str, last_ts: int) -> ControlRecord:
+    """`symbol`'s states dropped when its partition's newest bar, at `ts_event`, is over
+    BARCAST_EXPIRE_DAYS after its last, at `last_ts`. Keyed by `symbol`; a later bar starts anew."""
+    kind = ControlKind.EXPIRED.value
+    return {"control": kind, "ts_event": int(ts_event), "symbol": symbol, "last_ts": int(last_ts)}
+
+
 def encode(value: Any) -> bytes:
     return orjson.dumps(value)
 
@@ -138,7 +146,7 @@ def decode_feature_values(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype="<f8")
 
 
-# Keys: the raw symbol's UTF-8 bytes on every topic; control records use CONTROL_KEY.
+# Keys: the raw symbol's UTF-8 bytes on every topic; a control record's CONTROL_KEY or symbol.
 
 
 def encode_key(symbol: str) -> bytes:
@@ -252,7 +260,7 @@ def encode_control(record: ControlRecord) -> bytes:
 
 
 def decode_control(data: bytes) -> ControlRecord:
-    """An END_OF_INTERVAL, OUTAGE or ROLL record; ValueError for anything else."""
+    """An END_OF_INTERVAL, OUTAGE, ROLL or EXPIRED record; ValueError for anything else."""
     value = _object(data, "control")
     kind, ts_event, end = value.get("control"), value.get("ts_event"), value.get("end")
     if (
@@ -260,12 +268,14 @@ def decode_control(data: bytes) -> ControlRecord:
         or type(ts_event) is not int
         or (kind == ControlKind.OUTAGE and not (type(end) is int and end > ts_event))
         or (kind == ControlKind.ROLL and not _is_roll(value))
+        or (kind == ControlKind.EXPIRED and not _is_expiry(value))
     ):
         raise ValueError(
             'a control record is {"control": "end_of_interval", "ts_event": <int>}, '
             '{"control": "outage", "ts_event": <int>, "end": <int, later>} or {"control": '
             '"roll", "ts_event": <int>, "symbol": <str>, "raw_symbols": [<old>, <new>], '
-            '"ratio": <float, positive>}'
+            '"ratio": <float, positive>}, or {"control": "expired", "ts_event": <int>, "symbol": '
+            '<str>, "last_ts": <int, earlier>}'
         )
     return cast(ControlRecord, value)
 
@@ -281,6 +291,11 @@ def _is_roll(value: dict[str, Any]) -> bool:
         and math.isfinite(ratio)
         and ratio > 0
     )
+
+
+def _is_expiry(value: dict[str, Any]) -> bool:
+    last = value.get("last_ts")
+    return isinstance(value.get("symbol"), str) and type(last) is int and last < value["ts_event"]
 
 
 CONTROLS = frozenset(c.value for c in ControlKind)

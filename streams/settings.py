@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from streams.setting_rules import CHOICES, RANGES, REMOVED
 from streams.setting_values import (
     PREFIX,
     SettingError,
@@ -24,44 +25,6 @@ from streams.setting_values import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED = "embedded"
-# A bounded dead letter (streams.runtime.policy, 16 KiB of key and of value) must fit.
-MIN_RECORD_BYTES, MAX_RECORD_BYTES = 65_536, 100_000_000
-# The feature set's width (features.registry, whose numba kernels settings must not import; a
-# test holds the two equal): the most historical features an explanation can name.
-N_FEATURES = 227
-# Settings that no longer exist, and what to do instead: refused rather than ignored, so that an
-# old environment does not silently run something other than it asks for.
-REMOVED = {
-    "BARCAST_CPU_PRECISION": "CPU inference is always fp32 (INT8 dynamic quantization was no "
-    "faster, so it was removed); unset BARCAST_CPU_PRECISION",
-    "BARCAST_STORE": "the worker keeps no Faust tables: its state lives in stores over changelog "
-    "topics barcast owns (streams.runtime.stores), in memory and restored from them; unset "
-    "BARCAST_STORE",
-}
-
-
-# Numeric settings' accepted ranges (inclusive; None: no upper bound) and what they count, for
-# the message that names the fix. A timeout of 0 s would fail every request it bounds.
-RANGES: dict[str, tuple[float, float | None, str]] = {
-    "partitions": (1, None, "partitions per topic"),
-    "replication": (1, None, "replicas per partition, at most the brokers'"),
-    "max_batch": (1, None, "forecast requests per micro-batch"),
-    "max_delay_ms": (0, None, "ms"),
-    "inference_threads": (1, None, "threads running model chunks"),
-    "session_timeout_s": (0.001, None, "s"),
-    "rebalance_timeout_s": (0.001, None, "s"),
-    "connect_timeout_s": (0.001, None, "s"),
-    "fetch_max_wait_ms": (1, 1500, "ms"),
-    "checkpoint_max_s": (0.1, 60, "s"),
-    "score_window": (1, None, "scored forecasts"),
-    "canary_forecasts": (1, None, "scored forecasts of a canary"),
-    "explain_top_k": (1, N_FEATURES, "historical features per explanation"),
-    "max_record_bytes": (
-        MIN_RECORD_BYTES,
-        MAX_RECORD_BYTES,
-        "at most the brokers' message.max.bytes",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -140,6 +103,14 @@ class Settings:
     )
     fill_gaps: bool = field(
         default=True, metadata={"doc": "Fill missing minutes with flagged synthetic bars."}
+    )
+    expire_days: float = field(
+        default=14.0,
+        metadata={
+            "doc": "Drop a symbol's states once its partition's bars are this many days past its "
+            "last (its contract expired, or it stopped trading): an `expired` record on "
+            "`bars.clean` and `features` says so, and a later bar starts anew. 0: keep them all."
+        },
     )
     online_scoring: bool = field(
         default=True,
@@ -285,18 +256,10 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        choices = {
-            "role": ("all", "stream", "forecast", "corrections", "passthrough"),
-            "device": ("auto", "cpu", "cuda"),
-            "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
-            "sasl_mechanism": ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-            "key_by": ("raw", "continuous"),
-            "follow": ("all", "lead"),
-            "serve": ("model", "baseline", "auto"),
-        }
+        """SettingError naming the setting and the fix for any value barcast cannot run."""
         if not self.embedded:
             broker_list(self.broker)  # raises on a malformed value, naming the accepted forms
-        for name, allowed in choices.items():
+        for name, allowed in CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise SettingError(

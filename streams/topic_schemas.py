@@ -255,9 +255,17 @@ CONTROL_FIELDS: dict[ControlKind, dict[str, dict[str, Any]]] = {
             "the new contract's price over the old one's: state carried over is scaled by it",
         ),
     },
+    ControlKind.EXPIRED: {
+        "ts_event": _field(INT, "the newest bar of the partition when the states were dropped"),
+        "symbol": _field({"type": "string"}, "the symbol; also the record's key"),
+        "last_ts": _field(
+            INT, "its last bar, more than BARCAST_EXPIRE_DAYS before: a later bar starts anew"
+        ),
+    },
 }
 CONTROL_SCHEMA = {
-    "description": f"a control record, key `{CONTROL_KEY.decode()}` (a roll's: its symbol)",
+    "description": f"a control record, key `{CONTROL_KEY.decode()}` (a roll's and an "
+    "expiry's: the symbol)",
     "oneOf": [
         _object({"control": {"const": kind.value}, **fields}, ["control", *fields], False)
         for kind, fields in CONTROL_FIELDS.items()

@@ -41,7 +41,8 @@ from model.config import TFTConfig
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.programs import TORCH_THREADS
 from streams.runtime.stages.explained import explain_records
-from streams.settings import N_FEATURES, Settings
+from streams.setting_rules import N_FEATURES
+from streams.settings import Settings
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "explain_cost.json"
 WINDOWS, TOP_K = 1000, 10

@@ -170,6 +170,10 @@ class ForecastEngine:
     def swap(self, served: Served) -> None:
         self.served = served  # the new one starts with an empty step-encoding cache
 
+    def evict(self, symbol: str) -> None:
+        """Drop `symbol`'s cached encodings (it expired: no request of it is under way)."""
+        self.served.cache.pop(symbol, None)
+
     @property
     def device(self) -> torch.device:
         return self.served.forecaster.device

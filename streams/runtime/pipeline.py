@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from features.corrections import CorrectionConfig, SymbolState
 from features.engine import FINGERPRINT, N_FEATURES
 from model.config import TFTConfig
+from model.covariates import NS_PER_DAY
 from model.serving.canary import PartitionCanary
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.scoring_state import SymbolScoring
@@ -79,9 +80,9 @@ def build_pipeline(
     if "corrections" in stages:
         topics = (settings.topic_raw, settings.topic_clean, settings.topic_dlq)
         config = CorrectionConfig(fill_gaps=settings.fill_gaps)
-        pipeline.corrections = Corrections(
-            state_store(changelog, StoreName.CORRECTIONS, SymbolState), config, topics
-        )
+        store = state_store(changelog, StoreName.CORRECTIONS, SymbolState)
+        expire_ns = round(settings.expire_days * NS_PER_DAY)
+        pipeline.corrections = Corrections(store, config, topics, expire_ns)
     if "features" in stages:
         store = state_store(changelog, StoreName.FEATURES, SymbolFeatures)
         pipeline.features = Features(store, settings.topic_features, settings.topic_dlq)

@@ -72,13 +72,14 @@ def control_of(record: Record) -> Control | None:
     return Control(*source, record.value, record.headers, decoded["ts_event"], decoded)
 
 
-def roll_control(
-    topic: str, partition: int, offset: int, key: bytes, roll: schema.ControlRecord
+def stage_control(
+    topic: str, partition: int, offset: int, key: bytes, record: schema.ControlRecord
 ) -> Control:
-    """A ROLL record a stage makes (the corrections stage, at the bar that rolled `key`)."""
-    value, ms = schema.encode(roll), roll["ts_event"] / 1e6
+    """A control record a stage makes (the corrections stage: a ROLL at the bar that rolled
+    `key`, an EXPIRED at an END_OF_INTERVAL), tagged with its source record."""
+    value, ts = schema.encode(record), record["ts_event"]
     return Control(
-        topic, partition, offset, ms, key, value, schema.CONTROL_HEADERS, roll["ts_event"], roll
+        topic, partition, offset, ts / 1e6, key, value, schema.CONTROL_HEADERS, ts, record
     )
 
 

@@ -4,7 +4,11 @@ table (the contract: streams.runtime). The changelog partition is the source par
 is co-partitioned with its topic. A restore skips a record past its boundary (written by a flush
 whose offsets were never committed) and writes the key's restored entry again: otherwise, once a
 segment roll let the log cleaner keep only each key's last record, a worker crashing in every
-checkpoint would lose the key's state to records it never restores."""
+checkpoint would lose the key's state to records it never restores.
+
+A store's key evicted (a symbol expired) leaves a record of an empty payload, which the store's
+restore takes for none: no store's state encodes to nothing (a commit's marks do, and are no
+store's: streams.runtime.commit)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
@@ -71,6 +75,14 @@ class Changelog:
 
     def put(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
         self.entries[key] = (partition, offset, payload)
+        self._send(key, partition, offset, payload)
+
+    def delete(self, key: bytes, partition: int, offset: int) -> None:
+        """`key`'s entry gone, if it has one: its next record holds an empty payload."""
+        if self.entries.pop(key, None) is not None:
+            self._send(key, partition, offset, b"")
+
+    def _send(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
         record = (key, _entry_bytes(partition, offset, payload))
         self.unsent.setdefault(partition, []).append(record)
 
@@ -117,10 +129,14 @@ class Store(ABC, Generic[S]):
     """A store's decoded states and the keys changed since its last flush, which the runtime
     flushes, restores by partition and forgets; each kind reads and encodes states its own way."""
 
+    # Whether a state is stored in parts: under its key, and its key, a NUL and the part's name
+    parts = False
+
     def __init__(self, changelog: Changelog) -> None:
         self.changelog = changelog
         self.states: dict[bytes, S] = {}
         self.changed: dict[bytes, tuple[int, int]] = {}  # key -> source partition, offset
+        self.flushed: dict[bytes, Any] = {}  # of a state in parts: what its last flush wrote
 
     def write(self, key: bytes, partition: int, offset: int, state: S) -> None:
         self.states[key] = state
@@ -133,12 +149,31 @@ class Store(ABC, Generic[S]):
             self._put(key, *changed[key])
 
     async def restore(self, partition: int, boundary: int) -> None:
+        """The partition's entries as of source offset `boundary`; a key whose entry is a
+        deletion (`evict`) has none."""
         await self.changelog.restore(partition, boundary)
+        entries = self.changelog.entries
+        for key in [key for key, entry in entries.items() if not entry[2]]:
+            del entries[key]
 
     def forget(self) -> None:
         self.states.clear()
         self.changed.clear()
+        self.flushed.clear()
         self.changelog.entries.clear()
+
+    def evict(self, key: bytes, partition: int, offset: int) -> None:
+        """Drop `key`'s state (its symbol expired at source `offset`), in memory and in the
+        changelog: a key read after it starts anew, after a restart too."""
+        self.states.pop(key, None)
+        self.changed.pop(key, None)
+        self.flushed.pop(key, None)
+        entries = [key]
+        if self.parts:
+            under = key + b"\x00"
+            entries += [entry for entry in self.changelog.entries if entry.startswith(under)]
+        for entry in entries:
+            self.changelog.delete(entry, partition, offset)
 
     @abstractmethod
     def _put(self, key: bytes, partition: int, offset: int) -> None:
@@ -181,12 +216,14 @@ class WindowStore(Store[SymbolWindow]):
     rows and the new ones would mix in one forecast's input. So does one of another lookback (a
     checkpoint trained with another `--lookback`): its rows sit in other slots."""
 
+    parts = True
+
     def __init__(
         self, changelog: Changelog, lookback: int, n_features: int, fingerprint: str
     ) -> None:
         super().__init__(changelog)
         self.lookback, self.n_features, self.fingerprint = lookback, n_features, fingerprint
-        self.flushed: dict[bytes, int] = {}  # key -> row count at its last flush
+        self.flushed: dict[bytes, int]  # key -> row count at its last flush
 
     def read(self, key: bytes) -> SymbolWindow:
         """The key's window: in memory, else rebuilt from its restored slots, else empty."""
@@ -233,10 +270,6 @@ class WindowStore(Store[SymbolWindow]):
             slot_key(key, slot) in entries for slot in slots
         )
 
-    def forget(self) -> None:
-        super().forget()
-        self.flushed.clear()
-
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         """The slots of rows appended since the last flush, then the row count."""
         window, put = self.states[key], self.changelog.put
@@ -253,13 +286,15 @@ class ShadowStore(StateStore[SymbolShadow]):
     whole window (`window_size` forecasts x horizons x tracks). A window stored with another
     size (BARCAST_SCORE_WINDOW changed) keeps its newest forecasts that fit."""
 
+    parts = True
+
     def __init__(self, changelog: Changelog, window_size: int) -> None:
         super().__init__(
             changelog, SymbolShadow.from_bytes, SymbolShadow.to_bytes,
             lambda: SymbolShadow(window_size),
         )  # fmt: skip
         self.window_size = window_size
-        self.flushed: dict[bytes, int] = {}  # key -> window rows at its last flush
+        self.flushed: dict[bytes, int]  # key -> window rows at its last flush
         # Each symbol's key -> the source partition of its stored state: its window's slots
         # outnumber the symbols by the window's size, and a canary's verdict looks for a
         # partition's symbols at every event minute
@@ -300,8 +335,11 @@ class ShadowStore(StateStore[SymbolShadow]):
 
     def forget(self) -> None:
         super().forget()
-        self.flushed.clear()
         self.partitions.clear()
+
+    def evict(self, key: bytes, partition: int, offset: int) -> None:
+        super().evict(key, partition, offset)
+        self.partitions.pop(key, None)
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         state, put = self.states[key], self.changelog.put
@@ -322,9 +360,11 @@ class StreamStore(Store[Streams]):
     place is a stream's rank in model id order among its symbol's (the serving checkpoint's and
     a canary's), so a symbol's slots are bounded however many checkpoints have served it."""
 
+    parts = True
+
     def __init__(self, changelog: Changelog) -> None:
         super().__init__(changelog)
-        self.flushed: dict[bytes, Streams] = {}  # key -> its streams at its last flush
+        self.flushed: dict[bytes, Streams]  # key -> its streams at its last flush
 
     def read(self, key: bytes) -> Streams:
         """The key's streams: in memory, else rebuilt from its restored entries, else none."""
@@ -339,10 +379,6 @@ class StreamStore(Store[Streams]):
             self.states[key] = streams
             self.flushed[key] = dict(streams)
         return streams
-
-    def forget(self) -> None:
-        super().forget()
-        self.flushed.clear()
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         """The slots changed since the last flush, then the heads."""

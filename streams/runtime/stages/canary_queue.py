@@ -15,7 +15,7 @@ checkpoint's, as of each request's row (stages/carried.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -23,6 +23,19 @@ from model.serving.messages import groups
 
 if TYPE_CHECKING:
     from model.serving.forecast_engine import ForecastEngine, WindowRequest
+
+
+class Plan(NamedTuple):
+    """Which engines a batch's requests go to: the serving one's, the canary's beside it
+    (None: none) and the canary's that forecasts them later (stages/canary_queue.py)."""
+
+    engines: list[ForecastEngine]
+    canaries: list[ForecastEngine | None]
+    later: list[ForecastEngine | None]
+
+    @property
+    def per_request(self) -> list[tuple[ForecastEngine | None, ...]]:
+        return list(zip(self.engines, self.canaries, strict=True))
 
 
 class CanaryQueue:

@@ -1,6 +1,11 @@
 """Raw records -> clean bars and dead letters: the pure corrections rules, per batch. Every
 input gets exactly one outcome; a rejected bar goes to the dead-letter topic with its original
-bytes and headers naming the reason and its source record (streams.runtime.policy)."""
+bytes and headers naming the reason and its source record (streams.runtime.policy).
+
+A symbol expires at the first END_OF_INTERVAL of its partition once the partition's newest bar
+is more than BARCAST_EXPIRE_DAYS after the symbol's last: its state is dropped, and an EXPIRED
+record, in its place among the bars, tells the next stages to drop theirs. The stage decides it
+alone, so every stage's states of a symbol end at the same record, whichever worker runs them."""
 
 from __future__ import annotations
 
@@ -12,9 +17,15 @@ import orjson
 
 from features import corrections as rules
 from streams.runtime.policy import dead_letter
-from streams.runtime.records import CleanBar, Control, Out, Record, control_of, roll_control
+from streams.runtime.records import CleanBar, Control, Out, Record, control_of, stage_control
 from streams.runtime.stores import StateStore
-from streams.schema import CONTROL_HEADERS, ControlKind, Headers, bar_headers, encode, roll
+from streams.schema import (
+    ControlKind,
+    Headers,
+    bar_headers,
+    expired,
+    roll,
+)
 
 log = logging.getLogger("barcast.corrections")
 Topics = tuple[str, str, str]  # raw, clean and dead-letter topic names
@@ -33,9 +44,13 @@ class Cleaned:
 
 class Corrections:
     def __init__(
-        self, store: StateStore[rules.SymbolState], config: rules.CorrectionConfig, topics: Topics
+        self,
+        store: StateStore[rules.SymbolState],
+        config: rules.CorrectionConfig,
+        topics: Topics,
+        expire_ns: int = 0,  # a symbol's states live this long past its last bar; 0: forever
     ) -> None:
-        self.store, self.config = store, config
+        self.store, self.config, self.expire_ns = store, config, expire_ns
         self.raw_topic, self.clean_topic, self.dlq_topic = topics
         self.stats = rules.CorrectionStats()  # streams.metrics.MetricsFeed reports its counts
 
@@ -43,7 +58,8 @@ class Corrections:
         out = Cleaned(now_ns, bar_headers(now_ns))
         for record in records:
             control = control_of(record)
-            if control is None:  # a bar, or a record only claiming to be a control one
+            # A bar, or a record only claiming to be a control one (an EXPIRED is this stage's)
+            if control is None or control.kind == ControlKind.EXPIRED:
                 self._bar(record, out)
             else:
                 self._control(control, out)
@@ -85,8 +101,29 @@ class Corrections:
                     self._emit(key, step, (self.raw_topic, partition, offset), out)
             if changed:
                 self.store.write(key, partition, offset, state)
+        if kind == ControlKind.END_OF_INTERVAL and self.expire_ns:
+            self._expire(control, out)
         out.outputs.append(control.forward(self.clean_topic))
         out.items.append(control)
+
+    def _expire(self, control: Control, out: Cleaned) -> None:
+        """Drop the states of the partition's symbols whose last bar is more than `expire_ns`
+        before its newest, at `control` (an END_OF_INTERVAL; the bars tell the time, as a
+        replay's last END_OF_INTERVAL is the wall clock's); an EXPIRED record on for each
+        that sent bars."""
+        partition, offset = control.partition, control.offset
+        last = {key: self.store.read(key).last_ts for key in self.store.keys_in(partition)}
+        newest = max(last.values(), default=-1)
+        for key, ts in last.items():
+            if ts >= newest - self.expire_ns:
+                continue
+            self.store.evict(key, partition, offset)
+            if ts >= 0:  # else the key's every record was rejected: nothing went on
+                log.info("corrections: %s expired, its last bar at %d", key.decode(), ts)
+                record = expired(newest, key.decode(), ts)
+                item = stage_control(self.raw_topic, partition, offset, key, record)
+                out.outputs.append(item.forward(self.clean_topic))
+                out.items.append(item)
 
     def _announced(self, control: Control) -> None:
         roll_value = control.decoded
@@ -133,8 +170,6 @@ class Corrections:
             rolled.new,
             rolled.ratio,
         )
-        ms = rolled.ts / 1e6
-        out.outputs.append(
-            Out(self.clean_topic, key, encode(value), ms, CONTROL_HEADERS, partition)
-        )
-        out.items.append(roll_control(topic, partition, offset, key, value))
+        item = stage_control(topic, partition, offset, key, value)
+        out.outputs.append(item.forward(self.clean_topic))
+        out.items.append(item)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import zstandard
@@ -91,6 +92,9 @@ def read_clean_bar(r: Record) -> CleanBar:
     return CleanBar(r.topic, r.key or b"", r.partition, r.offset, r.timestamp_ms, bar, received)
 
 
+COUNTS = ("bars", "refused", "malformed")  # Featured's counts
+
+
 @dataclass(slots=True)
 class Featured:
     """A batch's outputs, and its rows and control records in order for the next stage."""
@@ -114,7 +118,20 @@ class Features:
         self.engine_rows = EngineRows(lambda key, symbol: store.states.get(key) is symbol)
 
     def run(self, items: Sequence[Item]) -> Featured:
-        """Every symbol in one engine call; outputs in arrival order, refusals last."""
+        """Every symbol in one engine call, unless a symbol expires among `items` after bars of
+        it (then a call for the items before its EXPIRED record, another from it on)."""
+        done = [self._run(piece) for piece in pieces(items)]
+        if len(done) == 1:
+            return done[0]
+        return Featured(
+            [out for piece in done for out in piece.outputs],
+            [row for piece in done for row in piece.rows],
+            *(sum(getattr(piece, name) for piece in done) for name in COUNTS),
+        )
+
+    def _run(self, items: Sequence[Item]) -> Featured:
+        """Every symbol in one engine call; outputs in arrival order, refusals last. An EXPIRED
+        symbol's state is dropped (none of its bars is among `items` before its record)."""
         rows: dict[bytes, int] = {}  # key -> its index in `symbols`
         symbols: list[SymbolFeatures] = []
         last: list[CleanBar | Control | None] = []  # each row's last change: tags the write
@@ -145,6 +162,8 @@ class Features:
                 row = row_of(item.key)
                 if symbols[row].roll(item.ts_event, item.decoded["ratio"]):
                     last[row] = item
+            elif isinstance(item, Control) and item.kind == ControlKind.EXPIRED:
+                self.store.evict(item.key, item.partition, item.offset)
             elif isinstance(item, Out):
                 malformed += 1
         computed, refusals = self._compute(bars)
@@ -212,6 +231,20 @@ class Features:
         return dead_letter(
             self.dlq_topic, bar.key, value, source, DeadLetterReason.REFUSED, why, bar.partition
         )
+
+
+def pieces(items: Sequence[Item]) -> list[Sequence[Item]]:
+    """`items` cut before each EXPIRED record of a symbol met earlier in its piece: a piece's
+    bars run in one engine call, on the states its symbols had before it."""
+    cuts, met = [0], set()
+    for i, item in enumerate(items):
+        if isinstance(item, CleanBar | Control):
+            if isinstance(item, Control) and item.kind == ControlKind.EXPIRED and item.key in met:
+                cuts.append(i)
+                met.clear()
+            met.add(item.key)
+    cuts.append(len(items))
+    return [items[start:end] for start, end in pairwise(cuts)]
 
 
 def feature_row(bar: CleanBar, values: np.ndarray, warm: bool) -> FeatureRow:

@@ -33,13 +33,13 @@ from streams.metrics import Outcome, Stage
 from streams.runtime.observers import notify
 from streams.runtime.policy import exit_uncommitted
 from streams.runtime.records import Control, FeatureRow, Out
-from streams.runtime.stages.canary_queue import CanaryQueue, predict_each
+from streams.runtime.stages.canary_queue import CanaryQueue, Plan, predict_each
 from streams.runtime.stages.carried import Carried
 from streams.runtime.stages.explained import explain_records
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
-from streams.schema import BAR_HEADERS, encode_forecast
+from streams.schema import BAR_HEADERS, ControlKind, encode_forecast
 
 if TYPE_CHECKING:
     from model.serving.checkpoints import CheckpointWatcher
@@ -61,19 +61,6 @@ class Predicted(NamedTuple):
     baselines: list[dict[str, Columns]] | None
     canary: list[np.ndarray | None]
     streams: list[Streams]
-
-
-class Plan(NamedTuple):
-    """Which engines a batch's requests go to: the serving one's, the canary's beside it
-    (None: none) and the canary's that forecasts them later (stages/canary_queue.py)."""
-
-    engines: list[ForecastEngine]
-    canaries: list[ForecastEngine | None]
-    later: list[ForecastEngine | None]
-
-    @property
-    def per_request(self) -> list[tuple[ForecastEngine | None, ...]]:
-        return list(zip(self.engines, self.canaries, strict=True))
 
 
 class Forecasting:
@@ -135,6 +122,8 @@ class Forecasting:
                     request.canary = None if canary is None else canary.model_id
                     self.batcher.add(request)
             elif isinstance(item, Control):
+                if item.kind == ControlKind.EXPIRED:
+                    await self._expire(item, settled)
                 self.scoring.control(item)
                 self.batcher.flush_now()
             else:
@@ -167,6 +156,15 @@ class Forecasting:
             before = len(out.values)
             self.scoring.settle(out)
             notify(self.runtime.observers, "observe_score", out.values[before:])
+
+    async def _expire(self, control: Control, out: Scores) -> None:
+        """Drop an EXPIRED symbol's states and encodings, once nothing of it waits (`_sync`:
+        none of its bars, forecasts or baselines is then held outside its states)."""
+        await self._sync(out, control.partition)
+        for store in self.stores:
+            store.evict(control.key, control.partition, control.offset)
+        for engine in self.serving.engines.values():
+            engine.evict(control.key.decode())
 
     async def flush(self) -> None:
         """Every waiting request through the model; a batch's forecasts are built and sent

@@ -24,7 +24,8 @@ from model.serving.programs import FORWARD_ROWS, chunk_programs
 from streams.kafka import pipeline_topics
 from streams.runtime.stages.explained import explain_records
 from streams.schema import BAR_HEADERS, decode_explanation
-from streams.settings import N_FEATURES, Settings
+from streams.setting_rules import N_FEATURES
+from streams.settings import Settings
 from streams.topic_schemas import schema
 from tests.checkpoints import make_checkpoint
 

@@ -301,3 +301,49 @@ def test_a_stored_window_of_another_lookback_starts_empty(older: bool) -> None:
         return [await restored_count(lookback) for lookback in (3, 6, 4)]
 
     assert asyncio.run(run()) == [0, 0, 10]
+
+
+def test_an_evicted_key_is_restored_as_none_as_of_the_boundary() -> None:
+    io = MemoryChangelogs()
+
+    async def run() -> tuple[list[int], list[int], list[bytes], list[int]]:
+        store = counter_store(io)
+        store.write(b"a", 0, 0, [1])
+        store.write(b"b", 0, 1, [2])
+        await flush(store)
+        store.evict(b"a", 0, 2)
+        store.evict(b"never", 0, 2)  # nothing stored: nothing written
+        await flush(store)
+        io.compact()
+        before, after = counter_store(io), counter_store(io)
+        await before.restore(0, boundary=2)  # the eviction's checkpoint never completed
+        await after.restore(0, boundary=3)
+        keys = sorted(after.changelog.entries)
+        return before.read(b"a"), after.read(b"a"), keys, after.read(b"b")
+
+    assert asyncio.run(run()) == ([1], [0], [b"b"], [2])
+    # Each restore wrote its key's restored record again: the log's last of `a` is the deletion
+    last = {key: value for key, value in io.partitions[("t-counts-changelog", 0)]}
+    assert len(last[b"a"]) == 12  # its source offset and partition, no payload
+
+
+def test_an_evicted_window_deletes_its_slots_and_no_other_symbols() -> None:
+    io = MemoryChangelogs()
+
+    async def run() -> tuple[WindowStore, WindowStore]:
+        store = WindowStore(Changelog("t-windows", io), 3, 2, "f")
+        for offset, key in enumerate([b"6E", b"6EH4", b"6E", b"6EH4", b"6E"]):
+            store.read(key).append(offset, 1.0, False, True, np.full(2, offset, np.float32))
+            store.write(key, 0, offset, store.read(key))
+        await flush(store)
+        store.evict(b"6E", 0, 5)
+        await flush(store)
+        restored = WindowStore(Changelog("t-windows", io), 3, 2, "f")
+        await restored.restore(0, boundary=6)
+        return store, restored
+
+    store, restored = asyncio.run(run())
+    assert all(not key.startswith(b"6E\x00") for key in store.changelog.entries)
+    assert restored.changelog.entries == store.changelog.entries
+    assert restored.read(b"6E").count == 0
+    assert restored.read(b"6EH4").count == 2

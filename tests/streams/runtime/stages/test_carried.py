@@ -16,6 +16,7 @@ from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import DELIVERY
 from streams.metrics import Metrics
 from streams.runtime.commit import Runtime
+from streams.runtime.pipeline import build_scoring
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
@@ -29,15 +30,18 @@ from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 COMMITTED, END = 150, 200  # minutes: the stream has run far past its lookback of 60 by then
 
 
-def stage(io: MemoryChangelogs, model: Path) -> tuple[Forecasting, Producer]:
+def stage(io: MemoryChangelogs, model: Path, shadows: bool = False) -> tuple[Forecasting, Producer]:
+    """The forecast stage over `io`; with `shadows`, scoring as the worker builds it (the
+    shadow baselines too)."""
     engine = ForecastEngine(model)
     runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, lambda: asyncio.sleep(0))
     producer = runtime.producer = Producer()  # type: ignore[assignment]
     changelog = lambda name: Changelog(f"t-{name}", io)  # noqa: E731
     windows = WindowStore(changelog("windows"), engine.lookback, N_FEATURES, FINGERPRINT)
     serving = Serving(engine, runtime.metrics, 1)
+    scores = build_scoring(Settings(), changelog) if shadows else scoring(io)
     return Forecasting(
-        runtime, serving, windows, scoring(io), StreamStore(changelog("encoder-streams"))
+        runtime, serving, windows, scores, StreamStore(changelog("encoder-streams"))
     ), producer
 
 

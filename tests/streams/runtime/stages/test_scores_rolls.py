@@ -14,7 +14,7 @@ from model.serving.forecast_engine import WindowRequest
 from model.serving.scoring import LabelBar, score_all
 from model.serving.scoring_state import SymbolScoring
 from streams import schema
-from streams.runtime.records import Control, FeatureRow, roll_control
+from streams.runtime.records import Control, FeatureRow, stage_control
 from streams.runtime.stages.scores import Scores
 from tests.streams.runtime.stages.test_scores import scoring
 from tests.streams.runtime.test_stores import MemoryChangelogs
@@ -108,7 +108,7 @@ def test_the_stage_applies_a_roll_after_a_forecast_still_in_the_model() -> None:
     stage.bar(first, request(first), None)
     stage.bar(row(minute(1), 1.01, 1), None, None)
     roll = schema.roll(minute(2), "6E.c.0", "6EH4", "6EM4", 1.02)
-    stage.control(roll_control("features", 0, 2, b"6E.c.0", roll))
+    stage.control(stage_control("features", 0, 2, b"6E.c.0", roll))
     stage.forecasts([request(first)], [forecast(minute(0), 1.00)], None, out)
     stage.bar(row(minute(2), 1.01 * 1.02, 3), None, None)
     stage.bar(row(minute(3), 1.02 * 1.02, 4), None, None)

@@ -1,0 +1,214 @@
+"""A symbol's expiry (BARCAST_EXPIRE_DAYS) without a broker: the corrections stage drops the
+state of a symbol its partition's bars have left behind and sends an EXPIRED record on; the
+features stage drops its state there, so the symbol's next bars are computed as a new symbol's;
+the bars tell the time, not a replay's wall-clock END_OF_INTERVAL; a stage restored from a
+commit after the expiry goes on as the one never stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+
+from features.corrections import bars_from_frame, correct_history
+from model.covariates import NS_PER_DAY, NS_PER_MIN
+from streams.metrics import Metrics
+from streams.runtime.commit import Runtime
+from streams.runtime.pipeline import Pipeline, build_pipeline
+from streams.runtime.records import CleanBar, FeatureRow, Out, Record, stage_control
+from streams.runtime.stages.features import pieces
+from streams.runtime.stores import Store
+from streams.schema import CONTROL_HEADERS, CONTROL_KEY, ControlKind, encode, end_of_interval
+from streams.schema import expired as expired_record
+from streams.settings import Settings
+from tests.bar_streams import expected_features
+from tests.checkpoints import make_checkpoint
+from tests.streams.runtime.stages.test_carried import commit, forecast, published
+from tests.streams.runtime.stages.test_carried import stage as forecast_stage
+from tests.streams.runtime.stages.test_forecasts import START, SYMBOLS, rows
+from tests.streams.runtime.test_stores import MemoryChangelogs, flush
+
+EXPIRE_DAYS = 0.1  # 144 minutes
+GONE, BACK, END = 100, 500, 600  # A trades bars [0, GONE) and [BACK, END) of the month; B all
+
+
+def stream(bars: pd.DataFrame) -> list[Record]:
+    """`bars.raw` of symbols A and B on one partition, minute by minute, each minute closed
+    by an END_OF_INTERVAL; A stops for the bars between GONE and BACK, hours of them."""
+    a = bars_from_frame(bars.iloc[:END], symbol="A", instrument_id=1, source="test")
+    b = bars_from_frame(bars.iloc[:END], symbol="B", instrument_id=2, source="test")
+    values: list[tuple[bytes, bytes, list]] = []
+    for i in range(END):
+        values.append((b"B", orjson.dumps(b[i]), []))
+        if not GONE <= i < BACK:
+            values.append((b"A", orjson.dumps(a[i]), []))
+        close = encode(end_of_interval(b[i]["ts_event"]))
+        values.append((CONTROL_KEY, close, CONTROL_HEADERS))
+    return [Record("bars.raw", 0, i, 0.0, *value) for i, value in enumerate(values)]
+
+
+def stages(io: MemoryChangelogs) -> Pipeline:
+    settings = Settings(role="stream", expire_days=EXPIRE_DAYS)
+    runtime = Runtime(settings, Metrics(), "t", lambda topic: {0}, asyncio.sleep)
+    runtime.changelogs = io  # type: ignore[assignment]
+    return build_pipeline(settings, runtime)
+
+
+def run(pipeline: Pipeline, records: list[Record]) -> tuple[list[Out], list[FeatureRow]]:
+    """Clean outputs and feature rows of `records`, in batches of 100."""
+    assert pipeline.corrections is not None and pipeline.features is not None
+    clean, rows = [], []
+    for start in range(0, len(records), 100):
+        cleaned = pipeline.corrections.run(records[start : start + 100], time.time_ns())
+        clean += [o for o in cleaned.outputs if o.topic == "bars.clean"]
+        rows += [r for r in pipeline.features.run(cleaned.items).rows if isinstance(r, FeatureRow)]
+    return clean, rows
+
+
+def symbol_rows(rows: list[FeatureRow], key: bytes) -> np.ndarray:
+    return np.array([r.values for r in rows if r.key == key])
+
+
+def test_a_symbol_left_behind_expires_and_comes_back_new(sixe_bars: pd.DataFrame) -> None:
+    records = stream(sixe_bars)
+    pipeline = stages(MemoryChangelogs())
+    clean, rows = run(pipeline, records)
+    expiries = [orjson.loads(o.value) for o in clean if b'"control":"expired"' in o.value]
+    a_ts = sixe_bars.ts_event.to_numpy()[:END]
+    last = int(a_ts[GONE - 1])
+    newest = int(min(t for t in a_ts if t > last + EXPIRE_DAYS * NS_PER_DAY))
+    assert expiries == [expired_record(newest, "A", last)]  # at the first minute past it
+    expired_at = next(o for o in clean if b'"control":"expired"' in o.value)
+    assert (expired_at.key, expired_at.partition) == (b"A", 0)
+    # A's bars after its return are computed from a new state, B's from its one state
+    a_back = [orjson.loads(r.value) for r in records[-3 * (END - BACK) :] if r.key == b"A"]
+    values, _ = expected_features(correct_history(a_back).clean)
+    assert np.array_equal(symbol_rows(rows, b"A")[-len(values) :], values, equal_nan=True)
+    b_all = [orjson.loads(r.value) for r in records if r.key == b"B"]
+    values, _ = expected_features(correct_history(b_all).clean)
+    assert np.array_equal(symbol_rows(rows, b"B"), values, equal_nan=True)
+
+
+def test_a_replays_wall_clock_end_expires_nothing(sixe_bars: pd.DataFrame) -> None:
+    records = stream(sixe_bars)[: 3 * GONE]
+    now = encode(end_of_interval(time.time_ns()))
+    records.append(Record("bars.raw", 0, len(records), 0.0, CONTROL_KEY, now, CONTROL_HEADERS))
+    clean, _ = run(stages(MemoryChangelogs()), records)
+    assert not [o for o in clean if b'"control":"expired"' in o.value]
+
+
+def test_a_key_of_rejected_records_only_leaves_silently(sixe_bars: pd.DataFrame) -> None:
+    records = stream(sixe_bars)[: 3 * GONE]
+    junk = Record("bars.raw", 0, 0, 0.0, b"junk", b"not a bar", [])
+    record = expired_record(int(sixe_bars.ts_event.iloc[5]), "B", 0)
+    forged = Record("bars.raw", 0, 1, 0.0, b"B", encode(record), CONTROL_HEADERS)
+    renumbered = [replace(r, offset=i + 2) for i, r in enumerate(records)]
+    pipeline = stages(MemoryChangelogs())
+    clean, rows = run(pipeline, [junk, forged, *renumbered])
+    assert pipeline.corrections is not None
+    assert sorted(pipeline.corrections.store.keys_in(0)) == [b"A", b"B"]  # junk: dropped
+    assert not [o for o in clean if b'"control":"expired"' in o.value]  # forged: a dead letter
+    _, plain = run(stages(MemoryChangelogs()), renumbered)
+    assert np.array_equal(symbol_rows(rows, b"B"), symbol_rows(plain, b"B"), equal_nan=True)
+
+
+def test_a_stage_restored_after_an_expiry_goes_on_as_never_stopped(
+    sixe_bars: pd.DataFrame,
+) -> None:
+    records = stream(sixe_bars)
+    cut = 3 * GONE + 2 * (BACK - GONE) - 10  # past A's expiry, before its return
+    whole_clean, whole_rows = run(stages(MemoryChangelogs()), records)
+    io = MemoryChangelogs()
+    first = stages(io)
+    run(first, records[:cut])
+
+    async def commit_and_restore() -> Pipeline:
+        for store in first.stores:
+            await flush(store)
+        again = stages(io)
+        for store in again.stores:
+            await store.restore(0, boundary=cut)
+        return again
+
+    again = asyncio.run(commit_and_restore())
+    assert again.corrections is not None and again.features is not None
+    assert again.corrections.store.keys_in(0) == [b"B"]
+    assert list(again.features.store.changelog.entries) == [b"B"]
+    clean, rows = run(again, records[cut:])
+    assert [o.value for o in clean] == [o.value for o in whole_clean[-len(clean) :]]
+    assert [r.values.tobytes() for r in rows] == [
+        r.values.tobytes() for r in whole_rows[-len(rows) :]
+    ]
+
+
+def test_the_features_stage_cuts_a_batch_at_an_expiry_of_a_symbol_it_holds(
+    sixe_bars: pd.DataFrame,
+) -> None:
+    values = bars_from_frame(sixe_bars.iloc[:20], symbol="A", instrument_id=1, source="test")
+    bars = [CleanBar("bars.clean", b"A", 0, i, 0.0, v, None) for i, v in enumerate(values)]  # type: ignore[arg-type]
+    expiry = stage_control("bars.clean", 0, 10, b"A", expired_record(10, "A", 1))
+    assert expiry.kind == ControlKind.EXPIRED
+    items = [*bars[:10], expiry, *bars[10:]]
+    assert pieces(items) == [items[:10], items[10:]]
+    alone = items[10:]
+    assert pieces(alone) == [alone]  # no bar of A before its expiry
+    pipeline = stages(MemoryChangelogs())
+    assert pipeline.features is not None
+    rows = [r for r in pipeline.features.run(items).rows if isinstance(r, FeatureRow)]
+    fresh, _ = expected_features(values[10:])  # type: ignore[arg-type]
+    assert np.array_equal(np.array([r.values for r in rows[10:]]), fresh, equal_nan=True)
+
+
+@pytest.mark.parametrize("encoder", ["window", "stream"])
+def test_the_forecast_stage_drops_an_expired_symbols_states(tmp_path: Path, encoder: str) -> None:
+    make_checkpoint(tmp_path / "model", encoder=encoder)
+    io = MemoryChangelogs()
+    stage, producer = forecast_stage(io, tmp_path / "model", shadows=True)
+    gone, kept = SYMBOLS[0].encode(), SYMBOLS[1].encode()
+    record = expired_record(START + 80 * NS_PER_MIN, SYMBOLS[0], START)
+    expiry = stage_control("features", 0, 160, gone, record)  # after minute 79's rows
+
+    def held(store: Store, key: bytes) -> list[bytes]:
+        entries = [k for k in store.changelog.entries if k == key or k.startswith(key + b"\0")]
+        return entries + [key] * (key in store.states)
+
+    async def run() -> None:
+        await forecast(stage, range(79))
+        await commit(stage)
+        holding = [s for s in stage.stores if held(s, gone)]
+        # windows, scores, calibrations, shadows and a stream encoder's streams
+        assert len(holding) == 4 + (encoder == "stream")
+        assert (SYMBOLS[0] in stage.engine.served.cache) == (encoder == "window")
+        await stage.add(rows(79))  # its bar and forecast in flight, to settle before
+        await stage.add([expiry])
+        await commit(stage)
+        assert not any(held(store, gone) for store in stage.stores)
+        assert all(held(store, kept) for store in holding)
+        assert SYMBOLS[0] not in stage.engine.served.cache
+        shadows = stage.scoring.shadows
+        assert shadows is not None and gone not in shadows.symbols_in(0)
+        assert gone not in stage.scoring.waiting and gone not in stage.scoring.uncalibrated
+        again, _ = forecast_stage(io, tmp_path / "model", shadows=True)
+        for store in again.stores:
+            await store.restore(0, boundary=161)
+            assert (
+                store.changelog.entries
+                == next(
+                    s for s in stage.stores if s.changelog.topic == store.changelog.topic
+                ).changelog.entries
+            )
+        producer.calls.clear()
+        await forecast(stage, range(81, 81 + stage.lookback))  # its window fills again
+        forecasts = published(producer, stage.settings.topic_forecasts)
+        assert [ts for symbol, ts in forecasts if symbol == SYMBOLS[0]] == [
+            START + (80 + stage.lookback) * NS_PER_MIN
+        ]
+        assert len([1 for symbol, _ in forecasts if symbol == SYMBOLS[1]]) == stage.lookback
+
+    asyncio.run(run())
