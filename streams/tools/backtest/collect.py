@@ -5,21 +5,25 @@ never a sleep.
 A bar read from `bars.raw` is accounted for once `bars.clean` holds its (symbol, ts_event) or
 `bars.dlq` holds a dead letter naming its partition and offset (a repeated bar is accounted for
 by its first copy's clean bar). The forecasts owed follow from the clean bars by the worker's
-own window rule (model.serving.offline.window_requests).
+own window rule (model.serving.offline.window_requests), the scores owed by its label rule
+(model.serving.scoring.score_offline), each over a symbol's bars between its expiries (an
+EXPIRED record on `bars.clean`): after one the worker starts the symbol anew.
 """
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tqdm import tqdm
 
-from features.bars import is_control
+from features.bars import ControlKind, is_control
 from model.serving.offline import window_requests
 from model.serving.scoring import score_offline
 from streams.kafka import confluent_config
@@ -43,6 +47,7 @@ class Collected:
     dead_letters: set[tuple[int, int]] = field(default_factory=set)  # raw (partition, offset)
     forecasts: dict[Key, dict[str, Any]] = field(default_factory=dict)
     scores: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    expiries: dict[str, set[int]] = field(default_factory=dict)  # symbol -> each one's last_ts
 
     def unaccounted(self) -> list[tuple[int, int]]:
         return [
@@ -55,6 +60,16 @@ class Collected:
         out: dict[str, list[dict[str, Any]]] = {}
         for key in sorted(self.clean):
             out.setdefault(key[0], []).append(self.clean[key])
+        return out
+
+    def lives(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Each symbol's clean bars in order, cut after the last bar of each of its expiries:
+        the worker's states of a symbol live from its first bar, or an expiry, to the next."""
+        out = []
+        for symbol, bars in self.clean_by_symbol().items():
+            ts = [bar["ts_event"] for bar in bars]
+            cuts = [bisect_right(ts, last) for last in sorted(self.expiries.get(symbol, ()))]
+            out += [(symbol, bars[lo:hi]) for lo, hi in pairwise([0, *cuts, len(bars)]) if hi > lo]
         return out
 
 
@@ -100,6 +115,8 @@ class TopicReader:
             return
         value = orjson.loads(message.value())
         if is_control(value):
+            if topic == s.topic_clean and value["control"] == ControlKind.EXPIRED:
+                collected.expiries.setdefault(value["symbol"], set()).add(value["last_ts"])
             return
         key = (value["symbol"], int(value["ts_event"]))
         if topic == s.topic_raw:
@@ -121,14 +138,24 @@ def owed_forecasts(collected: Collected, lookback: int) -> set[Key]:
     """Every (symbol, ts_event) the worker forecasts from these clean bars."""
     return {
         (symbol, request.ts_event)
-        for symbol, bars in collected.clean_by_symbol().items()
+        for symbol, bars in collected.lives()
         for request in window_requests(symbol, bars, lookback)
     }
 
 
 def owed_scores(collected: Collected) -> set[Key]:
-    """Every (symbol, ts_event) of a forecast whose label these clean bars decide."""
-    return set(score_offline(list(collected.forecasts.values()), list(collected.clean.values())))
+    """Every (symbol, ts_event) of a forecast whose label these clean bars decide, each
+    forecast's by the bars of its symbol's life."""
+    forecasts: dict[str, list[dict[str, Any]]] = {}
+    for (symbol, _), forecast in sorted(collected.forecasts.items()):
+        forecasts.setdefault(symbol, []).append(forecast)
+    owed: set[Key] = set()
+    for symbol, bars in collected.lives():
+        mine = forecasts.get(symbol, [])
+        ts = [f["ts_event"] for f in mine]
+        lo, hi = bisect_left(ts, bars[0]["ts_event"]), bisect_right(ts, bars[-1]["ts_event"])
+        owed |= set(score_offline(mine[lo:hi], bars))
+    return owed
 
 
 def collect(

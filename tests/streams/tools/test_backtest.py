@@ -5,7 +5,8 @@ the topics with the training label rule written out (not through the scoring mod
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -13,10 +14,12 @@ import pandas as pd
 import pytest
 
 from features.bars import PRICE_SCALE, is_control
+from features.corrections import bars_from_frame, correct_history
 from model.serving.skill import skill_interval
 from streams.ingest.convert import SIXE_INSTRUMENT_ID, bars_to_records, ohlcv_metadata, write_dbn
+from streams.schema import expired
 from streams.settings import Settings
-from streams.tools.backtest.collect import Collected
+from streams.tools.backtest.collect import Collected, TopicReader, owed_forecasts, owed_scores
 from streams.tools.backtest.harness import BacktestResult, run_backtest
 from streams.tools.cli import main
 from tests.checkpoints import make_checkpoint
@@ -163,3 +166,52 @@ def assert_skill_follows_from_the_scores(result: BacktestResult, skill: dict[str
         overall = figures["overall"]
         assert overall["skill"] == pytest.approx(1 - model.sum() / baseline.sum(), rel=1e-9)
         assert (overall["lower"], overall["upper"]) == pytest.approx(expected[1:3], rel=1e-9)
+
+
+def test_what_a_worker_owes_starts_anew_after_an_expiry(sixe_bars: pd.DataFrame) -> None:
+    """A symbol's forecasts and scores owed are those of each of its lives on its own: after an
+    expiry the worker computes its features, windows and scores afresh (a backtest waiting for
+    those of one whole history would wait for forecasts the worker never makes)."""
+    bars = correct_history(bars_from_frame(sixe_bars.iloc[:400], symbol="A", source="t")).clean
+    clean = {("A", bar["ts_event"]): bar for bar in bars}
+    whole = Collected(clean=clean)
+    whole.forecasts = {key: fake_forecast(*key) for key in owed_forecasts(whole, 60)}
+    last = bars[199]["ts_event"]
+    cut = Collected(clean=clean, forecasts=whole.forecasts, expiries={"A": {last}})
+    assert [len(life) for _, life in cut.lives()] == [200, len(bars) - 200]
+    lives = [
+        Collected(
+            clean={k: v for k, v in clean.items() if before(k[1])},
+            forecasts={k: v for k, v in whole.forecasts.items() if before(k[1])},
+        )
+        for before in (lambda ts: ts <= last, lambda ts: ts > last)
+    ]
+    owed = [owed_forecasts(life, 60) for life in lives]
+    assert owed_forecasts(cut, 60) == owed[0] | owed[1] != owed_forecasts(whole, 60)
+    scored = owed_scores(cut)
+    assert scored == owed_scores(lives[0]) | owed_scores(lives[1])
+    late = ("A", bars[195]["ts_event"])  # its label runs past the life's last bar
+    assert late in owed_scores(whole) and late not in scored
+    read = Collected()  # the expiry as the reader takes it off `bars.clean`
+    value = orjson.dumps(expired(bars[300]["ts_event"], "A", last))
+    TopicReader._add(SimpleNamespace(settings=Settings()), read, Message("bars.clean", value))  # type: ignore[arg-type]
+    assert read.expiries == cut.expiries
+
+
+class Message(NamedTuple):
+    """What the reader reads of a consumed message."""
+
+    name: str
+    data: bytes
+
+    def topic(self) -> str:
+        return self.name
+
+    def value(self) -> bytes:
+        return self.data
+
+
+def fake_forecast(symbol: str, ts_event: int) -> dict[str, Any]:
+    band = {name: [0.0] * 10 for name in LEVELS}
+    return {"symbol": symbol, "ts_event": ts_event, "close": 1.1, "horizons": list(range(1, 11)),
+            "model_id": "m", **band}  # fmt: skip
