@@ -42,7 +42,9 @@ Latency of the spike rule: a candidate that its own close does not confirm is he
 state (`SymbolState.held`, serialized with it) and released, accepted or rejected, by the next
 bar of the same symbol (its outcome comes first in that call's `Step`), or by `flush()` once an
 END_OF_INTERVAL record is `hold_timeout_s` past it (unconfirmed: rejected), or at the end of a
-history. Only candidates wait (none of the real 6EH4 month's bars); every other bar is decided
+history. A candidate rejected at its timeout is evidence for the next candidate, as a next bar
+would have been: in a thin market, whose next bar comes after the timeout, a real move is
+accepted from its second bar on instead of being rejected bar after bar. Only candidates wait (none of the real 6EH4 month's bars); every other bar is decided
 in its own call.
 
 Gaps (ohlcv-1m): when an accepted bar follows the previous one by more than a minute, the

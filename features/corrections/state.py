@@ -49,6 +49,9 @@ class SymbolState:
     (ts_event, rtype, digest), `held` a spike candidate awaiting confirmation. `outage_until`:
     the end of the latest outage (live ingest lost the minutes before it: a gap across it is a
     session break), `roll`: a roll announced to the next contract (raw symbol) and its ratio.
+    `unconfirmed`: the prices of the last candidate rejected at its timeout, no bar accepted
+    since: evidence for the next candidate, as a next bar is (in a thin market the next bar
+    comes after the timeout, and a real move would be rejected bar after bar).
     """
 
     symbol: str = ""
@@ -59,6 +62,7 @@ class SymbolState:
     held: Held | None = None
     outage_until: int = 0
     roll: tuple[str, float] | None = None
+    unconfirmed: list[int] | None = None
 
     @property
     def last_ts(self) -> int:
@@ -90,6 +94,7 @@ class SymbolState:
             "held": None if self.held is None else _held_doc(self.held),
             "outage": self.outage_until,
             "roll": self.roll,
+            "unconfirmed": self.unconfirmed,
         }
         try:
             return orjson.dumps(doc)
@@ -122,6 +127,7 @@ class SymbolState:
                 held=None if held is None else _held_from_doc(held),
                 outage_until=doc.get("outage", 0),  # absent: written before outages
                 roll=None if doc.get("roll") is None else tuple(doc["roll"]),
+                unconfirmed=doc.get("unconfirmed"),  # absent: written before it was kept
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"corrections state is damaged ({exc!r}); {START_AFRESH}") from exc

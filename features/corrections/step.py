@@ -142,7 +142,8 @@ def process(
     if last is not None and last["close"] > 0 and not allow_negative:
         moves = suspicious(prices, last["close"], state.returns, state.tick, config)
         if moves:
-            if not confirmed(moves, prices[CLOSE], (), last["close"], config.spike_confirm):
+            evidence = state.unconfirmed or ()
+            if not confirmed(moves, prices[CLOSE], evidence, last["close"], config.spike_confirm):
                 held = Held(value, ref, data, tuple(changes), moves, bar.ts, bar.rtype, bar.digest)
                 state.held = held
                 stats.held += 1
@@ -170,6 +171,7 @@ def _roll(state: SymbolState, stats: CorrectionStats, step: Step, bar: Bar, rati
     assert last is not None  # _roll_ratio saw one
     rescaled = {name: round(last[name] * ratio) for name in PRICE_FIELDS}
     state.last = {**last, **rescaled, "raw_symbol": new}
+    state.unconfirmed = None  # the old contract's prices
     step.roll = Roll(bar.ts, last.get("raw_symbol", ""), new, ratio, len(step.clean))
     stats.rolls += 1
 
@@ -208,6 +210,8 @@ def _resolve(
             state, config, stats, step, held.bar, held.changes, held.value, held.ref, held.digest
         )
         return
+    if not later:  # no later bar came: its prices are evidence for the next candidate
+        state.unconfirmed = prices
     why = "the next bar did not confirm it" if later else "no later bar came before the timeout"
     message = f"{describe(held.moves, prices, ref_close)}; {why}"
     _reject(step, stats, held.value, held.ref, Reason.SPIKE, message)
@@ -225,7 +229,7 @@ def _accept(
     digest: int,
 ) -> None:
     ts, close = data["ts_event"], data["close"]
-    last = state.last
+    last, state.unconfirmed = state.last, None
     if last is not None:
         if ts - last["ts_event"] > MINUTE_NS and data["rtype"] == RTYPE_OHLCV_1M:
             _gap(state, config, stats, step, last, (ts - last["ts_event"]) // MINUTE_NS - 1)

@@ -102,6 +102,31 @@ def test_held_candidate_waits_for_the_timeout_then_is_rejected() -> None:
     assert "no later bar came before the timeout" in step.outcomes[0].message
 
 
+def test_a_thin_markets_move_stands_from_its_second_bar() -> None:
+    """Bars ten minutes apart, past the hold timeout: the first at a new level is rejected at
+    its timeout; the next at that level is confirmed by it and the ones after are accepted. A
+    timed-out bad print is no evidence once the market traded back at the old level."""
+    shifted = BASE * 103 // 100 // TICK * TICK
+    values: list[Any] = list(calm(30))
+    for k, price in enumerate([shifted, shifted + TICK, shifted, shifted - TICK]):
+        values += [flat(30 + 10 * k, price), end_of_interval(T0 + (35 + 10 * k) * MINUTE)]
+    history = correct_history(values)
+    real = [o for o in history.outcomes if o.value is not None and isinstance(o.value, dict)]
+    assert statuses_of(real[30:]) == ["rejected", "clean", "clean", "clean"]
+    assert (history.stats.held, history.stats.confirmed) == (1, 1)  # the second not held
+    state, stats = SymbolState(), CorrectionStats()  # the evidence is kept with the state
+    for value in values[:31]:
+        correct(value, state, CONFIG, stats)
+    flush(state, CONFIG, stats, until_ts=T0 + 35 * MINUTE)
+    assert state.unconfirmed is not None and SymbolState.from_bytes(state.to_bytes()) == state
+    reverted = [*calm(30), flat(30, shifted), end_of_interval(T0 + 35 * MINUTE), flat(40)]
+    reverted += [flat(50, shifted), end_of_interval(T0 + 55 * MINUTE)]
+    outcomes = correct_history(reverted).outcomes
+    assert statuses_of([o for o in outcomes if isinstance(o.value, dict)][30:]) == [
+        "rejected", "clean", "rejected"
+    ]  # fmt: skip
+
+
 def test_history_flushes_on_control_records_and_at_the_end() -> None:
     timeout = "no later bar came before the timeout"
     control = end_of_interval(T0 + 40 * MINUTE)
