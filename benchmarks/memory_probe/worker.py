@@ -21,9 +21,9 @@ from model.serving.programs import TORCH_THREADS
 from streams import schema
 from streams.agents import RUN_MAX
 from streams.metrics import Metrics
+from streams.runtime.changelog import Changelog
 from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import Out, Record
-from streams.runtime.stores import Changelog
 from streams.settings import Settings
 
 PARTITIONS = 4  # the pipeline benchmark's

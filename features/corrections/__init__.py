@@ -44,8 +44,8 @@ bar of the same symbol (its outcome comes first in that call's `Step`), or by `f
 END_OF_INTERVAL record is `hold_timeout_s` past it (unconfirmed: rejected), or at the end of a
 history. A candidate rejected at its timeout is evidence for the next candidate, as a next bar
 would have been: in a thin market, whose next bar comes after the timeout, a real move is
-accepted from its second bar on instead of being rejected bar after bar. Only candidates wait (none of the real 6EH4 month's bars); every other bar is decided
-in its own call.
+accepted from its second bar on instead of being rejected bar after bar. Only candidates wait
+(none of the real 6EH4 month's bars); every other bar is decided in its own call.
 
 Gaps (ohlcv-1m): when an accepted bar follows the previous one by more than a minute, the
 missing minutes are reported (`Gap`) and, with `fill_gaps` and at most `max_fill` missing

@@ -171,8 +171,9 @@ class ForecastEngine:
         self.served = served  # the new one starts with an empty step-encoding cache
 
     def evict(self, symbol: str) -> None:
-        """Drop `symbol`'s cached encodings (it expired: no request of it is under way)."""
-        self.served.cache.pop(symbol, None)
+        """Drop `symbol`'s caches (it expired: no request of it is under way)."""
+        for cache in (self.served.cache, self.served.static, self.served.streams):
+            cache.pop(symbol, None)
 
     @property
     def device(self) -> torch.device:

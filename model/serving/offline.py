@@ -3,7 +3,9 @@
 The same corrections, feature engine, window rule and batch-invariant inference the streaming
 worker runs, in one process: the reference the end-to-end tests hold the worker to, and a way
 to backtest a checkpoint on history without a broker; `served_history` adds the worker's
-scoring, online calibration and shadow baselines, and so what it publishes.
+scoring, online calibration and shadow baselines, and so what it publishes. A history in which
+a symbol expires (BARCAST_EXPIRE_DAYS: a partition's bars weeks past its last) is not one: the
+worker starts that symbol anew at its expiry, this module never does.
 """
 
 from __future__ import annotations

@@ -31,11 +31,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from streams.runtime.changelog import Changelog
 from streams.runtime.kafka_io import BatchProducer, KafkaChangelogs, committed_offset, read_range
 from streams.runtime.observers import Observer
 from streams.runtime.policy import exit_uncommitted, publishable
 from streams.runtime.records import Ackable, Out, Record
-from streams.runtime.stores import Changelog, marks_name
+from streams.runtime.stores import marks_name
 
 if TYPE_CHECKING:
     from streams.metrics import Metrics

@@ -19,13 +19,13 @@ from model.serving.canary import PartitionCanary
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.scoring_state import SymbolScoring
 from model.serving.skill import ServeMode
+from streams.runtime.changelog import Changelog
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import Features, SymbolFeatures
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.scores import Scoring
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stores import (
-    Changelog,
     ShadowStore,
     StateStore,
     Store,

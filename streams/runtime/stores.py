@@ -1,10 +1,7 @@
 """Stores: the worker's state (corrections states, feature states, forecast windows, a stream
-encoder's streams) in memory, made durable in a changelog topic the runtime owns, not a Faust
-table (the contract: streams.runtime). The changelog partition is the source partition: a store
-is co-partitioned with its topic. A restore skips a record past its boundary (written by a flush
-whose offsets were never committed) and writes the key's restored entry again: otherwise, once a
-segment roll let the log cleaner keep only each key's last record, a worker crashing in every
-checkpoint would lose the key's state to records it never restores.
+encoder's streams) in memory, made durable in a changelog topic the runtime owns
+(streams.runtime.changelog), not a Faust table (the contract: streams.runtime). The changelog
+partition is the source partition: a store is co-partitioned with its topic.
 
 A store's key evicted (a symbol expired) leaves a record of an empty payload, which the store's
 restore takes for none: no store's state encodes to nothing (a commit's marks do, and are no
@@ -13,21 +10,20 @@ store's: streams.runtime.commit)."""
 from __future__ import annotations
 
 import logging
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
 from model.serving.shadow import SymbolShadow
 from model.serving.streaming import SymbolStream, heads_bytes, heads_from_bytes
 from model.serving.windows import SymbolWindow, meta_key, meta_layout, slot_key
+from streams.runtime.changelog import Changelog
 
 log = logging.getLogger("barcast.runtime")
 
-_HEAD = struct.Struct("<qi")  # source offset, source partition
 S = TypeVar("S")
 Streams = dict[str, SymbolStream]  # a symbol's streams by model id
 
@@ -51,92 +47,15 @@ def marks_name(topic: str) -> str:
     return f"{topic}-checkpoints"
 
 
-class ChangelogIO(Protocol):
-    async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None: ...
-
-    async def read(
-        self, topic: str, partition: int, apply: Callable[[list[tuple[bytes, bytes]]], None]
-    ) -> int:
-        """The partition's (key, value) records, in order, to `apply` a chunk at a time (maybe
-        in another thread); how many."""
-
-
-def _entry_bytes(partition: int, offset: int, payload: bytes) -> bytes:
-    return _HEAD.pack(offset, partition) + payload
-
-
-class Changelog:
-    """A store's encoded entries (key -> source partition, offset, bytes) and its topic."""
-
-    def __init__(self, topic: str, io: ChangelogIO) -> None:
-        self.topic, self.io = topic, io
-        self.entries: dict[bytes, tuple[int, int, bytes]] = {}
-        self.unsent: dict[int, list[tuple[bytes, bytes]]] = {}
-
-    def put(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
-        self.entries[key] = (partition, offset, payload)
-        self._send(key, partition, offset, payload)
-
-    def delete(self, key: bytes, partition: int, offset: int) -> None:
-        """`key`'s entry gone, if it has one: its next record holds an empty payload."""
-        if self.entries.pop(key, None) is not None:
-            self._send(key, partition, offset, b"")
-
-    def _send(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
-        record = (key, _entry_bytes(partition, offset, payload))
-        self.unsent.setdefault(partition, []).append(record)
-
-    async def flush(self) -> None:
-        unsent, self.unsent = self.unsent, {}
-        if unsent:
-            await self.io.write(self.topic, unsent)
-
-    async def restore(self, partition: int, boundary: int) -> None:
-        """The partition's entries written before source offset `boundary`, into a store
-        holding nothing of it (never seen, or forgotten since): each key's entry of the highest
-        such offset, the later in the log on a tie, kept as the records are read (a compacted log
-        holds many per key). An entry that is not its key's last record is written again."""
-        restored: dict[bytes, tuple[int, int, bytes]] = {}  # the reading thread's until read
-        skipped = 0
-        buried: set[bytes] = set()  # keys whose last record in the log is not the restored one
-
-        def apply(chunk: list[tuple[bytes, bytes]]) -> None:
-            nonlocal skipped
-            for key, value in chunk:
-                offset, source = _HEAD.unpack_from(value)
-                skipped += offset >= boundary
-                prior = restored.get(key)
-                if offset < boundary and (prior is None or offset >= prior[1]):
-                    restored[key] = (source, offset, value[_HEAD.size :])
-                    buried.discard(key)
-                else:
-                    buried.add(key)
-
-        read = await self.io.read(self.topic, partition, apply)
-        self.entries.update(restored)
-        if read:
-            log.info(
-                "Restoring state from changelog topics: %s[%d], %d records (%d written from "
-                "offset %d on by a flush that never completed, whose inputs are replayed)",
-                self.topic, partition, read, skipped, boundary,
-            )  # fmt: skip
-        again = [(key, _entry_bytes(*restored[key])) for key in sorted(buried) if key in restored]
-        if again:
-            await self.io.write(self.topic, {partition: again})
-
-
 class Store(ABC, Generic[S]):
     """A store's decoded states and the keys changed since its last flush, which the runtime
     flushes, restores by partition and forgets; each kind reads and encodes states its own way."""
-
-    # Whether a state is stored in parts: under its key, and its key, a NUL and the part's name
-    parts = False
 
     def __init__(self, changelog: Changelog) -> None:
         self.changelog = changelog
         self.states: dict[bytes, S] = {}
         self.changed: dict[bytes, tuple[int, int]] = {}  # key -> source partition, offset
-        self.flushed: dict[bytes, Any] = {}  # of a state in parts: what its last flush wrote
+        self.flushed: dict[bytes, Any] = {}  # of a state stored in parts: its last flush's
 
     def write(self, key: bytes, partition: int, offset: int, state: S) -> None:
         self.states[key] = state
@@ -168,12 +87,12 @@ class Store(ABC, Generic[S]):
         self.states.pop(key, None)
         self.changed.pop(key, None)
         self.flushed.pop(key, None)
-        entries = [key]
-        if self.parts:
-            under = key + b"\x00"
-            entries += [entry for entry in self.changelog.entries if entry.startswith(under)]
-        for entry in entries:
+        for entry in self._entry_keys(key):
             self.changelog.delete(entry, partition, offset)
+
+    def _entry_keys(self, key: bytes) -> list[bytes]:
+        """The changelog keys `key`'s state may be stored under (in parts: each part's)."""
+        return [key]
 
     @abstractmethod
     def _put(self, key: bytes, partition: int, offset: int) -> None:
@@ -200,10 +119,11 @@ class StateStore(Store[S]):
         return state
 
     def keys_in(self, partition: int) -> list[bytes]:
-        """Keys with state from source partition `partition`: stored or changed since."""
-        keys = [key for key, entry in self.changelog.entries.items() if entry[0] == partition]
-        keys += [key for key, (p, _) in self.changed.items() if p == partition]
-        return list(dict.fromkeys(keys))
+        """Keys with state from source partition `partition`, stored or changed since, sorted:
+        a restore rebuilds the entries in another order than they were written."""
+        keys = {key for key, entry in self.changelog.entries.items() if entry[0] == partition}
+        keys.update(key for key, (p, _) in self.changed.items() if p == partition)
+        return sorted(keys)
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         self.changelog.put(key, partition, offset, self.encode(self.states[key]))
@@ -215,8 +135,6 @@ class WindowStore(Store[SymbolWindow]):
     `fingerprint` (written before an upgrade changed the features) starts empty instead: its
     rows and the new ones would mix in one forecast's input. So does one of another lookback (a
     checkpoint trained with another `--lookback`): its rows sit in other slots."""
-
-    parts = True
 
     def __init__(
         self, changelog: Changelog, lookback: int, n_features: int, fingerprint: str
@@ -270,6 +188,9 @@ class WindowStore(Store[SymbolWindow]):
             slot_key(key, slot) in entries for slot in slots
         )
 
+    def _entry_keys(self, key: bytes) -> list[bytes]:
+        return [meta_key(key), *(slot_key(key, slot) for slot in range(self.lookback))]
+
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         """The slots of rows appended since the last flush, then the row count."""
         window, put = self.states[key], self.changelog.put
@@ -285,8 +206,6 @@ class ShadowStore(StateStore[SymbolShadow]):
     slot under keys of its own: a scored forecast writes its slot and the state, not the
     whole window (`window_size` forecasts x horizons x tracks). A window stored with another
     size (BARCAST_SCORE_WINDOW changed) keeps its newest forecasts that fit."""
-
-    parts = True
 
     def __init__(self, changelog: Changelog, window_size: int) -> None:
         super().__init__(
@@ -341,6 +260,9 @@ class ShadowStore(StateStore[SymbolShadow]):
         super().evict(key, partition, offset)
         self.partitions.pop(key, None)
 
+    def _entry_keys(self, key: bytes) -> list[bytes]:
+        return [key, *(slot_key(key, slot) for slot in range(self.window_size))]
+
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         state, put = self.states[key], self.changelog.put
         window = state.window
@@ -360,8 +282,6 @@ class StreamStore(Store[Streams]):
     place is a stream's rank in model id order among its symbol's (the serving checkpoint's and
     a canary's), so a symbol's slots are bounded however many checkpoints have served it."""
 
-    parts = True
-
     def __init__(self, changelog: Changelog) -> None:
         super().__init__(changelog)
         self.flushed: dict[bytes, Streams]  # key -> its streams at its last flush
@@ -371,14 +291,24 @@ class StreamStore(Store[Streams]):
         streams = self.states.get(key)
         if streams is None:
             entries, streams = self.changelog.entries, {}
-            heads = entries.get(key)
-            for place, (model_id, head) in enumerate(heads_from_bytes(heads[2] if heads else b"")):
-                places = range(SymbolStream.lookback_of(head))
-                slots = [entries[_stream_slot_key(key, place, slot)][2] for slot in places]
+            for model_id, head, slot_keys in self._stored(key):
+                slots = [entries[slot_key][2] for slot_key in slot_keys]
                 streams[model_id] = SymbolStream.from_parts(head, slots, torch.device("cpu"))
             self.states[key] = streams
             self.flushed[key] = dict(streams)
         return streams
+
+    def _stored(self, key: bytes) -> list[tuple[str, bytes, list[bytes]]]:
+        """Each of the key's stored streams: its model id, head and slots' keys, in place order."""
+        heads = self.changelog.entries.get(key)
+        return [
+            (model_id, head, [_stream_slot_key(key, place, slot) for slot in range(lookback)])
+            for place, (model_id, head) in enumerate(heads_from_bytes(heads[2] if heads else b""))
+            for lookback in [SymbolStream.lookback_of(head)]
+        ]
+
+    def _entry_keys(self, key: bytes) -> list[bytes]:
+        return [key, *(slot_key for *_, slot_keys in self._stored(key) for slot_key in slot_keys)]
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         """The slots changed since the last flush, then the heads."""

@@ -158,13 +158,17 @@ class Forecasting:
             notify(self.runtime.observers, "observe_score", out.values[before:])
 
     async def _expire(self, control: Control, out: Scores) -> None:
-        """Drop an EXPIRED symbol's states and encodings, once nothing of it waits (`_sync`:
-        none of its bars, forecasts or baselines is then held outside its states)."""
+        """Drop an EXPIRED symbol's states and encodings, once nothing of it waits: its requests
+        through the model (scoring off, `_sync` would not wait for them), then its bars,
+        forecasts and baselines into its states."""
+        await self.flush()
         await self._sync(out, control.partition)
         for store in self.stores:
             store.evict(control.key, control.partition, control.offset)
-        for engine in self.serving.engines.values():
-            engine.evict(control.key.decode())
+        serving = self.serving
+        for engine in {*serving.engines.values(), serving.default, serving.candidate}:
+            if engine is not None:
+                engine.evict(control.key.decode())
 
     async def flush(self) -> None:
         """Every waiting request through the model; a batch's forecasts are built and sent

@@ -24,7 +24,8 @@ from model.serving.skill import (
     pooled_skill,
     skill_interval,
 )
-from streams.runtime.stores import Changelog, ShadowStore
+from streams.runtime.changelog import Changelog
+from streams.runtime.stores import ShadowStore
 from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 
 H = 10

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from streams.exit_codes import ExitCode
 from streams.kafka import confluent_config, ensure_topics
 from streams.runtime import kafka_io
+from streams.runtime.changelog import Changelog
 from streams.runtime.kafka_io import (
     COMPACTED,
     BatchProducer,
@@ -26,7 +27,6 @@ from streams.runtime.kafka_io import (
 )
 from streams.runtime.policy import exit_code
 from streams.runtime.records import Record
-from streams.runtime.stores import Changelog
 from streams.settings import REPO_ROOT, Settings
 
 CHUNK = 7  # records per consume call in these tests: a changelog of 100 takes 15

@@ -19,6 +19,7 @@ from features.engine import FINGERPRINT, N_FEATURES
 from streams.exit_codes import ExitCode
 from streams.internals import InternalsMoved, live_fetcher
 from streams.metrics import Metrics
+from streams.runtime.changelog import Changelog
 from streams.runtime.policy import (
     KEPT_BYTES,
     NULL_VALUE_HEADER,
@@ -36,7 +37,7 @@ from streams.runtime.stages import features
 from streams.runtime.stages.corrections import Corrections
 from streams.runtime.stages.features import features_value
 from streams.runtime.stages.windows import read_feature_row
-from streams.runtime.stores import Changelog, StateStore
+from streams.runtime.stores import StateStore
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, encode_feature_values, encode_features
 
 BAR = {

@@ -16,10 +16,11 @@ from confluent_kafka import Consumer, TopicPartition
 from model.serving.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics
+from streams.runtime.changelog import Changelog
 from streams.runtime.commit import MARK, Committer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
 from streams.runtime.records import Record
-from streams.runtime.stores import Changelog, StateStore, Store, WindowStore
+from streams.runtime.stores import StateStore, Store, WindowStore
 from streams.settings import Settings
 from tests.kafka_io import read_topic
 from tests.streams.runtime.test_commit import Event
@@ -347,3 +348,22 @@ def test_an_evicted_window_deletes_its_slots_and_no_other_symbols() -> None:
     assert restored.changelog.entries == store.changelog.entries
     assert restored.read(b"6E").count == 0
     assert restored.read(b"6EH4").count == 2
+
+
+def test_a_partitions_keys_come_in_order_after_a_restore_as_before() -> None:
+    """A restore rebuilds the entries in the compacted log's order: what goes over a
+    partition's keys (held candidates decided, symbols expired at an END_OF_INTERVAL) takes them
+    sorted, so a restored worker publishes in the order one never stopped does."""
+    io = MemoryChangelogs()
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        store = counter_store(io)
+        for offset, key in enumerate([b"b", b"a", b"c", b"b"]):
+            store.write(key, 0, offset, [offset])
+            await flush(store)
+        io.compact()
+        restored = counter_store(io)
+        await restored.restore(0, boundary=4)
+        return store.keys_in(0), restored.keys_in(0)
+
+    assert asyncio.run(run()) == ([b"a", b"b", b"c"], [b"a", b"b", b"c"])

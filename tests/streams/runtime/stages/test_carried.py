@@ -15,12 +15,13 @@ from features.engine import FINGERPRINT, N_FEATURES
 from model.serving.forecast_engine import ForecastEngine
 from model.serving.offline import DELIVERY
 from streams.metrics import Metrics
+from streams.runtime.changelog import Changelog
 from streams.runtime.commit import Runtime
 from streams.runtime.pipeline import build_scoring
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.serving import Serving
 from streams.runtime.stages.windows import slide
-from streams.runtime.stores import Changelog, StreamStore, WindowStore
+from streams.runtime.stores import StreamStore, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.streams.runtime.stages.test_forecasts import Producer, rows
@@ -30,16 +31,18 @@ from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 COMMITTED, END = 150, 200  # minutes: the stream has run far past its lookback of 60 by then
 
 
-def stage(io: MemoryChangelogs, model: Path, shadows: bool = False) -> tuple[Forecasting, Producer]:
-    """The forecast stage over `io`; with `shadows`, scoring as the worker builds it (the
-    shadow baselines too)."""
+def stage(
+    io: MemoryChangelogs, model: Path, settings: Settings | None = None
+) -> tuple[Forecasting, Producer]:
+    """The forecast stage over `io`; with `settings`, its scoring as the worker builds it of
+    them (the shadow baselines too, by default)."""
     engine = ForecastEngine(model)
     runtime = Runtime(Settings(), Metrics(), "t", lambda topic: {0}, lambda: asyncio.sleep(0))
     producer = runtime.producer = Producer()  # type: ignore[assignment]
     changelog = lambda name: Changelog(f"t-{name}", io)  # noqa: E731
     windows = WindowStore(changelog("windows"), engine.lookback, N_FEATURES, FINGERPRINT)
     serving = Serving(engine, runtime.metrics, 1)
-    scores = build_scoring(Settings(), changelog) if shadows else scoring(io)
+    scores = scoring(io) if settings is None else build_scoring(settings, changelog)
     return Forecasting(
         runtime, serving, windows, scores, StreamStore(changelog("encoder-streams"))
     ), producer

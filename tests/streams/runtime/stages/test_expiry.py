@@ -165,44 +165,55 @@ def test_the_features_stage_cuts_a_batch_at_an_expiry_of_a_symbol_it_holds(
     assert np.array_equal(np.array([r.values for r in rows[10:]]), fresh, equal_nan=True)
 
 
+SCORING_OFF = Settings(
+    online_scoring=False, online_calibration=False, shadow_baselines=False, canary=False
+)
+
+
+@pytest.mark.parametrize("scoring", [Settings(), SCORING_OFF], ids=["scored", "unscored"])
 @pytest.mark.parametrize("encoder", ["window", "stream"])
-def test_the_forecast_stage_drops_an_expired_symbols_states(tmp_path: Path, encoder: str) -> None:
+def test_the_forecast_stage_drops_an_expired_symbols_states(
+    tmp_path: Path, encoder: str, scoring: Settings
+) -> None:
     make_checkpoint(tmp_path / "model", encoder=encoder)
     io = MemoryChangelogs()
-    stage, producer = forecast_stage(io, tmp_path / "model", shadows=True)
+    stage, producer = forecast_stage(io, tmp_path / "model", scoring)
     gone, kept = SYMBOLS[0].encode(), SYMBOLS[1].encode()
     record = expired_record(START + 80 * NS_PER_MIN, SYMBOLS[0], START)
     expiry = stage_control("features", 0, 160, gone, record)  # after minute 79's rows
+    served = stage.engine.served
 
     def held(store: Store, key: bytes) -> list[bytes]:
         entries = [k for k in store.changelog.entries if k == key or k.startswith(key + b"\0")]
         return entries + [key] * (key in store.states)
 
+    def cached(symbol: str) -> list[str]:
+        return [name for name in ("cache", "static", "streams") if symbol in getattr(served, name)]
+
     async def run() -> None:
         await forecast(stage, range(79))
         await commit(stage)
         holding = [s for s in stage.stores if held(s, gone)]
-        # windows, scores, calibrations, shadows and a stream encoder's streams
-        assert len(holding) == 4 + (encoder == "stream")
-        assert (SYMBOLS[0] in stage.engine.served.cache) == (encoder == "window")
+        # windows, and a stream encoder's streams; scored, scores, calibrations and shadows
+        assert len(holding) == 1 + (encoder == "stream") + 3 * scoring.online_scoring
+        assert (
+            cached(SYMBOLS[0]) == ["cache", "static"]
+            if encoder == "window"
+            else ["static", "streams"]
+        )
+        stage.serving.engines.clear()  # as when the first checkpoint came after the start
         await stage.add(rows(79))  # its bar and forecast in flight, to settle before
         await stage.add([expiry])
         await commit(stage)
         assert not any(held(store, gone) for store in stage.stores)
-        assert all(held(store, kept) for store in holding)
-        assert SYMBOLS[0] not in stage.engine.served.cache
-        shadows = stage.scoring.shadows
-        assert shadows is not None and gone not in shadows.symbols_in(0)
+        assert all(held(store, kept) for store in holding) and cached(SYMBOLS[0]) == []
         assert gone not in stage.scoring.waiting and gone not in stage.scoring.uncalibrated
-        again, _ = forecast_stage(io, tmp_path / "model", shadows=True)
-        for store in again.stores:
+        if stage.scoring.shadows is not None:
+            assert gone not in stage.scoring.shadows.symbols_in(0)
+        again, _ = forecast_stage(io, tmp_path / "model", scoring)
+        for store, before in zip(again.stores, stage.stores, strict=True):
             await store.restore(0, boundary=161)
-            assert (
-                store.changelog.entries
-                == next(
-                    s for s in stage.stores if s.changelog.topic == store.changelog.topic
-                ).changelog.entries
-            )
+            assert store.changelog.entries == before.changelog.entries
         producer.calls.clear()
         await forecast(stage, range(81, 81 + stage.lookback))  # its window fills again
         forecasts = published(producer, stage.settings.topic_forecasts)

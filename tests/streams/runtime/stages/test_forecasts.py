@@ -27,12 +27,13 @@ from model.covariates import NS_PER_MIN
 from model.serving.checkpoints import CheckpointWatcher
 from model.serving.forecast_engine import ForecastEngine
 from streams.metrics import Metrics
+from streams.runtime.changelog import Changelog
 from streams.runtime.commit import Runtime
 from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stages.forecasts import Forecasting
 from streams.runtime.stages.serving import Serving
-from streams.runtime.stores import Changelog, StreamStore, WindowStore
+from streams.runtime.stores import StreamStore, WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.streams.runtime.stages.test_scores import TOPIC, scoring

@@ -20,9 +20,10 @@ from model.serving.conformal import CalibrationConfig, SymbolCalibration, calibr
 from model.serving.forecast_engine import WindowRequest
 from model.serving.scoring import decode_score, score_offline
 from model.serving.scoring_state import SymbolScoring, pooled_figures
+from streams.runtime.changelog import Changelog
 from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring
-from streams.runtime.stores import Changelog, StateStore
+from streams.runtime.stores import StateStore
 from tests.model.serving.test_scoring import random_history
 from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 

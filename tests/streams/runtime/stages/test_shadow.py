@@ -21,11 +21,12 @@ from model.serving.messages import forecast_value
 from model.serving.offline import DELIVERY, clean_history, served_history
 from model.serving.shadow import columns_of
 from model.serving.skill import ServeMode
+from streams.runtime.changelog import Changelog
 from streams.runtime.pipeline import build_scoring
 from streams.runtime.records import FeatureRow
 from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.windows import slide
-from streams.runtime.stores import Changelog, WindowStore
+from streams.runtime.stores import WindowStore
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.streams.runtime.test_stores import MemoryChangelogs, flush
