@@ -43,10 +43,11 @@ class Changelog:
         self.entries[key] = (partition, offset, payload)
         self._send(key, partition, offset, payload)
 
-    def delete(self, key: bytes, partition: int, offset: int) -> None:
-        """`key`'s entry gone, if it has one: its next record holds an empty payload."""
-        if self.entries.pop(key, None) is not None:
-            self._send(key, partition, offset, b"")
+    def delete(self, key: bytes, partition: int, offset: int, note: bytes = b"") -> None:
+        """`key`'s entry gone: its next record holds `note` (a store's: no state's payload), if
+        it had an entry or `note` says something."""
+        if self.entries.pop(key, None) is not None or note:
+            self._send(key, partition, offset, note)
 
     def _send(self, key: bytes, partition: int, offset: int, payload: bytes) -> None:
         record = (key, _entry_bytes(partition, offset, payload))

@@ -3,13 +3,16 @@ encoder's streams) in memory, made durable in a changelog topic the runtime owns
 (streams.runtime.changelog), not a Faust table (the contract: streams.runtime). The changelog
 partition is the source partition: a store is co-partitioned with its topic.
 
-A store's key evicted (a symbol expired) leaves a record of an empty payload, which the store's
-restore takes for none: no store's state encodes to nothing (a commit's marks do, and are no
-store's: streams.runtime.commit)."""
+A store's key evicted (a symbol expired) leaves a record of no state: an empty payload under
+each of the keys its state is stored under but its own, and under its own `GONE` and the
+symbol's last bar time, which the store keeps (`gone`): a stage takes a record of the symbol at
+or before it for a repeat an upstream restart re-published, not a new symbol's first. No store's
+state encodes to either (a commit's marks are empty, and are no store's: streams.runtime.commit)."""
 
 from __future__ import annotations
 
 import logging
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import StrEnum
@@ -25,6 +28,8 @@ from streams.runtime.changelog import Changelog
 log = logging.getLogger("barcast.runtime")
 
 S = TypeVar("S")
+GONE = b"\x00barcast-expired\x00"  # + the expired symbol's last bar time
+_TS = struct.Struct("<q")
 Streams = dict[str, SymbolStream]  # a symbol's streams by model id
 
 
@@ -56,6 +61,7 @@ class Store(ABC, Generic[S]):
         self.states: dict[bytes, S] = {}
         self.changed: dict[bytes, tuple[int, int]] = {}  # key -> source partition, offset
         self.flushed: dict[bytes, Any] = {}  # of a state stored in parts: its last flush's
+        self.gone: dict[bytes, int] = {}  # expired key -> its symbol's last bar time
 
     def write(self, key: bytes, partition: int, offset: int, state: S) -> None:
         self.states[key] = state
@@ -69,26 +75,35 @@ class Store(ABC, Generic[S]):
 
     async def restore(self, partition: int, boundary: int) -> None:
         """The partition's entries as of source offset `boundary`; a key whose entry is a
-        deletion (`evict`) has none."""
+        deletion (`evict`) has none, and its symbol's last bar time if it expired."""
         await self.changelog.restore(partition, boundary)
         entries = self.changelog.entries
-        for key in [key for key, entry in entries.items() if not entry[2]]:
-            del entries[key]
+        for key in [k for k, entry in entries.items() if not entry[2] or entry[2].startswith(GONE)]:
+            note = entries.pop(key)[2]
+            if note:
+                self.gone[key] = _TS.unpack_from(note, len(GONE))[0]
 
     def forget(self) -> None:
         self.states.clear()
         self.changed.clear()
         self.flushed.clear()
+        self.gone.clear()
         self.changelog.entries.clear()
 
-    def evict(self, key: bytes, partition: int, offset: int) -> None:
-        """Drop `key`'s state (its symbol expired at source `offset`), in memory and in the
-        changelog: a key read after it starts anew, after a restart too."""
+    def evict(self, key: bytes, partition: int, offset: int, last_ts: int | None) -> None:
+        """Drop `key`'s state (its symbol, last bar at `last_ts`, expired at source `offset`;
+        None: a key of no bar), in memory and in the changelog: a key read after it starts
+        anew, after a restart too."""
         self.states.pop(key, None)
         self.changed.pop(key, None)
         self.flushed.pop(key, None)
         for entry in self._entry_keys(key):
-            self.changelog.delete(entry, partition, offset)
+            if entry != key:
+                self.changelog.delete(entry, partition, offset)
+        note = b"" if last_ts is None else GONE + _TS.pack(last_ts)
+        self.changelog.delete(key, partition, offset, note)
+        if last_ts is not None:
+            self.gone[key] = last_ts
 
     def _entry_keys(self, key: bytes) -> list[bytes]:
         """The changelog keys `key`'s state may be stored under (in parts: each part's)."""
@@ -256,8 +271,8 @@ class ShadowStore(StateStore[SymbolShadow]):
         super().forget()
         self.partitions.clear()
 
-    def evict(self, key: bytes, partition: int, offset: int) -> None:
-        super().evict(key, partition, offset)
+    def evict(self, key: bytes, partition: int, offset: int, last_ts: int | None) -> None:
+        super().evict(key, partition, offset, last_ts)
         self.partitions.pop(key, None)
 
     def _entry_keys(self, key: bytes) -> list[bytes]:

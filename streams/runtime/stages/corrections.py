@@ -117,7 +117,7 @@ class Corrections:
         for key, ts in last.items():
             if ts >= newest - self.expire_ns:
                 continue
-            self.store.evict(key, partition, offset)
+            self.store.evict(key, partition, offset, ts if ts >= 0 else None)
             if ts >= 0:  # else the key's every record was rejected: nothing went on
                 log.info("corrections: %s expired, its last bar at %d", key.decode(), ts)
                 record = expired(newest, key.decode(), ts)

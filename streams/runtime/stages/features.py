@@ -148,8 +148,11 @@ class Features:
                 last.append(None)
             return row
 
+        gone = self.store.gone
         for item in items:
             if isinstance(item, CleanBar):
+                if item.value["ts_event"] <= gone.get(item.key, NO_TS):
+                    continue  # of before its symbol expired: re-published upstream
                 row = row_of(item.key)
                 symbol = symbols[row]
                 if item.value["ts_event"] <= symbol.last_ts:  # re-published upstream
@@ -163,7 +166,7 @@ class Features:
                 if symbols[row].roll(item.ts_event, item.decoded["ratio"]):
                     last[row] = item
             elif isinstance(item, Control) and item.kind == ControlKind.EXPIRED:
-                self.store.evict(item.key, item.partition, item.offset)
+                self.store.evict(item.key, item.partition, item.offset, item.decoded["last_ts"])
             elif isinstance(item, Out):
                 malformed += 1
         computed, refusals = self._compute(bars)

@@ -111,8 +111,11 @@ class Forecasting:
         returned, to publish, with the scores a canary's verdict settled."""
         dead: list[Out] = []
         metrics, settled = self.runtime.metrics, Scores()
+        gone = self.windows.gone
         for item in items:
             if isinstance(item, FeatureRow):
+                if item.ts_event <= gone.get(item.key, -1):
+                    continue  # of before its symbol expired: re-published upstream
                 if self.serving.canaries:
                     await self.serving.before(item, partial(self._sync, settled, item.partition))
                 engine, canary = self.serving.route(item.partition)
@@ -164,7 +167,7 @@ class Forecasting:
         await self.flush()
         await self._sync(out, control.partition)
         for store in self.stores:
-            store.evict(control.key, control.partition, control.offset)
+            store.evict(control.key, control.partition, control.offset, control.decoded["last_ts"])
         serving = self.serving
         for engine in {*serving.engines.values(), serving.default, serving.candidate}:
             if engine is not None:

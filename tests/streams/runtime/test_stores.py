@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from streams.runtime.changelog import Changelog
 from streams.runtime.commit import MARK, Committer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
 from streams.runtime.records import Record
-from streams.runtime.stores import StateStore, Store, WindowStore
+from streams.runtime.stores import GONE, StateStore, Store, WindowStore
 from streams.settings import Settings
 from tests.kafka_io import read_topic
 from tests.streams.runtime.test_commit import Event
@@ -305,27 +306,30 @@ def test_a_stored_window_of_another_lookback_starts_empty(older: bool) -> None:
 
 
 def test_an_evicted_key_is_restored_as_none_as_of_the_boundary() -> None:
+    """An expired key's record after the boundary is not restored (its checkpoint never
+    completed); before it, the key has no state, and the store keeps its last bar time."""
     io = MemoryChangelogs()
 
-    async def run() -> tuple[list[int], list[int], list[bytes], list[int]]:
+    async def run() -> tuple[Any, ...]:
         store = counter_store(io)
         store.write(b"a", 0, 0, [1])
         store.write(b"b", 0, 1, [2])
         await flush(store)
-        store.evict(b"a", 0, 2)
-        store.evict(b"never", 0, 2)  # nothing stored: nothing written
+        store.evict(b"a", 0, 2, last_ts=7)
+        store.evict(b"never", 0, 2, last_ts=None)  # a key of no bar, nothing stored: no record
         await flush(store)
         io.compact()
         before, after = counter_store(io), counter_store(io)
         await before.restore(0, boundary=2)  # the eviction's checkpoint never completed
         await after.restore(0, boundary=3)
         keys = sorted(after.changelog.entries)
-        return before.read(b"a"), after.read(b"a"), keys, after.read(b"b")
+        return before.read(b"a"), before.gone, after.read(b"a"), after.gone, keys, after.read(b"b")
 
-    assert asyncio.run(run()) == ([1], [0], [b"b"], [2])
-    # Each restore wrote its key's restored record again: the log's last of `a` is the deletion
+    assert asyncio.run(run()) == ([1], {}, [0], {b"a": 7}, [b"b"], [2])
+    # Each restore wrote its key's restored record again: the log's last of `a` is the eviction
     last = {key: value for key, value in io.partitions[("t-counts-changelog", 0)]}
-    assert len(last[b"a"]) == 12  # its source offset and partition, no payload
+    assert last[b"a"][12:] == GONE + (7).to_bytes(8, "little")
+    assert b"never" not in last
 
 
 def test_an_evicted_window_deletes_its_slots_and_no_other_symbols() -> None:
@@ -337,7 +341,7 @@ def test_an_evicted_window_deletes_its_slots_and_no_other_symbols() -> None:
             store.read(key).append(offset, 1.0, False, True, np.full(2, offset, np.float32))
             store.write(key, 0, offset, store.read(key))
         await flush(store)
-        store.evict(b"6E", 0, 5)
+        store.evict(b"6E", 0, 5, last_ts=4)
         await flush(store)
         restored = WindowStore(Changelog("t-windows", io), 3, 2, "f")
         await restored.restore(0, boundary=6)

@@ -147,6 +147,31 @@ def test_a_stage_restored_after_an_expiry_goes_on_as_never_stopped(
     ]
 
 
+def test_a_bar_from_before_an_expiry_published_again_is_a_repeat(sixe_bars: pd.DataFrame) -> None:
+    """An upstream restart re-publishes the symbol's last bar after the features stage took its
+    expiry: a repeat (no row, no state), for a stage restored from the changelog too."""
+    records = stream(sixe_bars)
+    cut = 3 * GONE + 2 * (BACK - GONE) - 10  # past A's expiry, before its return
+    io = MemoryChangelogs()
+    pipeline = stages(io)
+    clean, _ = run(pipeline, records[:cut])
+    last = next(o for o in reversed(clean) if o.key == b"A" and b"control" not in o.value)
+    again = CleanBar("bars.clean", b"A", 0, cut, 0.0, orjson.loads(last.value), None)
+
+    async def restored() -> Pipeline:
+        for store in pipeline.stores:
+            await flush(store)
+        restored = stages(io)
+        for store in restored.stores:
+            await store.restore(0, boundary=cut)
+        return restored
+
+    for stage in (pipeline, asyncio.run(restored())):
+        assert stage.features is not None
+        assert stage.features.run([again]).rows == []
+        assert b"A" not in stage.features.store.states
+
+
 def test_the_features_stage_cuts_a_batch_at_an_expiry_of_a_symbol_it_holds(
     sixe_bars: pd.DataFrame,
 ) -> None:
@@ -204,6 +229,8 @@ def test_the_forecast_stage_drops_an_expired_symbols_states(
         stage.serving.engines.clear()  # as when the first checkpoint came after the start
         await stage.add(rows(79))  # its bar and forecast in flight, to settle before
         await stage.add([expiry])
+        await commit(stage)
+        await stage.add([r for r in rows(0) if r.key == gone])  # re-published from before
         await commit(stage)
         assert not any(held(store, gone) for store in stage.stores)
         assert all(held(store, kept) for store in holding) and cached(SYMBOLS[0]) == []
