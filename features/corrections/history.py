@@ -61,7 +61,8 @@ def correct_steps(
             yield correct(value, SymbolState(), config, stats)  # rejects it as oversized
             continue
         data = decode(value)
-        if isinstance(data, dict) and is_control(data):
+        # An EXPIRED record is the corrections stage's own, never its input: malformed, below
+        if isinstance(data, dict) and is_control(data) and data["control"] != ControlKind.EXPIRED:
             yield from _control(data, config, stats, states)
             continue
         bar = data if isinstance(data, str) else validate(data, value, config)

@@ -16,7 +16,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from features.corrections import bars_from_frame, correct_history
+from features.corrections import Reason, Status, bars_from_frame, correct_history
 from model.covariates import NS_PER_DAY, NS_PER_MIN
 from streams.metrics import Metrics
 from streams.runtime.commit import Runtime
@@ -114,6 +114,9 @@ def test_a_key_of_rejected_records_only_leaves_silently(sixe_bars: pd.DataFrame)
     assert pipeline.corrections is not None
     assert sorted(pipeline.corrections.store.keys_in(0)) == [b"A", b"B"]  # junk: dropped
     assert not [o for o in clean if b'"control":"expired"' in o.value]  # forged: a dead letter
+    offline = correct_history([record]).outcomes  # as the offline corrections take it
+    assert [(o.status, o.reason) for o in offline] == [(Status.REJECTED, Reason.MALFORMED)]
+    assert "the corrections stage's own" in offline[0].message
     _, plain = run(stages(MemoryChangelogs()), renumbered)
     assert np.array_equal(symbol_rows(rows, b"B"), symbol_rows(plain, b"B"), equal_nan=True)
 
