@@ -20,13 +20,13 @@ from streams.kafka import ensure_topics, pipeline_topics
 from streams.runtime.records import Record
 from streams.settings import Settings
 from tests.kafka_io import read_topic
-from tests.streams.runtime.stages.test_expiry import BACK, EXPIRE_DAYS, GONE, stages, stream
+from tests.streams.runtime.stages.test_expiry import CUT, EXPIRE_DAYS, GONE, stages, stream
 from tests.streams.runtime.test_stores import MemoryChangelogs
 from tests.worker import Worker
 
 pytestmark = pytest.mark.integration
 # Records: to A's last bar before it goes, to past its expiry (before its return), to the end
-CUTS = (3 * GONE, 3 * GONE + 2 * (BACK - GONE) - 10)
+CUTS = (3 * GONE, CUT)
 EXPIRED = b'"control":"expired"'
 TOPICS = ("bars.clean", "features")  # as the stages name them
 

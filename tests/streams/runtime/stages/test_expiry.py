@@ -36,6 +36,7 @@ from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 
 EXPIRE_DAYS = 0.1  # 144 minutes
 GONE, BACK, END = 100, 500, 600  # A trades bars [0, GONE) and [BACK, END) of the month; B all
+CUT = 3 * GONE + 2 * (BACK - GONE) - 10  # records: past A's expiry, before its return
 
 
 def stream(bars: pd.DataFrame) -> list[Record]:
@@ -69,6 +70,20 @@ def run(pipeline: Pipeline, records: list[Record]) -> tuple[list[Out], list[Feat
         clean += [o for o in cleaned.outputs if o.topic == "bars.clean"]
         rows += [r for r in pipeline.features.run(cleaned.items).rows if isinstance(r, FeatureRow)]
     return clean, rows
+
+
+def restored(io: MemoryChangelogs, pipeline: Pipeline, boundary: int) -> Pipeline:
+    """The stages restored from `io` as of `boundary`, once `pipeline`'s stores are flushed."""
+
+    async def restore() -> Pipeline:
+        for store in pipeline.stores:
+            await flush(store)
+        again = stages(io)
+        for store in again.stores:
+            await store.restore(0, boundary)
+        return again
+
+    return asyncio.run(restore())
 
 
 def symbol_rows(rows: list[FeatureRow], key: bytes) -> np.ndarray:
@@ -125,25 +140,15 @@ def test_a_stage_restored_after_an_expiry_goes_on_as_never_stopped(
     sixe_bars: pd.DataFrame,
 ) -> None:
     records = stream(sixe_bars)
-    cut = 3 * GONE + 2 * (BACK - GONE) - 10  # past A's expiry, before its return
     whole_clean, whole_rows = run(stages(MemoryChangelogs()), records)
     io = MemoryChangelogs()
     first = stages(io)
-    run(first, records[:cut])
-
-    async def commit_and_restore() -> Pipeline:
-        for store in first.stores:
-            await flush(store)
-        again = stages(io)
-        for store in again.stores:
-            await store.restore(0, boundary=cut)
-        return again
-
-    again = asyncio.run(commit_and_restore())
+    run(first, records[:CUT])
+    again = restored(io, first, CUT)
     assert again.corrections is not None and again.features is not None
     assert again.corrections.store.keys_in(0) == [b"B"]
     assert list(again.features.store.changelog.entries) == [b"B"]
-    clean, rows = run(again, records[cut:])
+    clean, rows = run(again, records[CUT:])
     assert [o.value for o in clean] == [o.value for o in whole_clean[-len(clean) :]]
     assert [r.values.tobytes() for r in rows] == [
         r.values.tobytes() for r in whole_rows[-len(rows) :]
@@ -153,23 +158,12 @@ def test_a_stage_restored_after_an_expiry_goes_on_as_never_stopped(
 def test_a_bar_from_before_an_expiry_published_again_is_a_repeat(sixe_bars: pd.DataFrame) -> None:
     """An upstream restart re-publishes the symbol's last bar after the features stage took its
     expiry: a repeat (no row, no state), for a stage restored from the changelog too."""
-    records = stream(sixe_bars)
-    cut = 3 * GONE + 2 * (BACK - GONE) - 10  # past A's expiry, before its return
     io = MemoryChangelogs()
     pipeline = stages(io)
-    clean, _ = run(pipeline, records[:cut])
+    clean, _ = run(pipeline, stream(sixe_bars)[:CUT])
     last = next(o for o in reversed(clean) if o.key == b"A" and b"control" not in o.value)
-    again = CleanBar("bars.clean", b"A", 0, cut, 0.0, orjson.loads(last.value), None)
-
-    async def restored() -> Pipeline:
-        for store in pipeline.stores:
-            await flush(store)
-        restored = stages(io)
-        for store in restored.stores:
-            await store.restore(0, boundary=cut)
-        return restored
-
-    for stage in (pipeline, asyncio.run(restored())):
+    again = CleanBar("bars.clean", b"A", 0, CUT, 0.0, orjson.loads(last.value), None)
+    for stage in (pipeline, restored(io, pipeline, CUT)):
         assert stage.features is not None
         assert stage.features.run([again]).rows == []
         assert b"A" not in stage.features.store.states
