@@ -35,6 +35,7 @@ def correct(
     ref: Any = None,
     now_ns: int | None = None,
     key: bytes | None = None,
+    expired_ts: int | None = None,
 ) -> Step:
     """Run every rule on one `bars.raw` message (orjson bytes or a decoded dict).
 
@@ -45,7 +46,8 @@ def correct(
     `ref` (JSON-serializable, e.g. [topic, partition, offset]) comes back on the outcome;
     `now_ns` (wall clock) enables the far-future timestamp check; `key` (the message's Kafka
     key) counts toward `config.max_bar_bytes` and must be the bar's symbol: the topics are keyed
-    by symbol, which keeps each symbol's bars on one partition, in order.
+    by symbol, which keeps each symbol's bars on one partition, in order. `expired_ts`: the last
+    bar of the symbol's states the worker dropped (it expired); a bar at or before it is late.
     """
     step = Step()
     too_large = oversized(value, len(key or b""), config)
@@ -58,6 +60,9 @@ def correct(
         bar = f"keyed {key!r}, but its symbol is {bar.symbol!r}: key bars.raw records by symbol"
     if isinstance(bar, str):
         _reject(step, stats, value, ref, Reason.MALFORMED, bar)
+    elif expired_ts is not None and bar.ts <= expired_ts:
+        message = f"ts_event {bar.ts} is at or before {expired_ts}, the symbol's last bar before "
+        _reject(step, stats, value, ref, Reason.LATE, message + "it expired: sent again since")
     else:
         process(bar, state, config, stats, step, ref)
     return step

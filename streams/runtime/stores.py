@@ -92,18 +92,20 @@ class Store(ABC, Generic[S]):
 
     def evict(self, key: bytes, partition: int, offset: int, last_ts: int | None) -> None:
         """Drop `key`'s state (its symbol, last bar at `last_ts`, expired at source `offset`;
-        None: a key of no bar), in memory and in the changelog: a key read after it starts
-        anew, after a restart too."""
+        None: a key of no bar, or a store whose stage reads no note), in memory and in the
+        changelog: a key read after it starts anew, after a restart too."""
         self.states.pop(key, None)
         self.changed.pop(key, None)
         self.flushed.pop(key, None)
         for entry in self._entry_keys(key):
             if entry != key:
                 self.changelog.delete(entry, partition, offset)
-        note = b"" if last_ts is None else GONE + _TS.pack(last_ts)
-        self.changelog.delete(key, partition, offset, note)
-        if last_ts is not None:
-            self.gone[key] = last_ts
+        if last_ts is not None:  # a later expiry's, whatever order re-sent records come in
+            self.gone[key] = max(last_ts, self.gone.get(key, last_ts))
+        gone = self.gone.get(key)
+        self.changelog.delete(
+            key, partition, offset, b"" if gone is None else GONE + _TS.pack(gone)
+        )
 
     def _entry_keys(self, key: bytes) -> list[bytes]:
         """The changelog keys `key`'s state may be stored under (in parts: each part's)."""

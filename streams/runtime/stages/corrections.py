@@ -76,6 +76,7 @@ class Corrections:
             ref=list(source),
             now_ns=out.now_ns,
             key=key,
+            expired_ts=self.store.gone.get(key),
         )
         self.store.write(key, record.partition, record.offset, state)
         self._emit(key, step, source, out)

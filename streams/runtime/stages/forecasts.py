@@ -166,8 +166,10 @@ class Forecasting:
         forecasts and baselines into its states."""
         await self.flush()
         await self._sync(out, control.partition)
-        for store in self.stores:
-            store.evict(control.key, control.partition, control.offset, control.decoded["last_ts"])
+        last_ts = control.decoded["last_ts"]
+        for store in self.stores:  # the windows' note of it serves the stage (`add`)
+            noted = last_ts if store is self.windows else None
+            store.evict(control.key, control.partition, control.offset, noted)
         serving = self.serving
         for engine in {*serving.engines.values(), serving.default, serving.candidate}:
             if engine is not None:

@@ -332,6 +332,24 @@ def test_an_evicted_key_is_restored_as_none_as_of_the_boundary() -> None:
     assert b"never" not in last
 
 
+def test_an_expired_keys_note_keeps_its_latest_last_bar() -> None:
+    """Evictions of a key re-sent out of order, or of a state its late bars left, keep the
+    latest last bar time, in memory and in the note a restore reads."""
+    io = MemoryChangelogs()
+
+    async def run() -> tuple[dict[bytes, int], dict[bytes, int]]:
+        store = counter_store(io)
+        for offset, last_ts in enumerate([9, 7, None]):
+            store.write(b"a", 0, offset, [offset])
+            store.evict(b"a", 0, offset, last_ts)
+            await flush(store)
+        restored = counter_store(io)
+        await restored.restore(0, boundary=3)
+        return store.gone, restored.gone
+
+    assert asyncio.run(run()) == ({b"a": 9}, {b"a": 9})
+
+
 def test_an_evicted_window_deletes_its_slots_and_no_other_symbols() -> None:
     io = MemoryChangelogs()
 

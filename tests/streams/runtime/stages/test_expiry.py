@@ -169,6 +169,27 @@ def test_a_bar_from_before_an_expiry_published_again_is_a_repeat(sixe_bars: pd.D
         assert b"A" not in stage.features.store.states
 
 
+def test_a_raw_bar_from_before_an_expiry_sent_again_is_late(sixe_bars: pd.DataFrame) -> None:
+    """Ingest sends the expired symbol's last bar again (a replay run twice): the corrections
+    stage rejects it as late, as it would had the symbol never expired, and publishes what it
+    publishes without it; the store keeps the symbol's last bar time through the next expiry
+    of the state the bar left (a key of no bar) and a restore."""
+    records = stream(sixe_bars)
+    io = MemoryChangelogs()
+    pipeline = stages(io)
+    run(pipeline, records[:CUT])
+    last = next(r for r in reversed(records[: 3 * GONE]) if r.key == b"A")
+    again = [replace(last, offset=CUT), *(replace(r, offset=r.offset + 1) for r in records[CUT:])]
+    clean, _ = run(pipeline, again)
+    whole, _ = run(stages(MemoryChangelogs()), records)
+    assert [o.value for o in clean] == [o.value for o in whole[-len(clean) :]]
+    assert pipeline.corrections is not None
+    assert pipeline.corrections.stats.rejections[Reason.LATE] == 1
+    last_ts = orjson.loads(last.value)["ts_event"]
+    back = restored(io, pipeline, CUT + 3)  # past the next END_OF_INTERVAL, before A's return
+    assert back.corrections is not None and back.corrections.store.gone == {b"A": last_ts}
+
+
 def test_the_features_stage_cuts_a_batch_at_an_expiry_of_a_symbol_it_holds(
     sixe_bars: pd.DataFrame,
 ) -> None:
