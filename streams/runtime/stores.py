@@ -328,10 +328,14 @@ class StreamStore(Store[Streams]):
         return [key, *(slot_key for *_, slot_keys in self._stored(key) for slot_key in slot_keys)]
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
-        """The slots changed since the last flush, then the heads."""
+        """The slots changed since the last flush, then the heads; the slots of a place the
+        streams no longer fill (a canary's, ended) deleted."""
         streams, put = self.states[key], self.changelog.put
-        before = sorted(self.flushed.get(key, {}).items())
-        for place, (model_id, stream) in enumerate(sorted(streams.items())):
+        before, now = sorted(self.flushed.get(key, {}).items()), sorted(streams.items())
+        if _lookbacks(before) != _lookbacks(now):  # a place dropped, or its lookback changed
+            for gone in sorted(_slot_keys(key, before) - _slot_keys(key, now)):
+                self.changelog.delete(gone, partition, offset)
+        for place, (model_id, stream) in enumerate(now):
             prior = (
                 before[place][1] if place < len(before) and before[place][0] == model_id else None
             )
@@ -340,6 +344,19 @@ class StreamStore(Store[Streams]):
                 put(_stream_slot_key(key, place, slot), partition, offset, data)
         put(key, partition, offset, heads_bytes(streams))
         self.flushed[key] = dict(streams)
+
+
+def _lookbacks(streams: list[tuple[str, SymbolStream]]) -> list[int]:
+    return [stream.dims.lookback for _, stream in streams]
+
+
+def _slot_keys(key: bytes, streams: list[tuple[str, SymbolStream]]) -> set[bytes]:
+    """The slots' keys of `key`'s `streams` in place order."""
+    return {
+        _stream_slot_key(key, place, slot)
+        for place, (_, stream) in enumerate(streams)
+        for slot in range(stream.dims.lookback)
+    }
 
 
 def _stream_slot_key(symbol: bytes, place: int, slot: int) -> bytes:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from streams.runtime.changelog import Changelog
 from streams.runtime.commit import MARK, Committer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
 from streams.runtime.records import Record
-from streams.runtime.stores import GONE, StateStore, Store, WindowStore
+from streams.runtime.stores import StateStore, Store, WindowStore
 from streams.settings import Settings
 from tests.kafka_io import read_topic
 from tests.streams.runtime.test_commit import Event
@@ -303,73 +302,6 @@ def test_a_stored_window_of_another_lookback_starts_empty(older: bool) -> None:
         return [await restored_count(lookback) for lookback in (3, 6, 4)]
 
     assert asyncio.run(run()) == [0, 0, 10]
-
-
-def test_an_evicted_key_is_restored_as_none_as_of_the_boundary() -> None:
-    """An expired key's record after the boundary is not restored (its checkpoint never
-    completed); before it, the key has no state, and the store keeps its last bar time."""
-    io = MemoryChangelogs()
-
-    async def run() -> tuple[Any, ...]:
-        store = counter_store(io)
-        store.write(b"a", 0, 0, [1])
-        store.write(b"b", 0, 1, [2])
-        await flush(store)
-        store.evict(b"a", 0, 2, last_ts=7)
-        store.evict(b"never", 0, 2, last_ts=None)  # a key of no bar, nothing stored: no record
-        await flush(store)
-        io.compact()
-        before, after = counter_store(io), counter_store(io)
-        await before.restore(0, boundary=2)  # the eviction's checkpoint never completed
-        await after.restore(0, boundary=3)
-        keys = sorted(after.changelog.entries)
-        return before.read(b"a"), before.gone, after.read(b"a"), after.gone, keys, after.read(b"b")
-
-    assert asyncio.run(run()) == ([1], {}, [0], {b"a": 7}, [b"b"], [2])
-    # Each restore wrote its key's restored record again: the log's last of `a` is the eviction
-    last = {key: value for key, value in io.partitions[("t-counts-changelog", 0)]}
-    assert last[b"a"][12:] == GONE + (7).to_bytes(8, "little")
-    assert b"never" not in last
-
-
-def test_an_expired_keys_note_keeps_its_latest_last_bar() -> None:
-    """Evictions of a key re-sent out of order, or of a state its late bars left, keep the
-    latest last bar time, in memory and in the note a restore reads."""
-    io = MemoryChangelogs()
-
-    async def run() -> tuple[dict[bytes, int], dict[bytes, int]]:
-        store = counter_store(io)
-        for offset, last_ts in enumerate([9, 7, None]):
-            store.write(b"a", 0, offset, [offset])
-            store.evict(b"a", 0, offset, last_ts)
-            await flush(store)
-        restored = counter_store(io)
-        await restored.restore(0, boundary=3)
-        return store.gone, restored.gone
-
-    assert asyncio.run(run()) == ({b"a": 9}, {b"a": 9})
-
-
-def test_an_evicted_window_deletes_its_slots_and_no_other_symbols() -> None:
-    io = MemoryChangelogs()
-
-    async def run() -> tuple[WindowStore, WindowStore]:
-        store = WindowStore(Changelog("t-windows", io), 3, 2, "f")
-        for offset, key in enumerate([b"6E", b"6EH4", b"6E", b"6EH4", b"6E"]):
-            store.read(key).append(offset, 1.0, False, True, np.full(2, offset, np.float32))
-            store.write(key, 0, offset, store.read(key))
-        await flush(store)
-        store.evict(b"6E", 0, 5, last_ts=4)
-        await flush(store)
-        restored = WindowStore(Changelog("t-windows", io), 3, 2, "f")
-        await restored.restore(0, boundary=6)
-        return store, restored
-
-    store, restored = asyncio.run(run())
-    assert all(not key.startswith(b"6E\x00") for key in store.changelog.entries)
-    assert restored.changelog.entries == store.changelog.entries
-    assert restored.read(b"6E").count == 0
-    assert restored.read(b"6EH4").count == 2
 
 
 def test_a_partitions_keys_come_in_order_after_a_restore_as_before() -> None:
