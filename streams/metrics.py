@@ -200,6 +200,7 @@ class Metrics:
             "Rolls: a symbol's states carried over to its next contract.",
             registry=reg,
         )
+        self.expired = Counter("barcast_expired_total", "Symbols expired.", registry=reg)
 
     def _runtime_metrics(self, reg: CollectorRegistry) -> None:
         """What the runtime counts: commits, the event loop's time, collections, fetches."""
@@ -377,6 +378,7 @@ class MetricsFeed:
                 "gaps": s.gaps,
                 "gap_minutes": s.gap_bars,
                 "rolls": s.rolls,
+                "expired": s.expired,
             }
         )
         return counts
@@ -388,7 +390,7 @@ class MetricsFeed:
         for name, n in moved.items():
             if name in self.series:
                 self.series[name].inc(n)
-            elif name in ("gaps", "gap_minutes", "rolls"):
+            elif name in ("gaps", "gap_minutes", "rolls", "expired"):
                 getattr(metrics, name).inc(n)
             else:
                 kind, label = name.split(":", 1)

@@ -113,7 +113,8 @@ class CorrectionStats:
 
     One counter per outcome status; `corrections` counts corrected bars per rule, `rejections`
     rejected bars per reason; `held` counts bars held back for spike confirmation,
-    `confirmed` spike candidates the market confirmed (accepted), `synthetic` gap-fill bars.
+    `confirmed` spike candidates the market confirmed (accepted), `synthetic` gap-fill bars,
+    `expired` symbols whose states the worker dropped (streams.runtime.stages.corrections).
     """
 
     clean: int = 0
@@ -128,6 +129,7 @@ class CorrectionStats:
     held: int = 0
     confirmed: int = 0
     rolls: int = 0
+    expired: int = 0
 
     @property
     def total(self) -> int:

@@ -36,6 +36,7 @@ EXPORTED = {
     "barcast_gaps": "counter",
     "barcast_gap_minutes": "counter",
     "barcast_rolls": "counter",
+    "barcast_expired": "counter",
     "barcast_batch_size": "histogram",
     "barcast_inference_seconds": "histogram",
     "barcast_bar_to_forecast_seconds": "histogram",

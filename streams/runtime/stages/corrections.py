@@ -121,6 +121,7 @@ class Corrections:
             self.store.evict(key, partition, offset, ts if ts >= 0 else None)
             if ts >= 0:  # else the key's every record was rejected: nothing went on
                 log.info("corrections: %s expired, its last bar at %d", key.decode(), ts)
+                self.stats.expired += 1
                 record = expired(newest, key.decode(), ts)
                 item = stage_control(self.raw_topic, partition, offset, key, record)
                 out.outputs.append(item.forward(self.clean_topic))

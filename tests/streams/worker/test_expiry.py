@@ -22,6 +22,7 @@ from streams.settings import Settings
 from tests.kafka_io import read_topic
 from tests.streams.runtime.stages.test_expiry import CUT, EXPIRE_DAYS, GONE, stages, stream
 from tests.streams.runtime.test_stores import MemoryChangelogs
+from tests.topic_logs import wait_for_metric
 from tests.worker import Worker
 
 pytestmark = pytest.mark.integration
@@ -63,6 +64,8 @@ def test_restarted_workers_restore_none_of_an_expired_symbols_state(
         worker = Worker(settings, f"to-{end}").start()
         done = len(unstopped(records[:end])["features"])
         assert len(read_topic(settings.broker, settings.topic_features, done)) == done
+        if end == CUT:  # this worker expired A
+            wait_for_metric(worker, "barcast_expired_total", 1)
         assert worker.stop() == 0  # a stop commits what it published: nothing is repeated
     for name, topic in zip(TOPICS, (settings.topic_clean, settings.topic_features), strict=True):
         values = [m.value for m in read_topic(settings.broker, topic, len(expected[name]))]

@@ -99,6 +99,7 @@ def test_a_symbol_left_behind_expires_and_comes_back_new(sixe_bars: pd.DataFrame
     last = int(a_ts[GONE - 1])
     newest = int(min(t for t in a_ts if t > last + EXPIRE_DAYS * NS_PER_DAY))
     assert expiries == [expired_record(newest, "A", last)]  # at the first minute past it
+    assert pipeline.corrections is not None and pipeline.corrections.stats.expired == 1
     expired_at = next(o for o in clean if b'"control":"expired"' in o.value)
     assert (expired_at.key, expired_at.partition) == (b"A", 0)
     # A's bars after its return are computed from a new state, B's from its one state
