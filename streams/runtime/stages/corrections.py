@@ -19,13 +19,7 @@ from features import corrections as rules
 from streams.runtime.policy import dead_letter
 from streams.runtime.records import CleanBar, Control, Out, Record, control_of, stage_control
 from streams.runtime.stores import StateStore
-from streams.schema import (
-    ControlKind,
-    Headers,
-    bar_headers,
-    expired,
-    roll,
-)
+from streams.schema import ControlKind, Headers, bar_headers, expired, roll
 
 log = logging.getLogger("barcast.corrections")
 Topics = tuple[str, str, str]  # raw, clean and dead-letter topic names
