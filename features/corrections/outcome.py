@@ -166,6 +166,7 @@ class CorrectionStats:
             held=self.held,
             confirmed=self.confirmed,
             rolls=self.rolls,
+            expired=self.expired,
         )
         return flat
 

@@ -47,7 +47,8 @@ def correct(
     `now_ns` (wall clock) enables the far-future timestamp check; `key` (the message's Kafka
     key) counts toward `config.max_bar_bytes` and must be the bar's symbol: the topics are keyed
     by symbol, which keeps each symbol's bars on one partition, in order. `expired_ts`: the last
-    bar of the symbol's states the worker dropped (it expired); a bar at or before it is late.
+    bar of the symbol's states the worker dropped (it expired); until the symbol has a bar again
+    (then the state tells), a bar at or before it is late.
     """
     step = Step()
     too_large = oversized(value, len(key or b""), config)
@@ -60,7 +61,7 @@ def correct(
         bar = f"keyed {key!r}, but its symbol is {bar.symbol!r}: key bars.raw records by symbol"
     if isinstance(bar, str):
         _reject(step, stats, value, ref, Reason.MALFORMED, bar)
-    elif expired_ts is not None and bar.ts <= expired_ts:
+    elif expired_ts is not None and bar.ts <= expired_ts and state.last_ts < 0:
         message = f"ts_event {bar.ts} is at or before {expired_ts}, the symbol's last bar before "
         _reject(step, stats, value, ref, Reason.LATE, message + "it expired: sent again since")
     else:

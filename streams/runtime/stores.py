@@ -332,9 +332,14 @@ class StreamStore(Store[Streams]):
         streams no longer fill (a canary's, ended) deleted."""
         streams, put = self.states[key], self.changelog.put
         before, now = sorted(self.flushed.get(key, {}).items()), sorted(streams.items())
-        if _lookbacks(before) != _lookbacks(now):  # a place dropped, or its lookback changed
-            for gone in sorted(_slot_keys(key, before) - _slot_keys(key, now)):
-                self.changelog.delete(gone, partition, offset)
+        if key not in self.flushed:  # written unread: the stored heads say what was there
+            stale = {k for *_, slot_keys in self._stored(key) for k in slot_keys}
+        elif _lookbacks(before) != _lookbacks(now):  # a place dropped, or its lookback changed
+            stale = _slot_keys(key, before)
+        else:
+            stale = set()
+        for gone in sorted(stale - _slot_keys(key, now)) if stale else ():
+            self.changelog.delete(gone, partition, offset)
         for place, (model_id, stream) in enumerate(now):
             prior = (
                 before[place][1] if place < len(before) and before[place][0] == model_id else None

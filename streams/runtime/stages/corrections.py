@@ -72,7 +72,10 @@ class Corrections:
             key=key,
             expired_ts=self.store.gone.get(key),
         )
-        self.store.write(key, record.partition, record.offset, state)
+        if state.last_ts < 0:  # no bar of the key yet: nothing to keep (nor to write over a note)
+            self.store.states.pop(key, None)
+        else:
+            self.store.write(key, record.partition, record.offset, state)
         self._emit(key, step, source, out)
 
     def _control(self, control: Control, out: Cleaned) -> None:

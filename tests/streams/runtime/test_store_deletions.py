@@ -107,3 +107,18 @@ def test_the_slots_of_a_stream_that_ended_are_deleted() -> None:
     assert sorted(store.changelog.entries) == sorted([b"A", *place_0])
     assert restored.changelog.entries == store.changelog.entries
     assert list(restored.read(b"A")) == ["model"]
+
+    async def written_unread() -> StreamStore:
+        """Restored, then written without a read (the engine held the symbol's streams
+        through a rebalance): the stored heads say which slots were there."""
+        io.partitions.clear()
+        store = StreamStore(Changelog("t-encoder-streams", io))
+        store.write(b"A", 0, 0, {"canary": stream(3), "model": stream(4)})
+        await flush(store)
+        again = StreamStore(Changelog("t-encoder-streams", io))
+        await again.restore(0, boundary=1)
+        again.write(b"A", 0, 1, {"model": stream(4)})
+        await flush(again)
+        return again
+
+    assert sorted(asyncio.run(written_unread()).changelog.entries) == sorted([b"A", *place_0])

@@ -24,7 +24,14 @@ from streams.runtime.pipeline import Pipeline, build_pipeline
 from streams.runtime.records import CleanBar, FeatureRow, Out, Record, stage_control
 from streams.runtime.stages.features import pieces
 from streams.runtime.stores import Store
-from streams.schema import CONTROL_HEADERS, CONTROL_KEY, ControlKind, encode, end_of_interval
+from streams.schema import (
+    CONTROL_HEADERS,
+    CONTROL_KEY,
+    DLQ_MESSAGE,
+    ControlKind,
+    encode,
+    end_of_interval,
+)
 from streams.schema import expired as expired_record
 from streams.settings import Settings
 from tests.bar_streams import expected_features
@@ -173,22 +180,30 @@ def test_a_bar_from_before_an_expiry_published_again_is_a_repeat(sixe_bars: pd.D
 def test_a_raw_bar_from_before_an_expiry_sent_again_is_late(sixe_bars: pd.DataFrame) -> None:
     """Ingest sends the expired symbol's last bar again (a replay run twice): the corrections
     stage rejects it as late, as it would had the symbol never expired, and publishes what it
-    publishes without it; the store keeps the symbol's last bar time through the next expiry
-    of the state the bar left (a key of no bar) and a restore."""
+    publishes without it. The store keeps the symbol's last bar time, and a restore finds it,
+    right after the rejection as after the next END_OF_INTERVAL; once the symbol is back, its
+    state says the same of the bar, in the words it would use had the symbol never expired."""
     records = stream(sixe_bars)
     io = MemoryChangelogs()
     pipeline = stages(io)
     run(pipeline, records[:CUT])
     last = next(r for r in reversed(records[: 3 * GONE]) if r.key == b"A")
     again = [replace(last, offset=CUT), *(replace(r, offset=r.offset + 1) for r in records[CUT:])]
-    clean, _ = run(pipeline, again)
+    last_ts = orjson.loads(last.value)["ts_event"]
+    clean, _ = run(pipeline, again[:1])
+    notes = [restored(io, pipeline, CUT + 1).corrections]  # a commit right after the rejection
+    more, _ = run(pipeline, again[1:])
+    notes.append(restored(io, pipeline, CUT + 3).corrections)  # after the next END_OF_INTERVAL
+    assert [n.store.gone if n else None for n in notes] == [{b"A": last_ts}] * 2
     whole, _ = run(stages(MemoryChangelogs()), records)
+    clean += more
     assert [o.value for o in clean] == [o.value for o in whole[-len(clean) :]]
     assert pipeline.corrections is not None
     assert pipeline.corrections.stats.rejections[Reason.LATE] == 1
-    last_ts = orjson.loads(last.value)["ts_event"]
-    back = restored(io, pipeline, CUT + 3)  # past the next END_OF_INTERVAL, before A's return
-    assert back.corrections is not None and back.corrections.store.gone == {b"A": last_ts}
+    late = replace(last, offset=len(again) + CUT)
+    cleaned = pipeline.corrections.run([late], time.time_ns())
+    why = [dict(o.headers)[DLQ_MESSAGE].decode() for o in cleaned.outputs]
+    assert len(why) == 1 and "expired" not in why[0] and "the symbol's last bar" in why[0]
 
 
 def test_the_features_stage_cuts_a_batch_at_an_expiry_of_a_symbol_it_holds(
