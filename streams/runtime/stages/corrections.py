@@ -87,6 +87,7 @@ class Corrections:
         if kind == ControlKind.ROLL:
             self._announced(control)
             return
+        last: dict[bytes, int] = {}  # each key's last bar once decided: what expires
         for key in self.store.keys_in(partition):
             state = self.store.read(key)
             changed = kind == ControlKind.OUTAGE
@@ -99,18 +100,18 @@ class Corrections:
                     self._emit(key, step, (self.raw_topic, partition, offset), out)
             if changed:
                 self.store.write(key, partition, offset, state)
+            last[key] = state.last_ts
         if kind == ControlKind.END_OF_INTERVAL and self.expire_ns:
-            self._expire(control, out)
+            self._expire(control, last, out)
         out.outputs.append(control.forward(self.clean_topic))
         out.items.append(control)
 
-    def _expire(self, control: Control, out: Cleaned) -> None:
-        """Drop the states of the partition's symbols whose last bar is more than `expire_ns`
-        before its newest, at `control` (an END_OF_INTERVAL; the bars tell the time, as a
-        replay's last END_OF_INTERVAL is the wall clock's); an EXPIRED record on for each
-        that sent bars."""
+    def _expire(self, control: Control, last: dict[bytes, int], out: Cleaned) -> None:
+        """Drop the states of the partition's symbols (`last`: their last bars) whose last bar
+        is more than `expire_ns` before its newest, at `control` (an END_OF_INTERVAL; the bars
+        tell the time, as a replay's last END_OF_INTERVAL is the wall clock's); an EXPIRED
+        record on for each that sent bars."""
         partition, offset = control.partition, control.offset
-        last = {key: self.store.read(key).last_ts for key in self.store.keys_in(partition)}
         newest = max(last.values(), default=-1)
         for key, ts in last.items():
             if ts >= newest - self.expire_ns:
