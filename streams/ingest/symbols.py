@@ -169,8 +169,8 @@ class SymbolBook:
                 for iv in ivs:
                     if iv["symbol"]:
                         days = (_day_ns(iv["start_date"]), _day_ns(iv["end_date"]))
-                        spans = self._continuous.setdefault(int(iv["symbol"]), [])
-                        spans.append((*days, self.index_of(key)))
+                        span = (*days, self.index_of(key))
+                        _add_span(self._continuous, int(iv["symbol"]), span)
             return False
         if metadata.stype_in == raw and metadata.stype_out == ids:
             pairs = [
@@ -203,8 +203,8 @@ class SymbolBook:
 
     def _add_dated(self, instrument_id: int, symbol: str, start: date, end: date) -> None:
         span = (_day_ns(start), _day_ns(end), self.index_of(symbol))
-        self._metadata.setdefault(instrument_id, []).append(span)
-        self._plans.pop(instrument_id, None)
+        if _add_span(self._metadata, instrument_id, span):
+            self._plans.pop(instrument_id, None)
 
     def add_record(self, record: Any) -> bool:
         """Learn from a SymbolMappingMsg or an instrument definition; False for other records."""
@@ -218,9 +218,7 @@ class SymbolBook:
                 start = EVER[0] if record.start_ts == undefined else record.start_ts
                 end = EVER[1] if record.end_ts == undefined else record.end_ts
                 span = (start - start % NANOS_PER_DAY, end, self.index_of(symbol))
-                spans = self._records.setdefault(record.instrument_id, [])
-                if span not in spans:  # each reconnect names them all again
-                    spans.append(span)
+                if _add_span(self._records, record.instrument_id, span):
                     self._plans.pop(record.instrument_id, None)
                 if record.stype_in == databento_dbn.SType.CONTINUOUS:
                     self._hold(record.instrument_id, record.stype_in_symbol, span, start)
@@ -335,3 +333,13 @@ def check_filter(symbols: SymbolFilter, book: SymbolBook, where: Iterable[str]) 
             f"symbol filter {', '.join(missing)} matches no instrument in "
             f"{', '.join(where)} (they hold {known_symbols(book)})"
         )
+
+
+def _add_span(table: dict[int, list[Any]], instrument_id: int, span: tuple[int, ...]) -> bool:
+    """`span` into the instrument's spans unless there already: each reconnect names every
+    instrument again, and each backfill resolves them again. Whether it was new."""
+    spans = table.setdefault(instrument_id, [])
+    if span in spans:
+        return False
+    spans.append(span)
+    return True

@@ -178,8 +178,8 @@ def test_a_mapping_record_without_dates_names_every_date() -> None:
 
 
 def test_a_reconnects_mappings_again_add_nothing() -> None:
-    """Each live session names every instrument again: months of reconnects must not grow
-    the spans a bar's name is looked up in."""
+    """Each live session names every instrument again, and each backfill: months of
+    reconnects must not grow the spans a bar's name is looked up in."""
     book, SType = SymbolBook(), databento_dbn.SType
     for _ in range(100):
         book.add_record(mapping_record(5, "ESM4", 2**64 - 1, 2**64 - 1))
@@ -189,6 +189,10 @@ def test_a_reconnects_mappings_again_add_nothing() -> None:
             )
         )
     assert [len(spans) for spans in (book._records[5], book._continuous[5])] == [2, 1]
+    for _ in range(100):  # each backfill resolves them again, each file's metadata names them
+        book.add_resolution({"5": [{"d0": "2024-01-01", "d1": "2024-01-02", "s": "ESM4"}]})
+        book.add_metadata(metadata({"ESM4": [(date(2024, 1, 1), date(2024, 1, 2), "5")]}))
+    assert len(book._metadata[5]) == 1
     index = book.resolve(np.array([5], np.uint32), np.array([JAN1], np.uint64))
     assert book.symbols[index[0]] == "ESM4"
     assert (
