@@ -58,11 +58,12 @@ class Changelog:
         if unsent:
             await self.io.write(self.topic, unsent)
 
-    async def restore(self, partition: int, boundary: int) -> None:
+    async def restore(self, partition: int, boundary: int) -> list[bytes]:
         """The partition's entries written before source offset `boundary`, into a store
         holding nothing of it (never seen, or forgotten since): each key's entry of the highest
         such offset, the later in the log on a tie, kept as the records are read (a compacted log
-        holds many per key). An entry that is not its key's last record is written again."""
+        holds many per key). An entry that is not its key's last record is written again.
+        Returns the keys restored."""
         restored: dict[bytes, tuple[int, int, bytes]] = {}  # the reading thread's until read
         skipped = 0
         buried: set[bytes] = set()  # keys whose last record in the log is not the restored one
@@ -90,3 +91,4 @@ class Changelog:
         again = [(key, _entry_bytes(*restored[key])) for key in sorted(buried) if key in restored]
         if again:
             await self.io.write(self.topic, {partition: again})
+        return list(restored)

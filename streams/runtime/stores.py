@@ -76,12 +76,13 @@ class Store(ABC, Generic[S]):
     async def restore(self, partition: int, boundary: int) -> None:
         """The partition's entries as of source offset `boundary`; a key whose entry is a
         deletion (`evict`) has none, and its symbol's last bar time if it expired."""
-        await self.changelog.restore(partition, boundary)
         entries = self.changelog.entries
-        for key in [k for k, entry in entries.items() if not entry[2] or entry[2].startswith(GONE)]:
-            note = entries.pop(key)[2]
-            if note:
-                self.gone[key] = _TS.unpack_from(note, len(GONE))[0]
+        for key in await self.changelog.restore(partition, boundary):
+            payload = entries[key][2]
+            if payload.startswith(GONE):
+                self.gone[key] = _TS.unpack_from(payload, len(GONE))[0]
+            if not payload or payload.startswith(GONE):  # a deletion: no state
+                del entries[key]
 
     def forget(self) -> None:
         self.states.clear()

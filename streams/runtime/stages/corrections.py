@@ -117,7 +117,7 @@ class Corrections:
             if ts >= newest - self.expire_ns:
                 continue
             self.store.evict(key, partition, offset, ts if ts >= 0 else None)
-            if ts >= 0:  # else the key's every record was rejected: nothing went on
+            if ts >= 0:  # else a state of no bar (older barcasts stored them): nothing went on
                 log.info("corrections: %s expired, its last bar at %d", key.decode(), ts)
                 self.stats.expired += 1
                 record = expired(newest, key.decode(), ts)
