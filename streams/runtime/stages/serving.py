@@ -102,8 +102,9 @@ class Serving:
         self.forced.add(model_id)
         if model_id not in self.engines and self.load is not None:
             engine = await self.load(model_id)
-            if engine is None:
+            if engine is None:  # a later promote of it tries again
                 log.error("barcast promote: checkpoint %s is not in the model directory", model_id)
+                self.forced.discard(model_id)
                 return
             self.engines[model_id] = engine
         log.info("barcast promote: %s serves from each partition's next row", model_id)

@@ -25,7 +25,7 @@ from streams.runtime.commit import Runtime
 from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import FeatureRow, Out
 from streams.runtime.stages.forecasts import Forecasting
-from streams.runtime.stages.serving import partition_key
+from streams.runtime.stages.serving import Serving, partition_key
 from streams.settings import Settings
 from tests.checkpoints import make_checkpoint
 from tests.streams.runtime.stages.test_forecasts import START, Producer
@@ -186,3 +186,22 @@ def test_barcast_promote_loads_a_checkpoint_let_go_and_it_serves_from_the_next_r
         if t == forecasting.settings.topic_forecasts and ts == last
     }
     assert served == {let_go}
+
+
+def test_a_promote_of_a_checkpoint_not_in_the_directory_is_tried_again() -> None:
+    """`barcast promote` names a checkpoint before it lands: the next promote loads it."""
+    loads: list[str] = []
+
+    async def load(model_id: str) -> ForecastEngine | None:
+        loads.append(model_id)
+        return None
+
+    serving = Serving(None, Metrics(), 1)
+    serving.load = load
+
+    async def promote_twice() -> None:
+        await serving.force("m")
+        await serving.force("m")
+
+    asyncio.run(promote_twice())
+    assert loads == ["m", "m"] and serving.forced == set()
