@@ -9,10 +9,11 @@ The instruments of a `parent` or `continuous` request are named by symbology.res
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import databento_dbn
+
+from streams.ingest.convert import covering_days
 
 RESOLVE_MAX = 2000  # symbols per symbology.resolve request, Databento's limit
 
@@ -76,7 +77,7 @@ def _raw_symbols(
 ) -> dict[str, list[dict[str, str]]]:
     """The raw symbols of the records' instruments over the days of [start, end)."""
     ids = sorted({r.instrument_id for r in records})
-    first, last = date_of(start), date_of(end - 1) + timedelta(days=1)
+    first, last = covering_days(start, end)
     names: dict[str, list[dict[str, str]]] = {}
     for at in range(0, len(ids), RESOLVE_MAX):
         resolution = client.symbology.resolve(
@@ -89,7 +90,3 @@ def _raw_symbols(
         )
         names.update(resolution["result"])
     return names
-
-
-def date_of(ts_ns: int) -> date:
-    return datetime.fromtimestamp(ts_ns // 10**9, UTC).date()

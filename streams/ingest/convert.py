@@ -51,8 +51,13 @@ def bars_to_records(
     return records
 
 
-def _day(ts_ns: int) -> date:
-    return datetime.fromtimestamp(ts_ns / 1e9, tz=UTC).date()
+def covering_days(start_ns: int, end_ns: int) -> tuple[date, date]:
+    """The UTC dates [first, last) whose days cover [start_ns, end_ns): what a Databento
+    request's start and end dates are."""
+    first, last = (
+        datetime.fromtimestamp(ts // 10**9, tz=UTC).date() for ts in (start_ns, end_ns - 1)
+    )
+    return first, last + timedelta(days=1)
 
 
 def ohlcv_metadata(
@@ -64,7 +69,7 @@ def ohlcv_metadata(
 ) -> databento_dbn.Metadata:
     """Metadata of a historical `raw_symbol` request for `symbols` (raw symbol → id) over
     [start_ns, end_ns), with the symbol mappings Databento writes for it."""
-    first, last = _day(start_ns), _day(end_ns - 1) + timedelta(days=1)
+    first, last = covering_days(start_ns, end_ns)
     mappings = [
         SimpleNamespace(
             raw_symbol=symbol,

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from features.bars import PRICE_SCALE
-from model.covariates import NS_PER_MIN
+from model.covariates import NS_PER_DAY, NS_PER_MIN
 from model.serving.conformal import CalibrationConfig, SymbolCalibration, calibrate_offline
 from model.serving.forecast_engine import WindowRequest
 from model.serving.scoring import decode_score, score_offline
@@ -30,7 +30,6 @@ from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 SYMBOLS = ("6EH4", "ESU4")
 TOPIC = "forecasts.scores"
 CONFIG = CalibrationConfig()
-DAY_NS = 86_400 * 10**9
 
 
 def scoring(
@@ -157,7 +156,7 @@ def test_a_symbol_that_stopped_trading_leaves_the_pooled_figures() -> None:
     states = stage.scores.states
     row, _ = next(item for kind, _, item in reversed(stream) if kind == "bar")
     for days in (0, 6, 8):  # 6EH4 trades on; ESU4's last bar recedes
-        later = replace(row, symbol="6EH4", key=b"6EH4", ts_event=row.ts_event + days * DAY_NS)
+        later = replace(row, symbol="6EH4", key=b"6EH4", ts_event=row.ts_event + days * NS_PER_DAY)
         stage.bar(later, None, None)
         stage.settle(Scores())
         both = pooled_figures([states[s.encode()].rolling for s in SYMBOLS])
