@@ -216,7 +216,7 @@ class VolatilityScale:
             fits[(w, h, f, memory)] = gaussian_misfit(sigma, targets)
         w, h, f, memory = min(fits, key=fits.__getitem__)
         chosen = replace(base, weight=w, halflife=h, flat_halflife=f, memory=memory)
-        level = float(np.nanmedian(per_window(inputs, chosen.level)))
+        level = float(np.nanmedian(chosen.blend(last, tod[h], flat[f])))  # chosen.level
         if not level > 0:
             raise ValueError("the windows' returns are all 0: no volatility to scale by")
         return replace(chosen, floor=SCALE_FLOOR * level)
