@@ -309,24 +309,22 @@ class StreamStore(Store[Streams]):
         streams = self.states.get(key)
         if streams is None:
             entries, streams = self.changelog.entries, {}
-            for model_id, head, slot_keys in self._stored(key):
-                slots = [entries[slot_key][2] for slot_key in slot_keys]
+            for place, (model_id, head) in enumerate(self._stored(key)):
+                places = range(SymbolStream.lookback_of(head))
+                slots = [entries[_stream_slot_key(key, place, slot)][2] for slot in places]
                 streams[model_id] = SymbolStream.from_parts(head, slots, torch.device("cpu"))
             self.states[key] = streams
             self.flushed[key] = dict(streams)
         return streams
 
-    def _stored(self, key: bytes) -> list[tuple[str, bytes, list[bytes]]]:
-        """Each of the key's stored streams: its model id, head and slots' keys, in place order."""
+    def _stored(self, key: bytes) -> list[tuple[str, bytes]]:
+        """The key's stored streams' model ids and heads, in place order."""
         heads = self.changelog.entries.get(key)
-        return [
-            (model_id, head, [_stream_slot_key(key, place, slot) for slot in range(lookback)])
-            for place, (model_id, head) in enumerate(heads_from_bytes(heads[2] if heads else b""))
-            for lookback in [SymbolStream.lookback_of(head)]
-        ]
+        return heads_from_bytes(heads[2] if heads else b"")
 
     def _entry_keys(self, key: bytes) -> list[bytes]:
-        return [key, *(slot_key for *_, slot_keys in self._stored(key) for slot_key in slot_keys)]
+        lookbacks = [SymbolStream.lookback_of(head) for _, head in self._stored(key)]
+        return [key, *_slot_keys(key, lookbacks)]
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
         """The slots changed since the last flush, then the heads; the slots of a place the
@@ -334,12 +332,12 @@ class StreamStore(Store[Streams]):
         streams, put = self.states[key], self.changelog.put
         before, now = sorted(self.flushed.get(key, {}).items()), sorted(streams.items())
         if key not in self.flushed:  # written unread: the stored heads say what was there
-            stale = {k for *_, slot_keys in self._stored(key) for k in slot_keys}
+            stale = set(self._entry_keys(key)[1:])
         elif _lookbacks(before) != _lookbacks(now):  # a place dropped, or its lookback changed
-            stale = _slot_keys(key, before)
+            stale = set(_slot_keys(key, _lookbacks(before)))
         else:
             stale = set()
-        for gone in sorted(stale - _slot_keys(key, now)) if stale else ():
+        for gone in sorted(stale.difference(_slot_keys(key, _lookbacks(now)))) if stale else ():
             self.changelog.delete(gone, partition, offset)
         for place, (model_id, stream) in enumerate(now):
             prior = (
@@ -356,13 +354,10 @@ def _lookbacks(streams: list[tuple[str, SymbolStream]]) -> list[int]:
     return [stream.dims.lookback for _, stream in streams]
 
 
-def _slot_keys(key: bytes, streams: list[tuple[str, SymbolStream]]) -> set[bytes]:
-    """The slots' keys of `key`'s `streams` in place order."""
-    return {
-        _stream_slot_key(key, place, slot)
-        for place, (_, stream) in enumerate(streams)
-        for slot in range(stream.dims.lookback)
-    }
+def _slot_keys(key: bytes, lookbacks: list[int]) -> list[bytes]:
+    """The slots' keys of `key`'s streams of these lookbacks, in place order."""
+    places = enumerate(lookbacks)
+    return [_stream_slot_key(key, place, slot) for place, n in places for slot in range(n)]
 
 
 def _stream_slot_key(symbol: bytes, place: int, slot: int) -> bytes:
