@@ -82,7 +82,7 @@ from features.corrections.outcome import (
     Step,
 )
 from features.corrections.state import SymbolState
-from features.corrections.step import correct, expect_roll, flush, outage
+from features.corrections.step import correct, expect_roll, flush, outage, take_control
 
 __all__ = [
     "SYNTHETIC",
@@ -105,4 +105,5 @@ __all__ = [
     "expect_roll",
     "flush",
     "outage",
+    "take_control",
 ]

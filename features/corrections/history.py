@@ -14,7 +14,7 @@ from features.corrections.config import CorrectionConfig
 from features.corrections.outcome import CorrectionStats, Gap, Outcome, Step
 from features.corrections.parse import RTYPE_OHLCV_1M, decode, oversized, validate
 from features.corrections.state import SymbolState
-from features.corrections.step import correct, expect_roll, flush, outage, process
+from features.corrections.step import correct, expect_roll, flush, process, take_control
 
 
 @dataclass(slots=True)
@@ -85,16 +85,13 @@ def _control(
     """A control record, as the corrections agent takes it (streams.runtime.stages.corrections):
     a ROLL into its symbol's state; an OUTAGE marks every state (no gap fill across it); each
     but a ROLL decides the held spike candidates that timed out."""
-    kind, until = control.get("control"), control.get("ts_event")
-    if kind == ControlKind.ROLL:
+    if control.get("control") == ControlKind.ROLL:
         state = states.get(control.get("symbol", ""))
         if state is not None and state.last is not None:
             expect_roll(state, control["raw_symbols"][1], control["ratio"])
         return
     for state in states.values():
-        if kind == ControlKind.OUTAGE:
-            outage(state, control["end"])
-        yield flush(state, config, stats, until_ts=until if type(until) is int else None)
+        yield take_control(state, control, config, stats)[0]
 
 
 def bars_from_frame(

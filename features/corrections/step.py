@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from features.bars import PRICE_FIELDS
+from features.bars import PRICE_FIELDS, ControlKind
 from features.corrections.config import CorrectionConfig
 from features.corrections.outcome import (
     SYNTHETIC,
@@ -84,6 +85,20 @@ def flush(
     if held is not None and (until_ts is None or until_ts - held.ts >= config.hold_timeout_ns):
         _resolve(state, config, stats, step, later=())
     return step
+
+
+def take_control(
+    state: SymbolState, control: Mapping[str, Any], config: CorrectionConfig, stats: CorrectionStats
+) -> tuple[Step, bool]:
+    """An END_OF_INTERVAL or OUTAGE record into one symbol's state: an OUTAGE marks it (no gap
+    fill across it), then a held candidate the record's `ts_event` timed out is decided (none:
+    unconditionally, as at the end of a history). Its step, and whether the state changed."""
+    changed = control["control"] == ControlKind.OUTAGE
+    if changed:
+        outage(state, control["end"])
+    until = control.get("ts_event")
+    step = flush(state, config, stats, until_ts=until if type(until) is int else None)
+    return step, changed or bool(step.outcomes)
 
 
 def outage(state: SymbolState, end: int) -> None:

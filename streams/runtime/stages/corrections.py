@@ -90,14 +90,9 @@ class Corrections:
         last: dict[bytes, int] = {}  # each key's last bar once decided: what expires
         for key in self.store.keys_in(partition):
             state = self.store.read(key)
-            changed = kind == ControlKind.OUTAGE
-            if changed:
-                rules.outage(state, control.decoded["end"])
-            if state.held is not None:
-                step = rules.flush(state, self.config, self.stats, until_ts=control.ts_event)
-                if step.outcomes:
-                    changed = True
-                    self._emit(key, step, (self.raw_topic, partition, offset), out)
+            step, changed = rules.take_control(state, control.decoded, self.config, self.stats)
+            if step.outcomes:
+                self._emit(key, step, (self.raw_topic, partition, offset), out)
             if changed:
                 self.store.write(key, partition, offset, state)
             last[key] = state.last_ts
