@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from model.covariates import NS_PER_MIN
+from model.covariates import NS_PER_DAY, NS_PER_MIN
 from model.serving.scoring import (
     QUANTILES,
     Decided,
@@ -45,6 +45,9 @@ from model.serving.stored import framed, unframed
 
 DEFAULT_WINDOW = 240  # scored forecasts: four hours of one symbol's minutes
 DEFAULT_RETENTION = 1440  # bars held per symbol for forecasts not yet seen: a day of minutes
+# A symbol without a bar for this long (event time) before the newest of any is no longer
+# trading (an expired contract); longer than any holiday weekend's close.
+STALE_NS = 7 * NS_PER_DAY
 ROLLING_WIDTH = 2 + len(QUANTILES)  # a `Rolling.sums` row
 STATE_FORMAT = 2  # `SymbolScoring.to_bytes`; 1 (read still): one JSON document
 

@@ -21,8 +21,8 @@ import numpy as np
 from features.bars import PRICE_SCALE
 from model.covariates import NS_PER_DAY
 from model.serving.baselines import BASELINES
+from model.serving.scoring_state import STALE_NS
 from model.serving.skill import MODEL, skill_interval
-from streams.runtime.stages.scores import STALE_NS
 from streams.web.score_summary import ScoreSummary, summarize_score
 
 # The page's history length and score window are constants here, not BARCAST_* settings.

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from model.covariates import NS_PER_DAY
 from model.serving.canary import CANARY
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
@@ -39,16 +38,12 @@ from model.serving.scoring import (
     score_all,
     score_decided,
 )
-from model.serving.scoring_state import SymbolScoring, pooled_figures
+from model.serving.scoring_state import STALE_NS, SymbolScoring, pooled_figures
 from model.serving.shadow import Columns, Pending
 from model.serving.skill import MODEL, TRACKS, ServeMode, Skill, pooled_skill
 from streams.runtime.records import Control, FeatureRow, Out
 from streams.runtime.stores import ShadowStore, StateStore
 from streams.schema import BAR_HEADERS, ControlKind, ControlRecord
-
-# A symbol without a bar for this long (event time) before the newest of any is no longer
-# trading (an expired contract); longer than any holiday weekend's close.
-STALE_NS = 7 * NS_PER_DAY
 
 
 @dataclass(slots=True)
