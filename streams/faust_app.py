@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 import faust
+from faust.tables import TableManager
 
 from streams.consumer import BatchTransport, Sink
-from streams.internals import InternalsMoved, live_fetcher
+from streams.internals import InternalsMoved, check_table_internals, live_fetcher
 from streams.kafka import BrokerUnavailable, bootstrap_servers, wait_for_metadata
 from streams.runtime.commit import TICK_S, Runtime
 from streams.runtime.heap import QuietCollections, defer_full_collections
@@ -36,6 +37,18 @@ FETCH_RECORDS = 4
 # then stalls the loop. The model's thread (roles `all`, `forecast`) needs the same, or a
 # forward pass waits that long at each of its hundreds of ops.
 SWITCH_INTERVAL_S = 0.0001
+
+
+class Tables(TableManager):
+    """Faust's table manager without the second it sleeps before it starts: that pause lets
+    tables defined after the app registered start with it, and barcast defines none (its state
+    is in streams.runtime.stores), so every start and restart of a worker would wait it out."""
+
+    async def on_start(self) -> None:
+        check_table_internals(self)
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
 
 
 class BarcastApp(faust.App):
@@ -214,6 +227,7 @@ def create_app(settings: Settings) -> BarcastApp:
         datadir=str(settings.work_dir / "faust" / group_id(settings)),
         autodiscover=False,
         topic_disable_leader=True,
+        TableManager=Tables,
     )
 
     @app.page("/metrics")

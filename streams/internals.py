@@ -20,6 +20,8 @@ COMMITTED = "_committed_offset"
 # What barcast's fetch loop (streams.consumer) uses of Faust's: each partition's read offset,
 # and how offsets without a record are told to its commits.
 DRAIN = ("_read_offset", "_add_gap")
+# What the worker's table manager (streams.faust_app.Tables) starts of Faust's own.
+TABLES_START = ("_update_channels", "recovery")
 
 
 def live_fetcher(consumer: Any) -> Any:
@@ -56,13 +58,22 @@ def check_drain_internals(consumer: Any) -> None:
             raise InternalsMoved(_moved(name, "passes fetched records on in batches", "DRAIN"))
 
 
-def _moved(path: str, use: str, constant: str) -> str:
-    """The message for a moved `path`: what barcast `use`s it for, and the `constant` of this
-    module that names it."""
+def check_table_internals(manager: Any) -> None:
+    """InternalsMoved (naming the installed versions) if a Faust table manager lacks what
+    barcast's starts of it."""
+    for name in TABLES_START:
+        if not hasattr(manager, name):
+            use = "starts the table manager without its pause"
+            raise InternalsMoved(_moved(name, use, "TABLES_START", "table manager"))
+
+
+def _moved(path: str, use: str, constant: str, owner: str = "consumer") -> str:
+    """The message for a moved `path` of Faust's `owner`: what barcast `use`s it for, and the
+    `constant` of this module that names it."""
     from importlib.metadata import version
 
     return (
-        f"Faust's consumer has no {path} (faust-streaming {version('faust-streaming')}, "
+        f"Faust's {owner} has no {path} (faust-streaming {version('faust-streaming')}, "
         f"aiokafka {version('aiokafka')}): barcast {use} there; update "
         f"streams.internals.{constant} for these versions or pin the ones in pyproject.toml"
     )

@@ -3,13 +3,23 @@ naming the versions, when an upgrade moved what it uses; the installed Faust has
 
 from __future__ import annotations
 
+import asyncio
 from importlib.metadata import version
 from types import SimpleNamespace
 
 import pytest
+from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from streams.internals import DRAIN, InternalsMoved, check_drain_internals
+from streams.faust_app import Tables, create_app
+from streams.internals import (
+    DRAIN,
+    TABLES_START,
+    InternalsMoved,
+    check_drain_internals,
+    check_table_internals,
+)
+from streams.settings import Settings
 
 
 @pytest.mark.parametrize("missing", DRAIN)
@@ -30,3 +40,41 @@ def test_the_installed_faust_consumer_gives_gaps_where_the_fetch_loop_tells_them
     """`_add_gap` is a method of Faust's consumer class; `_read_offset`, set per instance, is
     checked as each worker's consumer starts."""
     assert callable(getattr(faust_aiokafka.Consumer, "_add_gap", None))
+
+
+@pytest.mark.parametrize("missing", TABLES_START)
+def test_a_table_manager_without_what_the_worker_starts_fails_naming_the_versions(
+    missing: str,
+) -> None:
+    manager = SimpleNamespace(**{name: None for name in TABLES_START if name != missing})
+    with pytest.raises(InternalsMoved) as error:
+        check_table_internals(manager)
+    message = str(error.value)
+    assert f"Faust's table manager has no {missing}" in message
+    assert "streams.internals.TABLES_START" in message
+    assert f"faust-streaming {version('faust-streaming')}" in message
+    check_table_internals(SimpleNamespace(**dict.fromkeys(TABLES_START)))  # all there
+
+
+def test_the_workers_table_manager_starts_recovery_without_fausts_pause() -> None:
+    """Faust's TableManager.on_start sleeps a second first; the worker's starts at once."""
+    assert all(hasattr(TableManager, name) for name in TABLES_START)
+    app = create_app(Settings.from_env())
+    tables = app.tables
+    assert isinstance(tables, Tables)
+    started: list[str] = []
+
+    async def pause(*_: object) -> None:
+        raise AssertionError("the table manager paused before starting recovery")
+
+    async def update_channels() -> None:
+        started.append("channels")
+
+    async def start_recovery() -> None:
+        started.append("recovery")
+
+    tables.sleep = pause  # type: ignore[method-assign]
+    tables._update_channels = update_channels  # type: ignore[method-assign]
+    tables.recovery.start = start_recovery  # type: ignore[method-assign]
+    asyncio.run(tables.on_start())
+    assert started == ["channels", "recovery"]
