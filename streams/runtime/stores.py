@@ -207,11 +207,15 @@ class WindowStore(Store[SymbolWindow]):
         )
 
     def _entry_keys(self, key: bytes) -> list[bytes]:
-        return [meta_key(key), *(slot_key(key, slot) for slot in range(self.lookback))]
+        slots = [slot_key(key, slot) for slot in range(self.lookback)]
+        return [meta_key(key), *slots, *slots_beyond(self.changelog, key, self.lookback)]
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
-        """The slots of rows appended since the last flush, then the row count."""
+        """The slots of rows appended since the last flush, then the row count; slots beyond
+        the lookback (a longer one's) deleted."""
         window, put = self.states[key], self.changelog.put
+        for gone in slots_beyond(self.changelog, key, self.lookback):
+            self.changelog.delete(gone, partition, offset)
         for row in range(max(self.flushed[key] + 1, window.rows().start), window.count + 1):
             slot = window.slot_of(row)
             put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
@@ -279,10 +283,15 @@ class ShadowStore(StateStore[SymbolShadow]):
         self.partitions.pop(key, None)
 
     def _entry_keys(self, key: bytes) -> list[bytes]:
-        return [key, *(slot_key(key, slot) for slot in range(self.window_size))]
+        slots = [slot_key(key, slot) for slot in range(self.window_size)]
+        return [key, *slots, *slots_beyond(self.changelog, key, self.window_size)]
 
     def _put(self, key: bytes, partition: int, offset: int) -> None:
+        """The slots of forecasts scored since the last flush, then the state; slots beyond
+        the window (a larger one's) deleted."""
         state, put = self.states[key], self.changelog.put
+        for gone in slots_beyond(self.changelog, key, self.window_size):
+            self.changelog.delete(gone, partition, offset)
         window = state.window
         for row in range(max(self.flushed.get(key, 0), window.rows().start), window.count):
             slot = window.slot_of(row)
@@ -348,6 +357,16 @@ class StreamStore(Store[Streams]):
                 put(_stream_slot_key(key, place, slot), partition, offset, data)
         put(key, partition, offset, heads_bytes(streams))
         self.flushed[key] = dict(streams)
+
+
+def slots_beyond(changelog: Changelog, key: bytes, size: int) -> list[bytes]:
+    """The stored slots of `key`'s window from slot `size` on: a window stored with a larger
+    size (another lookback, another BARCAST_SCORE_WINDOW) left them, and a window's slots are
+    written from 0 up."""
+    slots: list[bytes] = []
+    while (slot := slot_key(key, size + len(slots))) in changelog.entries:
+        slots.append(slot)
+    return slots
 
 
 def _lookbacks(streams: list[tuple[str, SymbolStream]]) -> list[int]:

@@ -8,11 +8,14 @@ import asyncio
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from model.serving.streaming import Dims, SymbolStream
+from model.serving.windows import meta_key, slot_key
 from streams.runtime.changelog import Changelog
-from streams.runtime.stores import GONE, StreamStore, WindowStore
+from streams.runtime.stores import GONE, ShadowStore, StreamStore, WindowStore
+from tests.model.serving.test_skill import rows
 from tests.streams.runtime.test_stores import MemoryChangelogs, counter_store, flush
 
 
@@ -59,6 +62,72 @@ def test_an_expired_keys_note_keeps_its_latest_last_bar() -> None:
         return store.gone, restored.gone
 
     assert asyncio.run(run()) == ({b"a": 9}, {b"a": 9})
+
+
+@pytest.mark.parametrize("then", ["written", "evicted"])
+def test_a_window_stored_longer_leaves_no_slot_beyond_the_lookback(then: str) -> None:
+    """A checkpoint of a shorter --lookback serves after a restart: the longer window's slots
+    beyond it go from the changelog at the symbol's next flush, or with it when it expires."""
+    io = MemoryChangelogs()
+
+    def windows(lookback: int) -> WindowStore:
+        return WindowStore(Changelog("t-windows", io), lookback, 2, "f")
+
+    def append(store: WindowStore, offsets: range) -> None:
+        for offset in offsets:
+            store.read(b"s").append(offset, 1.0, False, True, np.full(2, offset, np.float32))
+            store.write(b"s", 0, offset, store.read(b"s"))
+
+    async def run() -> tuple[WindowStore, WindowStore]:
+        longer = windows(6)
+        append(longer, range(8))
+        await flush(longer)
+        shorter = windows(4)
+        await shorter.restore(0, boundary=8)
+        if then == "written":
+            append(shorter, range(8, 9))
+        else:
+            shorter.evict(b"s", 0, 8, last_ts=7)
+        await flush(shorter)
+        again = windows(4)
+        await again.restore(0, boundary=9)
+        return shorter, again
+
+    shorter, again = asyncio.run(run())
+    within = [meta_key(b"s"), *(slot_key(b"s", slot) for slot in range(4))]  # 1-3: refilled
+    assert sorted(shorter.changelog.entries) == (sorted(within) if then == "written" else [])
+    assert again.changelog.entries == shorter.changelog.entries
+
+
+@pytest.mark.parametrize("then", ["written", "evicted"])
+def test_a_shadow_window_stored_larger_leaves_no_slot_beyond_its_size(then: str) -> None:
+    """BARCAST_SCORE_WINDOW made smaller: the larger window's slots beyond the new size go
+    from the changelog at the symbol's next flush, or with it when it expires."""
+    io = MemoryChangelogs()
+
+    async def run() -> tuple[ShadowStore, ShadowStore]:
+        larger = ShadowStore(Changelog("t-shadow", io), 50)
+        state = larger.read(b"s")
+        for row in rows(60, 3):
+            state.window.append(row)
+        larger.write(b"s", 0, 1, state)
+        await flush(larger)
+        smaller = ShadowStore(Changelog("t-shadow", io), 20)
+        await smaller.restore(0, boundary=2)
+        if then == "written":
+            smaller.write(b"s", 0, 2, smaller.read(b"s"))
+        else:
+            smaller.evict(b"s", 0, 2, last_ts=None)
+        await flush(smaller)
+        again = ShadowStore(Changelog("t-shadow", io), 20)
+        await again.restore(0, boundary=3)
+        return smaller, again
+
+    smaller, again = asyncio.run(run())
+    within = [b"s", *(slot_key(b"s", slot) for slot in range(20))]
+    assert sorted(smaller.changelog.entries) == (sorted(within) if then == "written" else [])
+    assert again.changelog.entries == smaller.changelog.entries
+    assert again.read(b"s").window == smaller.read(b"s").window
 
 
 def test_an_evicted_window_deletes_its_slots_and_no_other_symbols() -> None:
