@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from model.serving.programs import TORCH_THREADS
 from streams import schema
 from streams.agents import RUN_MAX
 from streams.metrics import Metrics
-from streams.runtime.changelog import Changelog
+from streams.runtime.changelog import Changelog, ChangelogRecord
 from streams.runtime.pipeline import build_pipeline
 from streams.runtime.records import Out, Record
 from streams.settings import Settings
@@ -35,11 +35,17 @@ class DroppedChangelogs:
     def __init__(self) -> None:
         self.written = 0
 
-    async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
-        self.written += sum(len(k) + len(v) for run in records.values() for k, v in run)
+    async def write(self, topic: str, records: dict[int, list[ChangelogRecord]]) -> None:
+        self.written += sum(
+            len(k) + len(v or b"") + sum(len(data) for _, data in h)
+            for run in records.values()
+            for k, v, h in run
+        )
 
-    async def read(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
-        return []
+    async def read(
+        self, topic: str, partition: int, apply: Callable[[list[ChangelogRecord]], None]
+    ) -> int:
+        return 0
 
 
 class HeldRuntime:

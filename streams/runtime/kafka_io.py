@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.kafka import aiokafka_config, confluent_config, ensure_topics
+from streams.runtime.changelog import ChangelogRecord
 from streams.runtime.records import Out, Record
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ COMPACTED = {
     "min.compaction.lag.ms": "3600000",
 }
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]  # key .. headers
-Apply = Callable[[list[tuple[bytes, bytes]]], None]  # a restore's step: a chunk of records
+Apply = Callable[[list[ChangelogRecord]], None]  # a restore's step: a chunk of records
 Runs = dict[tuple[str, int], list[Row]]  # by topic partition
 log = logging.getLogger("barcast.runtime")
 
@@ -81,10 +82,10 @@ class BatchProducer:
         return await self._send(runs, lone_last=False)
 
     async def send_changelog(
-        self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]
+        self, topic: str, records: dict[int, list[ChangelogRecord]]
     ) -> list[asyncio.Future]:
         """Changelog records by partition, each partition's last one in a batch of its own."""
-        runs = {(topic, p): [(k, v, None, []) for k, v in run] for p, run in records.items()}
+        runs = {(topic, p): [(k, v, None, h) for k, v, h in run] for p, run in records.items()}
         return await self._send(runs, lone_last=True)
 
     async def _send(self, runs: Runs, lone_last: bool) -> list[asyncio.Future]:
@@ -260,18 +261,19 @@ class KafkaChangelogs:
         self.settings, self.producer = settings, producer
         self.created: set[str] = set()
 
-    async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
+    async def write(self, topic: str, records: dict[int, list[ChangelogRecord]]) -> None:
         await self._create(topic)
         await asyncio.gather(*await self.producer.send_changelog(topic, records))
 
     async def read(self, topic: str, partition: int, apply: Apply) -> int:
-        """The partition's (key, value) records to `apply`, a chunk at a time, in a thread."""
+        """The partition's (key, value, headers) records to `apply`, a chunk at a time, in a
+        thread."""
         await self._create(topic)
 
-        def pairs(chunk: list[Record]) -> None:
-            apply([(r.key or b"", r.value) for r in chunk])
+        def records(chunk: list[Record]) -> None:
+            apply([(r.key or b"", r.value, r.headers) for r in chunk])
 
-        return await asyncio.to_thread(read_changelog, self.settings, topic, partition, pairs)
+        return await asyncio.to_thread(read_changelog, self.settings, topic, partition, records)
 
     async def _create(self, topic: str) -> None:
         if topic not in self.created:

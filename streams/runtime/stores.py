@@ -3,11 +3,12 @@ encoder's streams) in memory, made durable in a changelog topic the runtime owns
 (streams.runtime.changelog), not a Faust table (the contract: streams.runtime). The changelog
 partition is the source partition: a store is co-partitioned with its topic.
 
-A store's key evicted (a symbol expired) leaves a record of no state: an empty payload under
-each of the keys its state is stored under but its own, and under its own `GONE` and the
-symbol's last bar time, which the store keeps (`gone`): a stage takes a record of the symbol at
-or before it for a repeat an upstream restart re-published, not a new symbol's first. No store's
-state encodes to either (a commit's marks are empty, and are no store's: streams.runtime.commit)."""
+A store's key evicted (a symbol expired) leaves a record of no state: a tombstone under each
+of the keys its state is stored under but its own (streams.runtime.changelog), and under its
+own `GONE` and the symbol's last bar time, which the store keeps (`gone`): a stage takes a
+record of the symbol at or before it for a repeat an upstream restart re-published, not a new
+symbol's first. No store's state encodes to either (a commit's marks are empty, and are no
+store's: streams.runtime.commit)."""
 
 from __future__ import annotations
 

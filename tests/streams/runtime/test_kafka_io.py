@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from streams.exit_codes import ExitCode
 from streams.kafka import confluent_config, ensure_topics
 from streams.runtime import kafka_io
-from streams.runtime.changelog import Changelog
+from streams.runtime.changelog import SOURCE, Changelog
 from streams.runtime.kafka_io import (
     COMPACTED,
     BatchProducer,
@@ -63,6 +63,48 @@ async def test_a_changelog_longer_than_a_chunk_restores_each_keys_latest_state(
     restored = Changelog(topic, KafkaChangelogs(broker_settings, BatchProducer(broker_settings)))
     await restored.restore(0, boundary)
     assert restored.entries == latest
+
+
+@pytest.mark.integration
+async def test_a_deletion_reaches_the_broker_as_a_tombstone_that_restores_as_of_its_source(
+    broker_settings: Settings,
+) -> None:
+    """No value, so the log cleaner may drop it; its source offset in a header, so a restore
+    takes it as of a commit's boundary like any record. A deletion with a note is a value."""
+    topic = f"{broker_settings.topic_raw}-deletions-changelog"
+    producer = BatchProducer(broker_settings)
+    written = Changelog(topic, KafkaChangelogs(broker_settings, producer))
+    try:
+        written.put(b"a", 0, 0, b"x")
+        written.put(b"b", 0, 1, b"y")
+        written.delete(b"a", 0, 2)
+        written.delete(b"b", 0, 3, note=b"gone")
+        await written.flush()
+    finally:
+        await producer.stop()
+    chunks: list[list[Record]] = []
+    read_changelog(broker_settings, topic, 0, chunks.append)
+    a, b = [r for c in chunks for r in c][2:]
+    assert (a.key, a.value, a.headers) == (
+        b"a",
+        None,
+        [(SOURCE, (2).to_bytes(8, "little") + bytes(4))],
+    )
+    assert b.value is not None and b.value.endswith(b"gone")
+
+    entries = []
+    for boundary in (3, 4):
+        producer = BatchProducer(broker_settings)
+        try:
+            restored = Changelog(topic, KafkaChangelogs(broker_settings, producer))
+            await restored.restore(0, boundary)
+        finally:
+            await producer.stop()
+        entries.append(restored.entries)
+    assert entries == [
+        {b"a": (0, 2, b""), b"b": (0, 1, b"y")},
+        {b"a": (0, 2, b""), b"b": (0, 3, b"gone")},
+    ]
 
 
 @pytest.mark.integration

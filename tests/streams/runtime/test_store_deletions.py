@@ -13,7 +13,7 @@ import torch
 
 from model.serving.streaming import Dims, SymbolStream
 from model.serving.windows import meta_key, slot_key
-from streams.runtime.changelog import Changelog
+from streams.runtime.changelog import SOURCE, Changelog, ChangelogRecord
 from streams.runtime.stores import GONE, ShadowStore, StreamStore, WindowStore
 from tests.model.serving.test_skill import rows
 from tests.streams.runtime.test_stores import MemoryChangelogs, counter_store, flush
@@ -41,7 +41,7 @@ def test_an_evicted_key_is_restored_as_none_as_of_the_boundary() -> None:
 
     assert asyncio.run(run()) == ([1], {}, [0], {b"a": 7}, [b"b"], [2])
     # Each restore wrote its key's restored record again: the log's last of `a` is the eviction
-    last = {key: value for key, value in io.partitions[("t-counts-changelog", 0)]}
+    last = {key: value for key, value, _ in io.partitions[("t-counts-changelog", 0)]}
     assert last[b"a"][12:] == GONE + (7).to_bytes(8, "little")
     assert b"never" not in last
 
@@ -191,3 +191,83 @@ def test_the_slots_of_a_stream_that_ended_are_deleted() -> None:
         return again
 
     assert sorted(asyncio.run(written_unread()).changelog.entries) == sorted([b"A", *place_0])
+
+
+def test_deletions_are_tombstones_the_cleaner_drops_and_a_note_stays() -> None:
+    """An expired window's keys are deleted by tombstones (no value, their source in a header),
+    which the log cleaner drops once `delete.retention.ms` passed: nothing of the symbol is left
+    in the topic but its note, and a restore still takes it for no state."""
+    io = MemoryChangelogs()
+
+    def windows() -> WindowStore:
+        return WindowStore(Changelog("t-windows", io), 3, 2, "f")
+
+    async def run() -> tuple[WindowStore, WindowStore]:
+        store = windows()
+        for offset, key in enumerate([b"s", b"s", b"s", b"t"]):
+            store.read(key).append(offset, 1.0, False, True, np.full(2, offset, np.float32))
+            store.write(key, 0, offset, store.read(key))
+        await flush(store)
+        store.evict(b"s", 0, 4, last_ts=2)
+        await flush(store)
+        deletions = io.partitions[("t-windows", 0)][-5:]
+        assert [key for key, *_ in deletions] == [meta_key(b"s"), *sorted_slots(b"s"), b"s"]
+        assert all(value is None for _, value, _ in deletions[:-1])
+        assert all(
+            h == [(SOURCE, (4).to_bytes(8, "little") + bytes(4))] for *_, h in deletions[:-1]
+        )
+        assert deletions[-1][1] is not None and GONE in deletions[-1][1]  # the note: a value
+        store.write(b"t", 0, 5, store.read(b"t"))
+        await flush(store)  # the eviction's records are no longer in the active segment
+        io.compact(tombstones_expired=True)
+        restored = windows()
+        await restored.restore(0, boundary=6)
+        return store, restored
+
+    store, restored = asyncio.run(run())
+    left = [key for key, *_ in io.partitions[("t-windows", 0)] if key.startswith(b"s")]
+    assert left == [b"s"]
+    assert restored.changelog.entries == store.changelog.entries
+    assert restored.gone == {b"s": 2} and restored.read(b"s").count == 0
+    assert restored.read(b"t").count == 1
+
+
+def sorted_slots(key: bytes) -> list[bytes]:
+    return [slot_key(key, slot) for slot in range(3)]
+
+
+@pytest.mark.parametrize("revived", [False, True])  # True: the key written after its deletion
+def test_a_restored_tombstone_written_again_stays_a_tombstone_and_marks_stay_values(
+    revived: bool,
+) -> None:
+    """A restore writes a key's restored record again when a flush that never completed wrote
+    after it: a tombstone as a tombstone, a value as a value. An entry put with an empty
+    payload (a commit's marks, streams.runtime.commit) is a value, which the cleaner keeps."""
+    io = MemoryChangelogs()
+
+    async def run() -> list[ChangelogRecord]:
+        store = counter_store(io)
+        store.write(b"a", 0, 0, [1])
+        await flush(store)
+        store.evict(b"a", 0, 1, last_ts=None)
+        await flush(store)
+        if revived:
+            store.write(b"a", 0, 2, [2])
+            await flush(store)
+        store.write(b"a", 0, 4, [5])  # a flush whose offsets were never committed
+        await flush(store)
+        await counter_store(io).restore(0, boundary=3)
+        return io.partitions[("t-counts-changelog", 0)]
+
+    key, value, _ = asyncio.run(run())[-1]  # written again by the restore
+    assert key == b"a" and (value is None) != revived
+    marks = Changelog("t-marks", io)
+    marks.put(b"mark", 0, 7, b"")
+    assert marks.unsent[0][0][1] is not None
+
+
+def test_a_tombstone_without_its_source_is_refused_naming_the_fix() -> None:
+    io = MemoryChangelogs()
+    asyncio.run(io.write("t-counts-changelog", {0: [(b"a", None, [])]}))
+    with pytest.raises(ValueError, match="its own changelog topics"):
+        asyncio.run(counter_store(io).restore(0, boundary=1))

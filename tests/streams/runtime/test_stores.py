@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from model.serving.windows import SymbolWindow, meta_key
 from streams.kafka import ensure_topics
 from streams.metrics import Metrics
-from streams.runtime.changelog import Changelog
+from streams.runtime.changelog import Changelog, ChangelogRecord
 from streams.runtime.commit import MARK, Committer, Runtime
 from streams.runtime.kafka_io import BATCH_BYTES, BatchProducer, read_changelog, record_batches
 from streams.runtime.records import Record
@@ -36,31 +36,35 @@ class MemoryChangelogs:
     """Changelog topics in memory: what a store writes, a restore reads back."""
 
     def __init__(self) -> None:
-        self.partitions: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+        self.partitions: dict[tuple[str, int], list[ChangelogRecord]] = {}
         self.last_write: dict[tuple[str, int], int] = {}  # where the last write began
 
-    async def write(self, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
+    async def write(self, topic: str, records: dict[int, list[ChangelogRecord]]) -> None:
         for partition, run in records.items():
             log = self.partitions.setdefault((topic, partition), [])
             self.last_write[(topic, partition)] = len(log)
             log.extend(run)
 
     async def read(
-        self, topic: str, partition: int, apply: Callable[[list[tuple[bytes, bytes]]], None]
+        self, topic: str, partition: int, apply: Callable[[list[ChangelogRecord]], None]
     ) -> int:
         records = list(self.partitions.get((topic, partition), []))
         apply(records)
         return len(records)
 
-    def compact(self) -> None:
+    def compact(self, tombstones_expired: bool = False) -> None:
         """The most the log cleaner may do: keep each key's last record of the segments before
         the active one, which a write may have just rolled (the active one holds at least
-        the last write's records)."""
+        the last write's records); and, once `delete.retention.ms` passed, drop the
+        tombstones among them."""
         for where, run in self.partitions.items():
             active = self.last_write[where]
-            last = {key: i for i, (key, _) in enumerate(run[:active])}
-            self.partitions[where] = [run[i] for i in sorted(last.values())] + run[active:]
-            self.last_write[where] = len(last)
+            last = {record[0]: i for i, record in enumerate(run[:active])}
+            kept = [run[i] for i in sorted(last.values())]
+            if tombstones_expired:
+                kept = [record for record in kept if record[1] is not None]
+            self.partitions[where] = kept + run[active:]
+            self.last_write[where] = len(kept)
 
 
 def counter_store(io: MemoryChangelogs) -> StateStore[list[int]]:
@@ -110,7 +114,7 @@ def test_a_worker_crashing_in_every_checkpoint_keeps_its_state_through_compactio
         await flush(store)  # its offsets are never committed
         io.compact()
 
-    async def run() -> tuple[list[tuple[bytes, bytes]], list[int]]:
+    async def run() -> tuple[list[ChangelogRecord], list[int]]:
         store = counter_store(io)
         store.write(b"a", 0, 2, [1])
         await flush(store)  # a checkpoint that completed: boundary 3
@@ -225,7 +229,7 @@ def test_the_high_watermark_covers_every_record_of_a_flush(
 ) -> None:
     topic = f"{broker_settings.topic_raw}.state"
     ensure_topics(broker_settings, [topic], partitions=1)
-    records = [(f"k{i}".encode(), i.to_bytes(4, "big") * 1000) for i in range(300)]
+    records = [(f"k{i}".encode(), i.to_bytes(4, "big") * 1000, []) for i in range(300)]
 
     async def flush() -> None:
         producer = BatchProducer(broker_settings)
@@ -244,10 +248,10 @@ def test_the_high_watermark_covers_every_record_of_a_flush(
         consumer.close()
     assert (low, high) == (0, len(records))
     stored = read_topic(broker, topic, expected=len(records))
-    assert [(m.key, m.value) for m in stored] == records
+    assert [(m.key, m.value, []) for m in stored] == records
     restored: list[Record] = []
     assert read_changelog(broker_settings, topic, 0, restored.extend) == len(records)
-    assert [(r.key, r.value) for r in restored] == records
+    assert [(r.key, r.value, r.headers) for r in restored] == records
 
 
 def test_a_stored_window_of_another_feature_set_starts_empty_and_is_stored_anew() -> None:
@@ -298,7 +302,9 @@ def test_a_stored_window_of_another_lookback_starts_empty(older: bool) -> None:
         await flush(store)
         if older:  # the meta as windows stored it before they said their lookback
             log = io.partitions[("t-windows-changelog", 0)]
-            log[:] = [(k, v.rsplit(b"\x00", 1)[0] if k == meta_key(b"s") else v) for k, v in log]
+            log[:] = [
+                (k, v.rsplit(b"\x00", 1)[0] if k == meta_key(b"s") else v, h) for k, v, h in log
+            ]
         return [await restored_count(lookback) for lookback in (3, 6, 4)]
 
     assert asyncio.run(run()) == [0, 0, 10]
