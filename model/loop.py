@@ -24,7 +24,13 @@ from model.dataset import Batch, WindowData
 from model.forecaster import autocast_for
 from model.guards import TrainingError, check_epoch, check_weights_moved
 from model.memory import peak_memory_mb
-from model.stream import Sequences, evaluation_sequences, forward_sequences, training_sequences
+from model.stream import (
+    BURN_IN,
+    Sequences,
+    evaluation_sequences,
+    forward_sequences,
+    training_sequences,
+)
 from model.tft import TemporalFusionTransformer
 from model.training_state import Loop, TrainingState
 
@@ -219,11 +225,13 @@ def predict_windows(
     ends: np.ndarray,
     batch_size: int,
     device: torch.device,
+    burn_in: int = BURN_IN,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantile forecasts `(n, H, Q)` and targets `(n, H)` of windows in target units
-    (before interval calibration), in eval mode, on CPU. Written into arrays allocated up
-    front: small results kept between each batch's large temporaries would fragment the heap
-    until the process held gigabytes it does not use."""
+    (before interval calibration), in eval mode, on CPU; a streaming encoder's streams started
+    `burn_in` lookbacks before each window. Written into arrays allocated up front: small
+    results kept between each batch's large temporaries would fragment the heap until the
+    process held gigabytes it does not use."""
     model.eval()
     c = model.config
     preds = torch.empty((len(ends), c.horizon, len(c.quantiles)))
@@ -231,7 +239,7 @@ def predict_windows(
     streaming = c.encoder == "stream"
     for start in range(0, len(ends), batch_size):
         part = ends[start : start + batch_size]
-        batch = evaluation_sequences(data, part) if streaming else data.batch(part)
+        batch = evaluation_sequences(data, part, burn_in) if streaming else data.batch(part)
         with autocast_for(device):
             quantiles = forward_batch(model, batch, batch.symbol, device)
         stop = start + len(batch.y)

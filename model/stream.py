@@ -96,9 +96,10 @@ def training_sequences(data: WindowData, ends: np.ndarray, train_ends: np.ndarra
     return sequences(data, ends[:: data.lookback], SEGMENTS * data.lookback, train_ends)
 
 
-def evaluation_sequences(data: WindowData, ends: np.ndarray) -> Sequences:
-    """Each window of `ends` at the end of its own sequence, the only position forecast."""
-    length = (BURN_IN + 1) * data.lookback
+def evaluation_sequences(data: WindowData, ends: np.ndarray, burn_in: int = BURN_IN) -> Sequences:
+    """Each window of `ends` at the end of its own sequence, the only position forecast, its
+    stream started `burn_in` lookbacks before it (later where its warm run starts later)."""
+    length = (burn_in + 1) * data.lookback
     return sequences(data, ends, length, None)
 
 

@@ -28,6 +28,7 @@ from model.calibration import (
     fit_shrink,
     toward_scale,
 )
+from model.carry import carry_check
 from model.config import TFTConfig, TrainConfig
 from model.covariates import SymbolVocab
 from model.dataset import (
@@ -156,6 +157,9 @@ def train_on_panel(
         history, model.n_params(), inputs.target_scale, interval_scale, device, cfg
     )
     metrics |= {"shrink": shrink, "fast": fast.to_dict()}
+    if inputs.config.encoder == "stream":  # the state its calibration saw, against the served
+        calib = ends[Part.CALIB]
+        metrics["carry"] = carry_check(model, inputs.data, calib, cfg.batch_size * 4, device)
     # 4. The checkpoint.
     meta = checkpoint_meta(panel, inputs, feature_fingerprint, data_report, interval_scale, metrics)
     meta = replace(meta, shrink=shrink, fast=fast)

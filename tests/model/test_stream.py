@@ -103,7 +103,10 @@ def test_training_a_streaming_model_learns_and_saves_its_encoder(tmp_path: Path)
     assert history[-1]["train_loss"] < history[0]["train_loss"] / 2
     assert history[-1]["val_loss"] < history[0]["val_loss"] / 2
     assert metrics["val_pinball"] > 0
+    carry = metrics["carry"]  # model.carry, on the calibration windows
+    assert carry["windows"] > 0 and carry["max_difference_of_width"] >= 0
     saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["metrics"]["carry"] == carry
     assert (
         saved["model"]["encoder"] == "stream" if "model" in saved else saved["encoder"] == "stream"
     )
