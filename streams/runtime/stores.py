@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from model.serving.shadow import SymbolShadow
+from model.serving.skill import SkillWindow
 from model.serving.streaming import SymbolStream, heads_bytes, heads_from_bytes
 from model.serving.windows import SymbolWindow, meta_key, meta_layout, slot_key
 from streams.runtime.changelog import Changelog
@@ -236,7 +237,9 @@ class ShadowStore(StateStore[SymbolShadow]):
             lambda: SymbolShadow(window_size),
         )  # fmt: skip
         self.window_size = window_size
-        self.flushed: dict[bytes, int]  # key -> window rows at its last flush
+        # key -> its skill window and that window's rows at its last flush: a window replaced
+        # since (another checkpoint's baselines start afresh; another size) is written whole
+        self.flushed: dict[bytes, tuple[SkillWindow, int]]
         # Each symbol's key -> the source partition of its stored state: its window's slots
         # outnumber the symbols by the window's size, and a canary's verdict looks for a
         # partition's symbols at every event minute
@@ -256,10 +259,9 @@ class ShadowStore(StateStore[SymbolShadow]):
             for row in window.rows():
                 slot = window.slot_of(row)
                 window.load_slot(slot, entries[slot_key(key, slot)][2], horizons)
-        self.flushed[key] = state.window.count
+        self.flushed[key] = state.window, state.window.count
         if state.window_size != self.window_size:
-            state.resize(self.window_size)
-            self.flushed[key] = 0  # every slot again, in the new size's places
+            state.resize(self.window_size)  # every slot again, in the new size's places
         self.states[key] = state
         return state
 
@@ -294,11 +296,13 @@ class ShadowStore(StateStore[SymbolShadow]):
         for gone in slots_beyond(self.changelog, key, self.window_size):
             self.changelog.delete(gone, partition, offset)
         window = state.window
-        for row in range(max(self.flushed.get(key, 0), window.rows().start), window.count):
+        flushed, count = self.flushed.get(key, (None, 0))
+        start = count if flushed is window else 0
+        for row in range(max(start, window.rows().start), window.count):
             slot = window.slot_of(row)
             put(slot_key(key, slot), partition, offset, window.slot_bytes(slot))
         put(key, partition, offset, self.encode(state))
-        self.flushed[key] = window.count
+        self.flushed[key] = window, window.count
         self.partitions[key] = partition
 
 

@@ -208,3 +208,34 @@ def test_a_partitions_symbols_are_those_stored_restored_or_changed_never_slots()
     assert sorted(restored.symbols_in(0)) == [b"A", b"C"] and restored.symbols_in(1) == []
     restored.forget()
     assert restored.symbols_in(0) == []
+
+
+@pytest.mark.parametrize("between", [2, 35])  # rows scored before the next flush
+def test_a_window_started_afresh_is_stored_whole_and_restores_as_it_is(between: int) -> None:
+    """Another checkpoint serves a restored symbol: its baselines' skill window starts afresh,
+    and every slot it fills is written, not only those past the old window's count (a
+    restart would load the old checkpoint's rows into them)."""
+    io = MemoryChangelogs()
+
+    async def run() -> tuple[SymbolShadow, SymbolShadow]:
+        first = ShadowStore(Changelog("t-shadow-state-changelog", io), 20)
+        state = first.read(b"s")
+        state.serve("A")
+        for row in rows(30, 3):
+            state.window.append(row)
+        first.write(b"s", 0, 1, state)
+        await flush(first)
+        second = ShadowStore(Changelog("t-shadow-state-changelog", io), 20)
+        await second.restore(0, boundary=2)
+        state = second.read(b"s")
+        state.serve("B")
+        for row in rows(between, 4):
+            state.window.append(row)
+        second.write(b"s", 0, 2, state)
+        await flush(second)
+        third = ShadowStore(Changelog("t-shadow-state-changelog", io), 20)
+        await third.restore(0, boundary=3)
+        return state, third.read(b"s")
+
+    live, restored = asyncio.run(run())
+    assert live.window.count == between and restored.window == live.window
