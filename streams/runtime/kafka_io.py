@@ -42,6 +42,9 @@ COMPACTED = {
     "segment.bytes": "67108864",
     "segment.ms": "3600000",
     "min.compaction.lag.ms": "3600000",
+    # A tombstone outlives any restore (the cleaner drops it after this): one read before
+    # the cleaner ran and finished after could otherwise take the value it deletes
+    "delete.retention.ms": "86400000",
 }
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]  # key .. headers
 Apply = Callable[[list[ChangelogRecord]], None]  # a restore's step: a chunk of records
