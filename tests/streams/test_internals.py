@@ -4,8 +4,10 @@ naming the versions, when an upgrade moved what it uses; the installed Faust has
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from importlib.metadata import version
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from faust.tables import TableManager
@@ -21,39 +23,32 @@ from streams.internals import (
 )
 from streams.settings import Settings
 
+CHECKS = [  # what barcast uses of a Faust object, its check, and the object's name there
+    *((missing, DRAIN, check_drain_internals, "consumer") for missing in DRAIN),
+    *((missing, TABLES_START, check_table_internals, "table manager") for missing in TABLES_START),
+]
 
-@pytest.mark.parametrize("missing", DRAIN)
-def test_a_consumer_without_the_fetch_loops_internals_fails_naming_the_versions(
-    missing: str,
+
+@pytest.mark.parametrize(("missing", "names", "check", "owner"), CHECKS)
+def test_a_faust_object_without_what_barcast_uses_fails_naming_the_versions(
+    missing: str, names: tuple[str, ...], check: Callable[[Any], None], owner: str
 ) -> None:
-    consumer = SimpleNamespace(**{name: None for name in DRAIN if name != missing})
+    thing = SimpleNamespace(**{name: None for name in names if name != missing})
     with pytest.raises(InternalsMoved) as error:
-        check_drain_internals(consumer)
+        check(thing)
     message = str(error.value)
-    assert missing in message and "streams.internals.DRAIN" in message
+    constant = "DRAIN" if names is DRAIN else "TABLES_START"
+    assert f"Faust's {owner} has no {missing}" in message
+    assert f"streams.internals.{constant}" in message
     assert f"faust-streaming {version('faust-streaming')}" in message
     assert f"aiokafka {version('aiokafka')}" in message
-    check_drain_internals(SimpleNamespace(**dict.fromkeys(DRAIN)))  # all there: no error
+    check(SimpleNamespace(**dict.fromkeys(names)))  # all there: no error
 
 
 def test_the_installed_faust_consumer_gives_gaps_where_the_fetch_loop_tells_them() -> None:
     """`_add_gap` is a method of Faust's consumer class; `_read_offset`, set per instance, is
     checked as each worker's consumer starts."""
     assert callable(getattr(faust_aiokafka.Consumer, "_add_gap", None))
-
-
-@pytest.mark.parametrize("missing", TABLES_START)
-def test_a_table_manager_without_what_the_worker_starts_fails_naming_the_versions(
-    missing: str,
-) -> None:
-    manager = SimpleNamespace(**{name: None for name in TABLES_START if name != missing})
-    with pytest.raises(InternalsMoved) as error:
-        check_table_internals(manager)
-    message = str(error.value)
-    assert f"Faust's table manager has no {missing}" in message
-    assert "streams.internals.TABLES_START" in message
-    assert f"faust-streaming {version('faust-streaming')}" in message
-    check_table_internals(SimpleNamespace(**dict.fromkeys(TABLES_START)))  # all there
 
 
 def test_the_workers_table_manager_starts_recovery_without_fausts_pause() -> None:

@@ -218,24 +218,28 @@ def test_a_window_started_afresh_is_stored_whole_and_restores_as_it_is(between: 
     io = MemoryChangelogs()
 
     async def run() -> tuple[SymbolShadow, SymbolShadow]:
-        first = ShadowStore(Changelog("t-shadow-state-changelog", io), 20)
-        state = first.read(b"s")
-        state.serve("A")
-        for row in rows(30, 3):
-            state.window.append(row)
-        first.write(b"s", 0, 1, state)
-        await flush(first)
+        await scored(ShadowStore(Changelog("t-shadow-state-changelog", io), 20), 1, 30, "A")
         second = ShadowStore(Changelog("t-shadow-state-changelog", io), 20)
         await second.restore(0, boundary=2)
-        state = second.read(b"s")
-        state.serve("B")
-        for row in rows(between, 4):
-            state.window.append(row)
-        second.write(b"s", 0, 2, state)
-        await flush(second)
+        state = await scored(second, 2, between, "B")
         third = ShadowStore(Changelog("t-shadow-state-changelog", io), 20)
         await third.restore(0, boundary=3)
         return state, third.read(b"s")
 
     live, restored = asyncio.run(run())
     assert live.window.count == between and restored.window == live.window
+
+
+async def scored(
+    store: ShadowStore, offset: int, n: int, model_id: str | None = None
+) -> SymbolShadow:
+    """Symbol `s`'s shadow state in `store`, serving `model_id` (if given), with `n` more
+    scored rows in its window, written at source `offset` and flushed."""
+    state = store.read(b"s")
+    if model_id is not None:
+        state.serve(model_id)
+    for row in rows(n, offset):
+        state.window.append(row)
+    store.write(b"s", 0, offset, state)
+    await flush(store)
+    return state

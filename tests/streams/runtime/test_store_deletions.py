@@ -15,7 +15,7 @@ from model.serving.streaming import Dims, SymbolStream
 from model.serving.windows import meta_key, slot_key
 from streams.runtime.changelog import SOURCE, Changelog, ChangelogRecord
 from streams.runtime.stores import GONE, ShadowStore, StreamStore, WindowStore
-from tests.model.serving.test_skill import rows
+from tests.model.serving.test_skill import scored
 from tests.streams.runtime.test_stores import MemoryChangelogs, counter_store, flush
 
 
@@ -106,12 +106,7 @@ def test_a_shadow_window_stored_larger_leaves_no_slot_beyond_its_size(then: str)
     io = MemoryChangelogs()
 
     async def run() -> tuple[ShadowStore, ShadowStore]:
-        larger = ShadowStore(Changelog("t-shadow", io), 50)
-        state = larger.read(b"s")
-        for row in rows(60, 3):
-            state.window.append(row)
-        larger.write(b"s", 0, 1, state)
-        await flush(larger)
+        await scored(ShadowStore(Changelog("t-shadow", io), 50), 1, 60)
         smaller = ShadowStore(Changelog("t-shadow", io), 20)
         await smaller.restore(0, boundary=2)
         if then == "written":
