@@ -61,7 +61,6 @@ class Serving:
         self.forced: set[str] = set()  # model ids `barcast promote` named
         self.metrics, self.needed = metrics, needed
         self.store, self.shadows, self.calibrations = store, shadows, calibrations
-        self.seen: set[int] = set()  # partitions whose checkpoints are loaded
         self.load: Load | None = None  # set with the model directory's watcher
 
     @property
@@ -115,8 +114,11 @@ class Serving:
         if self.store is None or self.default is None:
             return
         key, partition = partition_key(row.partition), row.partition
+        # The partition's first row since its state was restored (a start, a rebalance: the
+        # store forgot it): the checkpoints its state names are loaded
+        restored = key not in self.store.states
         state = self.store.read(key)
-        changed = partition not in self.seen and await self._loaded(state, row)
+        changed = restored and await self._loaded(state, row)
         if state.serving is None:  # a partition's first row: what serves it is its state
             state.serving, changed = self.default.model_id, True
         minute = row.ts_event // NS_PER_MIN
@@ -148,7 +150,6 @@ class Serving:
     async def _loaded(self, state: PartitionCanary, row: FeatureRow) -> bool:
         """The checkpoints a restored partition names, loaded; one gone from the model
         directory serves no more (its canary is refused). Whether the state changed."""
-        self.seen.add(row.partition)
         changed = False
         for model_id in (state.serving, state.candidate):
             if model_id is None or self.load is None:
@@ -257,13 +258,14 @@ class Serving:
         self.shadows.write(key, row.partition, row.offset, shadow)
 
     def _tidy(self) -> None:
-        """Once no partition this worker has seen runs the canary any more, it is done; once
-        they all serve one checkpoint, that one is the worker's default. A checkpoint none of
-        them serves or runs is let go: its weights and per-symbol caches would otherwise stay
-        for as long as the worker runs, one more with each rollout (a partition that names it
-        later loads it again, `_loaded`)."""
+        """Once no partition whose state this worker holds runs the canary any more, it is
+        done; once they all serve one checkpoint, that one is the worker's default. A
+        checkpoint none of them serves or runs is let go: its weights and per-symbol caches
+        would otherwise stay for as long as the worker runs, one more with each rollout (a
+        partition that names it later loads it again, `_loaded`)."""
         assert self.store is not None
-        states = [self.store.read(partition_key(p)) for p in sorted(self.seen)]
+        # Those in memory only: reading one not restored yet would make it a blank state
+        states = [self.store.states[key] for key in sorted(self.store.states)]
         if self.candidate is not None and all(
             s.candidate != self.candidate.model_id for s in states
         ):
