@@ -134,6 +134,8 @@ class SymbolStream:
         return _HEAD.unpack_from(head)[3]
 
     def to(self, device: torch.device) -> SymbolStream:
+        if self.carried.device == device:
+            return self
         return SymbolStream(self.count, self.carried.to(device), self.dims, self.newest)
 
     def continued_by(self, request: WindowRequest) -> bool:

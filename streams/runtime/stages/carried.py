@@ -25,14 +25,19 @@ class Carried:
         self.store = store
 
     def resume(self, batch: Sequence[WindowRequest], engines: Engines) -> None:
-        """On the event loop, while no inference runs: each stream engine's stored stream of a
-        symbol it has none of in memory (a restarted worker's first batches)."""
+        """On the event loop, while no inference runs: each stream engine's stream of a symbol
+        as the store holds it, which a restarted worker would resume. None stored: the engine
+        starts the symbol's stream again from its window, though it may hold an older one (it
+        stopped forecasting the symbol since, as a checkpoint rolled back does; or the
+        symbol's partition was on another worker meanwhile)."""
         for request, forecasting in zip(batch, engines, strict=True):
             for engine in forecasting:
-                if engine is None or engine.streams is None or request.symbol in engine.streams:
+                if engine is None or engine.streams is None:
                     continue
                 stored = self.store.read(request.key).get(engine.model_id)
-                if stored is not None:
+                if stored is None:
+                    engine.streams.pop(request.symbol, None)
+                elif engine.streams.get(request.symbol) is not stored:
                     engine.streams[request.symbol] = stored.to(engine.device)
 
     @staticmethod

@@ -184,6 +184,8 @@ class Forecasting:
             while running is not None:
                 batch, plan, inference = running
                 predicted = await inference
+                # Before the next batch resumes its streams from the store (stages/carried.py)
+                self.carried.keep(batch, predicted.streams)
                 running = self._infer()
                 self.runtime.worked = time.monotonic()
                 started = time.perf_counter()
@@ -257,7 +259,6 @@ class Forecasting:
         values = self.scoring.forecasts(batch, values, predicted.baselines, scored, waits)
         shadowed = [(r, v) for r, v in zip(batch, canaries, strict=True) if v is not None]
         self.later.add(batch, plan.later)
-        self.carried.keep(batch, predicted.streams)
         forecasts = [
             Out(self.topic, r.key, encode_forecast(v), r.ts_event / 1e6, BAR_HEADERS, r.partition)
             for r, v in zip(batch, values, strict=True)

@@ -48,12 +48,18 @@ def rows(minute: int) -> list[FeatureRow]:
     return out
 
 
-def stage(models: Path, max_batch: int = 256) -> tuple[Forecasting, Producer]:
+def stage(
+    models: Path,
+    max_batch: int = 256,
+    changelogs: MemoryChangelogs | None = None,
+    default: str = "serving",
+) -> tuple[Forecasting, Producer]:
+    """A forecast stage serving checkpoint `models/default`, its changelogs in memory."""
     settings = replace(Settings(), role="forecast", canary_forecasts=NEEDED, max_batch=max_batch)
     runtime = Runtime(settings, Metrics(), "t", lambda topic: {0, 1}, lambda: asyncio.sleep(0))
     producer = runtime.producer = Producer()  # type: ignore[assignment]
-    runtime.changelogs = MemoryChangelogs()  # type: ignore[assignment]
-    engine = ForecastEngine.from_settings(models / "serving", settings)
+    runtime.changelogs = changelogs or MemoryChangelogs()  # type: ignore[assignment]
+    engine = ForecastEngine.from_settings(models / default, settings)
     forecasting = build_pipeline(settings, runtime, engine).forecasting
     assert forecasting is not None and forecasting.serving.canaries
     return forecasting, producer

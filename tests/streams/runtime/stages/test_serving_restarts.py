@@ -1,0 +1,116 @@
+"""Rollouts with a rebalance or a restart in their middle (streams.runtime.stages.serving,
+carried): what the forecast stage publishes is what a stage never interrupted publishes.
+
+A rebalance makes the stores forget every partition and restore each at its first record after,
+though a partition decides (or a `barcast promote` lands) before another's state is restored. A
+stream-encoder checkpoint promoted back a few minutes after it stopped serving starts its
+symbols' streams from their windows, as a restarted worker, which has no stream of it, does."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from model.serving.checkpoints import CheckpointWatcher
+from model.serving.forecast_engine import ForecastEngine
+from streams.runtime.records import Out
+from streams.runtime.stages.forecasts import Forecasting
+from tests.checkpoints import make_checkpoint
+from tests.streams.runtime.stages.test_serving import CANARY_AT, END, published, rows, stage, states
+from tests.streams.runtime.test_stores import MemoryChangelogs, flush
+
+PROMOTED_AT = 70  # the minute `barcast promote` names the canary, in the promoted case
+VERDICT_AT = 80  # the minute the canary is refused by a stage never rebalanced
+
+
+async def run(models: Path, canary: str, promote: bool, rebalance_at: int | None) -> Any:
+    """Each minute's rows one record a batch; at `rebalance_at`, every store flushed and
+    forgotten, each partition restored at its first record after (Committer.on_revoked,
+    Committer._start). What it published and each partition's canary state at the end."""
+    forecasting, producer = stage(models)
+    returned: list[Out] = []
+    for minute in range(END):
+        if minute == CANARY_AT:
+            forecasting.serving.propose(
+                ForecastEngine.from_settings(models / "canary", forecasting.settings)
+            )
+        if promote and minute == PROMOTED_AT:
+            await forecasting.serving.force(canary)
+        restore = set()
+        if minute == rebalance_at:
+            await forecasting.drain()
+            for store in forecasting.stores:
+                await flush(store)
+                store.forget()
+            restore = {0, 1}
+        for row in rows(minute):  # partition 0's row first: it decides before 1 is restored
+            if row.partition in restore:
+                for store in forecasting.stores:
+                    await store.restore(row.partition, 2 * minute)
+                restore.discard(row.partition)
+            returned.extend(await forecasting.add([row]))
+        await forecasting.drain()
+    return published(producer, returned), states(forecasting)
+
+
+@pytest.mark.parametrize("promote", [False, True])
+def test_a_rebalance_before_a_verdict_changes_nothing_published(
+    tmp_path: Path, promote: bool
+) -> None:
+    make_checkpoint(tmp_path / "serving")
+    canary = make_checkpoint(tmp_path / "canary", seed=1)
+    rebalance_at = PROMOTED_AT if promote else VERDICT_AT
+    never, decided = asyncio.run(run(tmp_path, canary, promote, None))
+    assert all(canary in state.verdicts for state in decided)
+    assert asyncio.run(run(tmp_path, canary, promote, rebalance_at)) == (never, decided)
+
+
+def test_a_stream_checkpoint_rolled_back_forecasts_as_after_a_restart(tmp_path: Path) -> None:
+    """Stream encoders: A serves, B runs beside it; `barcast promote` B, then A again three
+    minutes later, within A's lookback. Partition 1's symbols pause, so A stays loaded. A
+    worker restarted from the commit between the promotes publishes what the live one does."""
+    serving = make_checkpoint(tmp_path / "serving", encoder="stream")
+    canary = make_checkpoint(tmp_path / "canary", seed=1, encoder="stream")
+    io = MemoryChangelogs()
+
+    async def minute(forecasting: Forecasting, at: int, out: list[Out]) -> None:
+        if at == CANARY_AT:
+            engine = ForecastEngine.from_settings(tmp_path / "canary", forecasting.settings)
+            forecasting.serving.propose(engine)
+        for at_minute, model_id in ((64, canary), (67, serving)):
+            if at == at_minute:
+                await forecasting.serving.force(model_id)
+        out.extend(await forecasting.add([r for r in rows(at) if at < 64 or r.partition == 0]))
+        await forecasting.drain()
+
+    async def run() -> tuple[dict[Any, Any], dict[Any, Any]]:
+        live, live_out = stage(tmp_path, changelogs=io)
+        live.watch(CheckpointWatcher(tmp_path))  # how a promote loads a checkpoint let go
+        returned: list[Out] = []
+        for at in range(66):
+            await minute(live, at, returned)
+        for store in live.stores:  # the commit after minute 65
+            await flush(store)
+        committed = MemoryChangelogs()
+        committed.partitions = {k: list(v) for k, v in io.partitions.items()}
+        committed.last_write = dict(io.last_write)
+        # The newest checkpoint serves a worker started with partitions of no state
+        again, again_out = stage(tmp_path, changelogs=committed, default="canary")
+        again.watch(CheckpointWatcher(tmp_path))
+        for store in again.stores:
+            for partition in (0, 1):
+                await store.restore(partition, 2 * 66)
+        await again.serving.force(canary)  # as the live worker's promote file named it
+        sent, returned, again_returned = len(live_out.calls), [], []
+        for at in range(66, 75):
+            await minute(live, at, returned)
+            await minute(again, at, again_returned)
+        live_out.calls[:sent] = []
+        return published(live_out, returned), published(again_out, again_returned)
+
+    live, restarted = asyncio.run(run())
+    assert sum(topic == "forecasts" for topic, *_ in live) == 18  # 9 minutes of partition 0's
+    assert restarted == live
