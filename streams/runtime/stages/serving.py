@@ -59,6 +59,7 @@ class Serving:
         self.engines: dict[str, ForecastEngine] = {engine.model_id: engine} if engine else {}
         self.candidate: ForecastEngine | None = None  # the canary
         self.forced: set[str] = set()  # model ids `barcast promote` named
+        self.held: set[int] = set()  # partitions this worker has held since it started
         self.metrics, self.needed = metrics, needed
         self.store, self.shadows, self.calibrations = store, shadows, calibrations
         self.load: Load | None = None  # set with the model directory's watcher
@@ -150,7 +151,8 @@ class Serving:
     async def _loaded(self, state: PartitionCanary, row: FeatureRow) -> bool:
         """The checkpoints a restored partition names, loaded; one gone from the model
         directory serves no more (its canary is refused). Whether the state changed."""
-        changed = False
+        first, changed = row.partition not in self.held, False
+        self.held.add(row.partition)
         for model_id in (state.serving, state.candidate):
             if model_id is None or self.load is None:
                 continue
@@ -172,7 +174,8 @@ class Serving:
             changed = True
         default = self.default
         if (  # a checkpoint that landed while no worker ran: a canary, as if it ran
-            default is not None
+            first  # (the worker's default is the newest checkpoint only until it rolls out)
+            and default is not None
             and self.candidate is None
             and state.serving not in (None, default.model_id)
             and default.model_id not in state.verdicts

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from model.serving.canary import PartitionCanary, Verdict
 from model.serving.checkpoints import CheckpointWatcher
 from model.serving.forecast_engine import ForecastEngine
 from streams.runtime.records import Out
 from streams.runtime.stages.forecasts import Forecasting
+from streams.runtime.stages.serving import partition_key
 from tests.checkpoints import make_checkpoint
 from tests.streams.runtime.stages.test_serving import CANARY_AT, END, published, rows, stage, states
 from tests.streams.runtime.test_stores import MemoryChangelogs, flush
@@ -114,3 +116,35 @@ def test_a_stream_checkpoint_rolled_back_forecasts_as_after_a_restart(tmp_path: 
     live, restarted = asyncio.run(run())
     assert sum(topic == "forecasts" for topic, *_ in live) == 18  # 9 minutes of partition 0's
     assert restarted == live
+
+
+@pytest.mark.parametrize("held_before", [False, True])
+def test_a_partition_restored_proposes_the_default_only_when_first_held(
+    tmp_path: Path, held_before: bool
+) -> None:
+    """A partition whose state names a checkpoint other than the worker's default, and no
+    verdict on the default: held for the first time (a started worker), the default is
+    proposed as a canary, a checkpoint that landed while no worker ran; restored after a
+    rebalance, it is not (the default then is what the worker's rollouts left, not the newest
+    checkpoint, and a worker never rebalanced proposes nothing)."""
+    make_checkpoint(tmp_path / "serving")
+    promoted = make_checkpoint(tmp_path / "canary", seed=1)
+    forecasting, _ = stage(tmp_path)
+    forecasting.watch(CheckpointWatcher(tmp_path))
+    serving, row = forecasting.serving, rows(0)[0]
+    assert serving.store is not None and row.partition == 0
+    state = PartitionCanary(serving=promoted, verdicts={promoted: Verdict.FORCED})
+
+    async def run() -> PartitionCanary:
+        serving.store.write(partition_key(0), 0, 0, state)
+        await flush(serving.store)
+        serving.store.forget()  # a rebalance, or a start
+        if held_before:
+            serving.held.add(0)
+        await serving.store.restore(0, boundary=1)
+        await serving.before(row, lambda: asyncio.sleep(0))
+        return serving.store.read(partition_key(0))
+
+    after = asyncio.run(run())
+    assert (serving.candidate is None) == held_before
+    assert after.serving == promoted and (after.candidate is None) == held_before
