@@ -3,8 +3,9 @@
 Training validates and calibrates a streaming checkpoint (`TFTConfig(encoder="stream")`) on
 windows whose stream started `BURN_IN` lookbacks before them (model.stream), while the worker
 carries a symbol's stream for as long as its bars keep coming. `carry_check` forecasts
-calibration windows both ways, the other over `LONG_CARRY` lookbacks, and measures how far
-apart the two are: beyond `TOLERANCE` of the 80 % interval's width, the interval scales fitted
+calibration windows (`RUNS` runs of `RUN`) both ways, the other over `LONG_CARRY` lookbacks,
+and measures how far apart the two are: beyond `TOLERANCE` of the width between the outer
+quantiles (the 80 % interval's, with q10 and q90), the interval scales fitted
 here describe forecasts the worker does not serve, and `barcast train` says so.
 """
 

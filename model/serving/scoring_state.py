@@ -46,7 +46,8 @@ from model.serving.stored import framed, unframed
 DEFAULT_WINDOW = 240  # scored forecasts: four hours of one symbol's minutes
 DEFAULT_RETENTION = 1440  # bars held per symbol for forecasts not yet seen: a day of minutes
 # A symbol without a bar for this long (event time) before the newest of any is no longer
-# trading (an expired contract); longer than any holiday weekend's close.
+# trading (an expired contract): it leaves the pooled figures and the live page, its states
+# kept until BARCAST_EXPIRE_DAYS drops them (or for good); longer than any holiday's close.
 STALE_NS = 7 * NS_PER_DAY
 ROLLING_WIDTH = 2 + len(QUANTILES)  # a `Rolling.sums` row
 STATE_FORMAT = 2  # `SymbolScoring.to_bytes`; 1 (read still): one JSON document

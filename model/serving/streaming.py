@@ -134,9 +134,11 @@ class SymbolStream:
         return _HEAD.unpack_from(head)[3]
 
     def to(self, device: torch.device) -> SymbolStream:
-        if self.carried.device == device:
+        """On `device`: itself if already there (`cuda` is the tensors' `cuda:0`)."""
+        carried = self.carried.to(device)
+        if carried is self.carried:
             return self
-        return SymbolStream(self.count, self.carried.to(device), self.dims, self.newest)
+        return SymbolStream(self.count, carried, self.dims, self.newest)
 
     def continued_by(self, request: WindowRequest) -> bool:
         """Whether `request`'s window holds this stream's newest row and all after it."""

@@ -87,6 +87,7 @@ class Corrections:
         if kind == ControlKind.ROLL:
             self._announced(control)
             return
+        expiring = kind == ControlKind.END_OF_INTERVAL and self.expire_ns
         last: dict[bytes, int] = {}  # each key's last bar once decided: what expires
         for key in self.store.keys_in(partition):
             state = self.store.read(key)
@@ -95,8 +96,9 @@ class Corrections:
                 self._emit(key, step, (self.raw_topic, partition, offset), out)
             if changed:
                 self.store.write(key, partition, offset, state)
-            last[key] = state.last_ts
-        if kind == ControlKind.END_OF_INTERVAL and self.expire_ns:
+            if expiring:
+                last[key] = state.last_ts
+        if expiring:
             self._expire(control, last, out)
         out.outputs.append(control.forward(self.clean_topic))
         out.items.append(control)

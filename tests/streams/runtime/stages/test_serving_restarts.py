@@ -31,9 +31,11 @@ VERDICT_AT = 80  # the minute the canary is refused by a stage never rebalanced
 async def run(models: Path, canary: str, promote: bool, rebalance_at: int | None) -> Any:
     """Each minute's rows one record a batch; at `rebalance_at`, every store flushed and
     forgotten, each partition restored at its first record after (Committer.on_revoked,
-    Committer._start). What it published and each partition's canary state at the end."""
+    Committer._start). What it published, each partition's canary state at the end and the
+    minute each first held a verdict on the canary."""
     forecasting, producer = stage(models)
     returned: list[Out] = []
+    decided_at: dict[int, int] = {}
     for minute in range(END):
         if minute == CANARY_AT:
             forecasting.serving.propose(
@@ -55,7 +57,11 @@ async def run(models: Path, canary: str, promote: bool, rebalance_at: int | None
                 restore.discard(row.partition)
             returned.extend(await forecasting.add([row]))
         await forecasting.drain()
-    return published(producer, returned), states(forecasting)
+        for partition in (0, 1):  # those in memory only: a read would make a blank state
+            state = forecasting.serving.store.states.get(partition_key(partition))
+            if state is not None and canary in state.verdicts:
+                decided_at.setdefault(partition, minute)
+    return published(producer, returned), states(forecasting), decided_at
 
 
 @pytest.mark.parametrize("promote", [False, True])
@@ -65,9 +71,11 @@ def test_a_rebalance_before_a_verdict_changes_nothing_published(
     make_checkpoint(tmp_path / "serving")
     canary = make_checkpoint(tmp_path / "canary", seed=1)
     rebalance_at = PROMOTED_AT if promote else VERDICT_AT
-    never, decided = asyncio.run(run(tmp_path, canary, promote, None))
+    never = asyncio.run(run(tmp_path, canary, promote, None))
+    decided, decided_at = never[1:]
     assert all(canary in state.verdicts for state in decided)
-    assert asyncio.run(run(tmp_path, canary, promote, rebalance_at)) == (never, decided)
+    assert decided_at[0] == (PROMOTED_AT if promote else VERDICT_AT)  # the rebalance's minute
+    assert asyncio.run(run(tmp_path, canary, promote, rebalance_at)) == never
 
 
 def test_a_stream_checkpoint_rolled_back_forecasts_as_after_a_restart(tmp_path: Path) -> None:
