@@ -31,6 +31,7 @@ RANGES: dict[str, tuple[float, float | None, str]] = {
     "rebalance_timeout_s": (0.001, None, "s"),
     "connect_timeout_s": (0.001, None, "s"),
     "fetch_max_wait_ms": (1, 1500, "ms"),
+    "checkpoint_min_s": (0.01, 60, "s"),
     "checkpoint_max_s": (0.1, 60, "s"),
     "score_window": (1, None, "scored forecasts"),
     "expire_days": (0, None, "days without a bar; 0: never"),

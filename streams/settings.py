@@ -177,6 +177,14 @@ class Settings:
             "age of an exponentially weighted mean)."
         },
     )
+    checkpoint_min_s: float = field(
+        default=0.5,
+        metadata={
+            "doc": "Shortest a quiet worker holds consumed events before it stores its state and "
+            "commits them (s), at most `BARCAST_CHECKPOINT_MAX_S`: longer writes fewer "
+            "changelog records and commits, and a crash replays more."
+        },
+    )
     checkpoint_max_s: float = field(
         default=2.0,
         metadata={
@@ -275,6 +283,11 @@ class Settings:
                     f"{PREFIX}{name.upper()}={value} is out of range; use {accepted} ({unit})"
                 )
         self._validate_scoring()
+        if self.checkpoint_min_s > self.checkpoint_max_s:
+            raise SettingError(
+                f"{PREFIX}CHECKPOINT_MIN_S={self.checkpoint_min_s} is over "
+                f"{PREFIX}CHECKPOINT_MAX_S={self.checkpoint_max_s}; set it to at most that"
+            )
         if self.ssl_cafile and not Path(self.ssl_cafile).is_file():
             raise SettingError(
                 f"{PREFIX}SSL_CAFILE={self.ssl_cafile!r} is not a file; set it to the PEM bundle "

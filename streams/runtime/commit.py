@@ -1,6 +1,6 @@
 """The commit protocol (docs/design.md, Commit protocol): an agent's batches under one lock, and
-their commits (`Committer.commit`), due once the oldest held record has waited `INTERVAL_S` and
-the worker is quiet (no stream work for `QUIET_S`), or `checkpoint_max_s` on a worker never
+their commits (`Committer.commit`), due once the oldest held record has waited `checkpoint_min_s`
+and the worker is quiet (no stream work for `QUIET_S`), or `checkpoint_max_s` on a worker never
 quiet, or after `MAX_HELD` records; and before partitions move. Why so seldom: each changed
 state is one changelog record, so a commit per batch would cost up to one per bar; why quiet: at
 a minute boundary every symbol's bar arrives at once, and writing every state mid-burst would
@@ -16,9 +16,9 @@ delivers them, a partition's records must come at consecutive offsets from where
 of it still in the log, or the worker exits 69); a record delivered twice (as a few from before
 Faust's seek at start-up) is dropped.
 
-The names that say "checkpoint" (`BARCAST_CHECKPOINT_MAX_S`, `barcast_checkpoints_total`, the
-marks' store and key, the stop's log line) predate the name "commit" and keep it: deployments,
-dashboards, log searches and stored state read them.
+The names that say "checkpoint" (`BARCAST_CHECKPOINT_MIN_S` and `_MAX_S`,
+`barcast_checkpoints_total`, the marks' store and key, the stop's log line) predate the name
+"commit" and keep it: deployments, dashboards, log searches and stored state read them.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("barcast.runtime")
 
-INTERVAL_S = 0.5  # below Faust's commit interval (1 s), so commits of a quiet worker are prompt
 QUIET_S = 0.1  # no stream work for this long: the burst is over
 TICK_S = 0.05  # how often a quiet worker's due commits are looked for
 MAX_HELD = 20_000  # bounds memory
@@ -53,12 +52,12 @@ MARK = b"checkpoint:"  # + source partition: the key of a partition's mark
 END, NONE = 2**63 - 1, -1  # restore every record / none
 
 
-def commit_due(held: int, held_s: float, quiet_s: float, max_s: float) -> bool:
-    """Whether `held` records, the oldest held `held_s` (at most `max_s`), are due on a worker
-    quiet for `quiet_s`."""
+def commit_due(held: int, held_s: float, quiet_s: float, min_s: float, max_s: float) -> bool:
+    """Whether `held` records, the oldest held `held_s`, are due: on a worker quiet for
+    `quiet_s` once `held_s` reaches `min_s`, on any once it reaches `max_s`."""
     if held >= MAX_HELD:
         return True
-    return held > 0 and (held_s >= max_s or (held_s >= INTERVAL_S and quiet_s >= QUIET_S))
+    return held > 0 and (held_s >= max_s or (held_s >= min_s and quiet_s >= QUIET_S))
 
 
 @dataclass
@@ -244,7 +243,8 @@ class Committer:
     def _due(self) -> bool:
         now, settings = time.monotonic(), self.runtime.settings
         held_s, quiet_s = now - self.held_since, now - self.runtime.worked
-        return commit_due(len(self.held), held_s, quiet_s, settings.checkpoint_max_s)
+        min_s, max_s = settings.checkpoint_min_s, settings.checkpoint_max_s
+        return commit_due(len(self.held), held_s, quiet_s, min_s, max_s)
 
     async def _admit(self, records: Sequence[Record]) -> list[Record]:
         """Each partition's records in offset order, without repeats or holes (the guard)."""

@@ -10,7 +10,6 @@ import pytest
 
 from streams.metrics import Metrics
 from streams.runtime.commit import (
-    INTERVAL_S,
     MAX_HELD,
     QUIET_S,
     Committer,
@@ -21,28 +20,28 @@ from streams.runtime.observers import notify
 from streams.runtime.records import Record
 from streams.settings import Settings
 
-MAX_S = 2.0
+MIN_S, MAX_S = 0.5, 2.0
 
 
 def test_nothing_held_is_never_due() -> None:
-    assert not commit_due(0, held_s=10 * MAX_S, quiet_s=10.0, max_s=MAX_S)
+    assert not commit_due(0, held_s=10 * MAX_S, quiet_s=10.0, min_s=MIN_S, max_s=MAX_S)
 
 
 def test_a_quiet_worker_checkpoints_once_the_interval_has_passed() -> None:
-    assert not commit_due(10, held_s=INTERVAL_S / 2, quiet_s=QUIET_S, max_s=MAX_S)
-    assert commit_due(10, held_s=INTERVAL_S, quiet_s=QUIET_S, max_s=MAX_S)
+    assert not commit_due(10, held_s=MIN_S / 2, quiet_s=QUIET_S, min_s=MIN_S, max_s=MAX_S)
+    assert commit_due(10, held_s=MIN_S, quiet_s=QUIET_S, min_s=MIN_S, max_s=MAX_S)
 
 
 def test_a_busy_worker_waits_for_a_quiet_moment() -> None:
     # A burst: events held past the interval, but the worker did stream work just now.
-    assert not commit_due(1_000, held_s=INTERVAL_S * 2, quiet_s=QUIET_S / 10, max_s=MAX_S)
-    assert commit_due(1_000, held_s=INTERVAL_S * 2, quiet_s=QUIET_S, max_s=MAX_S)
+    assert not commit_due(1_000, held_s=MIN_S * 2, quiet_s=QUIET_S / 10, min_s=MIN_S, max_s=MAX_S)
+    assert commit_due(1_000, held_s=MIN_S * 2, quiet_s=QUIET_S, min_s=MIN_S, max_s=MAX_S)
 
 
 def test_a_worker_that_is_never_quiet_still_checkpoints() -> None:
-    assert not commit_due(10, held_s=MAX_S * 0.99, quiet_s=0.0, max_s=MAX_S)
-    assert commit_due(10, held_s=MAX_S, quiet_s=0.0, max_s=MAX_S)
-    assert commit_due(MAX_HELD, held_s=0.0, quiet_s=0.0, max_s=MAX_S)
+    assert not commit_due(10, held_s=MAX_S * 0.99, quiet_s=0.0, min_s=MIN_S, max_s=MAX_S)
+    assert commit_due(10, held_s=MAX_S, quiet_s=0.0, min_s=MIN_S, max_s=MAX_S)
+    assert commit_due(MAX_HELD, held_s=0.0, quiet_s=0.0, min_s=MIN_S, max_s=MAX_S)
 
 
 class Recorder:
