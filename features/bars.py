@@ -6,6 +6,7 @@ The corrections, the feature engine's callers, training and the worker all go th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -42,16 +43,35 @@ def to_fixed(prices: np.ndarray) -> np.ndarray:
     return fixed
 
 
-def engine_columns(bars: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
+def engine_columns(
+    bars: list[dict[str, Any]], rolls: Sequence[tuple[int, float]] = ()
+) -> tuple[np.ndarray, ...]:
     """`bars.clean` values as the feature engine's input columns: ts_event, open, high, low,
     close (fixed-point to float), volume, synthetic. The features agent and offline replays
-    convert through this one function, so both feed the engine identical floats."""
+    convert through this one function, so both feed the engine identical floats.
+
+    `rolls`: a continuous symbol's rolls, in order, each as the index of the first bar after it
+    and its ratio (the new contract's price over the old's); the bars from each are fed at the
+    level of before the first (`rolled_price`), as the feature stage feeds them."""
+    prices = [np.array([b[f] for b in bars], dtype=np.float64) * PRICE_SCALE for f in PRICE_FIELDS]
+    scale = 1.0
+    for k, (start, ratio) in enumerate(rolls):
+        end = rolls[k + 1][0] if k + 1 < len(rolls) else len(bars)
+        scale /= ratio
+        for column, name in zip(prices, PRICE_FIELDS, strict=True):
+            column[start:end] = [rolled_price(b[name], scale) for b in bars[start:end]]
     return (
         np.array([b["ts_event"] for b in bars], dtype=np.int64),
-        *(np.array([b[f] for b in bars], dtype=np.float64) * PRICE_SCALE for f in PRICE_FIELDS),
+        *prices,
         np.array([b["volume"] for b in bars], dtype=np.float64),
         np.array([b.get("status") == "synthetic" for b in bars], dtype=np.bool_),
     )
+
+
+def rolled_price(fixed: int, scale: float) -> float:
+    """A fixed-point price as the feature engine is fed it once its symbol has rolled: times
+    `scale` (1 divided by each roll's ratio in turn), rounded to the fixed-point unit."""
+    return round(fixed * scale) * PRICE_SCALE
 
 
 def read_bar_csv(path: Path) -> pd.DataFrame:

@@ -67,12 +67,12 @@ BURST_GOAL_MS = 100.0
 def month_windows(settings: Settings, lookback: int, n: int) -> list[WindowRequest]:
     """`n` served windows of the 6EH4 month: runs of `RUN` consecutive ones, evenly spread."""
     from features.bars import read_bar_csv
-    from features.corrections import bars_from_frame, correct_history
-    from model.serving.offline import window_requests
+    from features.corrections import bars_from_frame
+    from model.serving.offline import clean_history, window_requests
     from streams.ingest.convert import SIXE_CSV
 
     frame = read_bar_csv(settings.data_dir / SIXE_CSV)
-    clean = correct_history(bars_from_frame(frame, symbol=SYMBOL, instrument_id=1)).clean
+    clean = clean_history(bars_from_frame(frame, symbol=SYMBOL, instrument_id=1))[SYMBOL]
     requests = window_requests(SYMBOL, clean, lookback)
     runs = max(1, n // RUN)
     starts = np.linspace(0, len(requests) - min(n, RUN), runs).astype(int)

@@ -93,7 +93,7 @@ def forecast_values(raw: list[dict[str, Any]], checkpoint: Path) -> list[dict[st
     path = CACHE / f"{engine.model_id[:16]}-{digest}.jsonl"
     if path.exists():
         return [orjson.loads(line) for line in path.read_bytes().splitlines()]
-    closes = {bar["ts_event"]: bar["close"] for bar in clean_history(raw)[SYMBOL]}
+    closes = {bar["ts_event"]: bar["close"] for bar in clean_history(raw)[SYMBOL].bars}
     values = []
     for (symbol, ts), quantiles in sorted(forecast_history(raw, engine).items()):
         request = WindowRequest(
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, Any]] = {}
     for name, bars in frames.items():
         raw = raw_bars(bars)
-        clean = clean_history(raw)[SYMBOL]
+        clean = clean_history(raw)[SYMBOL].bars
         runs[name] = {"clean": clean, "forecasts": forecast_values(raw, args.checkpoint)}
     runs["regime"]["middle"] = int(frame["ts_event"].iloc[len(frame) // 2])
     if args.forecast_only:

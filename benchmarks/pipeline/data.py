@@ -14,10 +14,10 @@ import numpy as np
 import orjson
 
 from features.bars import read_bar_csv
-from features.corrections import bars_from_frame, correct_history
+from features.corrections import bars_from_frame
 from model.config import TFTConfig
 from model.serving.forecast_engine import WindowRequest
-from model.serving.offline import window_requests
+from model.serving.offline import clean_history, window_requests
 from streams.ingest.convert import SIXE_CSV
 from streams.settings import Settings
 
@@ -82,8 +82,8 @@ def reference(series: Series, burst_rows: range, anchor_minutes: list[int]) -> R
     anchor: dict[int, list[WindowRequest]] = {m: [] for m in anchor_minutes}
     statuses: dict[str, int] = {}
     for k, symbol in enumerate(series.symbols):
-        clean = correct_history(series.values[k]).clean
-        for bar in clean:
+        clean = clean_history(series.values[k])[symbol]
+        for bar in clean.bars:
             statuses[bar["status"]] = statuses.get(bar["status"], 0) + 1
         mine = []
         for request in window_requests(symbol, clean, LOOKBACK):

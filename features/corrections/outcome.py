@@ -96,10 +96,11 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Roll:
-    """The contract behind a symbol changed at `ts` (the new contract's first bar): `old` and
+    """The contract behind `symbol` changed at `ts` (the new contract's first bar): `old` and
     `new` raw symbols, and `ratio`, new's price over old's, by which the state's price levels
     were rescaled; the bars from `Step.clean[at]` on are the new contract's."""
 
+    symbol: str
     ts: int
     old: str
     new: str

@@ -193,7 +193,7 @@ def _roll(state: SymbolState, stats: CorrectionStats, step: Step, bar: Bar, rati
     rescaled = {name: round(last[name] * ratio) for name in PRICE_FIELDS}
     state.last = {**last, **rescaled, "raw_symbol": new}
     state.unconfirmed = None  # the old contract's prices
-    step.roll = Roll(bar.ts, last.get("raw_symbol", ""), new, ratio, len(step.clean))
+    step.roll = Roll(bar.symbol, bar.ts, last.get("raw_symbol", ""), new, ratio, len(step.clean))
     stats.rolls += 1
 
 

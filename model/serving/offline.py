@@ -3,21 +3,24 @@
 The same corrections, feature engine, window rule and batch-invariant inference the streaming
 worker runs, in one process: the reference the end-to-end tests hold the worker to, and a way
 to backtest a checkpoint on history without a broker; `served_history` adds the worker's
-scoring, online calibration and shadow baselines, and so what it publishes. A history in which
-a symbol expires (BARCAST_EXPIRE_DAYS: a partition's bars weeks past its last) is not one: the
-worker starts that symbol anew at its expiry, this module never does.
+scoring, online calibration and shadow baselines, and so what it publishes. A continuous
+symbol's bars after a roll are fed at the price level of before it, as the feature stage feeds
+them (`SymbolBars.rolls`). A history in which a symbol expires (BARCAST_EXPIRE_DAYS: a
+partition's bars weeks past its last) is not one: the worker starts that symbol anew at its
+expiry, this module never does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from features import engine as feature_engine
 from features.bars import PRICE_SCALE, engine_columns
-from features.corrections import correct_history
+from features.corrections import CorrectionStats, correct_steps
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.messages import forecast_value
@@ -30,18 +33,35 @@ Key = tuple[str, int]  # (symbol, ts_event)
 DELIVERY = ("batch_size", "latency_ms")  # a `forecasts` value's fields of one delivery
 
 
-def clean_history(values: Iterable[bytes | dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """`bars.clean` values per symbol, in order (corrections with the default config)."""
-    by_symbol: dict[str, list[dict[str, Any]]] = {}
-    for bar in correct_history(values).clean:
-        by_symbol.setdefault(bar["symbol"], []).append(bar)
+@dataclass(slots=True)
+class SymbolBars:
+    """A symbol's `bars.clean` values in order, and its contract's rolls: each as the index of
+    the first bar after it and its ratio, as `features.bars.engine_columns` takes them."""
+
+    bars: list[dict[str, Any]] = field(default_factory=list)
+    rolls: list[tuple[int, float]] = field(default_factory=list)
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The feature engine's input, fed as the feature stage feeds it."""
+        return engine_columns(self.bars, self.rolls)
+
+
+def clean_history(values: Iterable[bytes | dict[str, Any]]) -> dict[str, SymbolBars]:
+    """Each symbol's `bars.clean` values and rolls (corrections with the default config)."""
+    by_symbol: dict[str, SymbolBars] = {}
+    for step in correct_steps(values, None, CorrectionStats(), {}):
+        if step.roll is not None:
+            clean = by_symbol.setdefault(step.roll.symbol, SymbolBars())
+            clean.rolls.append((len(clean.bars) + step.roll.at, step.roll.ratio))
+        for bar in step.clean:
+            by_symbol.setdefault(bar["symbol"], SymbolBars()).bars.append(bar)
     return by_symbol
 
 
-def window_requests(symbol: str, bars: list[dict[str, Any]], lookback: int) -> list[WindowRequest]:
+def window_requests(symbol: str, clean: SymbolBars, lookback: int) -> list[WindowRequest]:
     """One request per real bar whose window holds `lookback` warm feature rows: the rule the
     forecast agent applies."""
-    columns = engine_columns(bars)
+    bars, columns = clean.bars, clean.columns()
     values, warm = feature_engine.compute_batch(*columns)
     synthetic = columns[-1]
     requests = []
@@ -69,8 +89,8 @@ def forecast_history(
 ) -> dict[Key, np.ndarray]:
     """Quantiles `(horizon, n_quantiles)` of every bar the worker would forecast."""
     out: dict[Key, np.ndarray] = {}
-    for symbol, bars in clean_history(values).items():
-        requests = window_requests(symbol, bars, engine.lookback)
+    for symbol, clean in clean_history(values).items():
+        requests = window_requests(symbol, clean, engine.lookback)
         for start in range(0, len(requests), batch):
             chunk = requests[start : start + batch]
             for request, quantiles in zip(chunk, engine.predict(chunk), strict=True):
@@ -79,11 +99,11 @@ def forecast_history(
 
 
 def forecast_values(
-    forecasts: dict[Key, np.ndarray], clean: dict[str, list[dict[str, Any]]], engine: ForecastEngine
+    forecasts: dict[Key, np.ndarray], clean: dict[str, SymbolBars], engine: ForecastEngine
 ) -> list[dict[str, Any]]:
     """The `forecasts` values of `forecast_history`'s quantiles, in key order, the closes from
     `clean_history`'s bars, without the fields that describe one delivery (`DELIVERY`)."""
-    bars = {(s, bar["ts_event"]): bar for s in clean for bar in clean[s]}
+    bars = {(s, bar["ts_event"]): bar for s in clean for bar in clean[s].bars}
     out = []
     for (symbol, ts), quantiles in sorted(forecasts.items()):
         bar = bars[symbol, ts]
@@ -111,13 +131,13 @@ def served_history(
     model = forecast_history(values, engine)
     published: list[dict[str, Any]] = []
     scores: dict[Key, ScoreValue] = {}
-    for symbol, bars in clean_history(values).items():
-        requests = {r.ts_event: r for r in window_requests(symbol, bars, engine.lookback)}
+    for symbol, clean in clean_history(values).items():
+        requests = {r.ts_event: r for r in window_requests(symbol, clean, engine.lookback)}
         state = _SymbolReplay(engine, config, mode, window)
-        for request, raw in state.baselines(bars, list(requests.values())):
+        for request, raw in state.baselines(clean, list(requests.values())):
             requests[request.ts_event] = request
             state.raw[request.ts_event] = raw
-        for bar in bars:
+        for bar in clean.bars:
             ts = int(bar["ts_event"])
             if ts in requests:
                 value = forecast_value(engine, requests[ts], model[(symbol, ts)], 0, 0)
@@ -140,12 +160,12 @@ class _SymbolReplay:
         self.waiting: tuple[dict[str, Any], Pending] | None = None
 
     def baselines(
-        self, bars: list[dict[str, Any]], requests: list[WindowRequest]
+        self, clean: SymbolBars, requests: list[WindowRequest]
     ) -> Iterable[tuple[WindowRequest, dict[str, Columns]]]:
         """Every row into the EWMAs; the requests with their variances, and each one's baselines."""
         engine, by_ts = self.engine, {r.ts_event: r for r in requests}
-        values, _ = feature_engine.compute_batch(*engine_columns(bars))
-        for bar, row in zip(bars, values, strict=True):
+        values, _ = feature_engine.compute_batch(*clean.columns())
+        for bar, row in zip(clean.bars, values, strict=True):
             ts = int(bar["ts_event"])
             variances = self.shadow.row(engine.served.baselines, engine.model_id, ts, row)
             if ts in by_ts:

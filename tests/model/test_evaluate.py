@@ -48,7 +48,7 @@ def test_evaluated_windows_are_the_windows_the_worker_forecasts(
     evaluated = set(panel.ts[window_ends(panel, split, Part.TRAIN, 60, 10)].tolist())
     values = bars_from_frame(sixe_bars.iloc[:BARS], symbol="6EH4", instrument_id=1)
     (symbol, clean), *_ = clean_history(values).items()
-    label_ends = {int(b["ts_event"]) for b in clean[: len(clean) - 10]}
+    label_ends = {int(b["ts_event"]) for b in clean.bars[: len(clean.bars) - 10]}
     served = {r.ts_event for r in window_requests(symbol, clean, 60)}
     complete = {t for t in served if t in label_ends}  # the last 10 have no full label yet
     assert len(evaluated) > 700 and evaluated <= complete
@@ -136,7 +136,7 @@ def test_served_quantiles_are_the_offline_workers_online_calibration(
     clean = clean_history(values)
     published = calibrate_offline(
         forecast_values(forecast_history(values, engine), clean, engine),
-        clean["6EH4"],
+        clean["6EH4"].bars,
         CalibrationConfig(),
     )
     by_ts = {v["ts_event"]: v for v in published}

@@ -20,7 +20,7 @@ import numpy as np
 import zstandard
 
 from features import engine
-from features.bars import PRICE_FIELDS, PRICE_SCALE, engine_columns
+from features.bars import PRICE_FIELDS, PRICE_SCALE, engine_columns, rolled_price
 from features.corrections import SYNTHETIC
 from streams import schema
 from streams.metrics import Metrics, Outcome, Stage
@@ -69,7 +69,7 @@ class SymbolFeatures:
     def prices(self, bar: schema.CleanBarValue) -> list[float]:
         """The bar's open, high, low and close as the engine is fed them."""
         fixed = [bar[name] for name in PRICE_FIELDS]  # type: ignore[literal-required]
-        return [round(p * self.scale) * PRICE_SCALE for p in fixed]
+        return [rolled_price(p, self.scale) for p in fixed]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SymbolFeatures:

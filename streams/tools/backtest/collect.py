@@ -24,7 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tqdm import tqdm
 
 from features.bars import ControlKind, is_control
-from model.serving.offline import window_requests
+from model.serving.offline import SymbolBars, window_requests
 from model.serving.scoring import score_offline
 from streams.kafka import confluent_config
 from streams.schema import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
@@ -135,11 +135,12 @@ class TopicReader:
 
 
 def owed_forecasts(collected: Collected, lookback: int) -> set[Key]:
-    """Every (symbol, ts_event) the worker forecasts from these clean bars."""
+    """Every (symbol, ts_event) the worker forecasts from these clean bars (which ones does not
+    depend on prices, so a roll's, which scales them, is left out)."""
     return {
         (symbol, request.ts_event)
         for symbol, bars in collected.lives()
-        for request in window_requests(symbol, bars, lookback)
+        for request in window_requests(symbol, SymbolBars(bars), lookback)
     }
 
 

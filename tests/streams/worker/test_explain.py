@@ -33,8 +33,8 @@ TOP_K = 5
 def offline_explanations(values: list[dict], engine: ForecastEngine) -> dict:
     """(symbol, ts_event) -> the explanation the engine gives that window offline."""
     out = {}
-    for symbol, bars in clean_history(values).items():
-        requests = window_requests(symbol, bars, engine.lookback)
+    for symbol, clean in clean_history(values).items():
+        requests = window_requests(symbol, clean, engine.lookback)
         for start in range(0, len(requests), 256):
             chunk = requests[start : start + 256]
             _, explanations = engine.predict_explained(chunk, top_k=TOP_K)

@@ -61,7 +61,7 @@ def test_without_a_checkpoint_features_flow_and_forecasts_begin_when_one_lands(
     make_checkpoint(tmp_path / "incoming" / "first")
     values = bars_from_frame(sixe_bars.iloc[:1200], symbol="6EH4", instrument_id=1)
     before, after = values[:600], values[600:]
-    rows_before = clean_history(before)["6EH4"]
+    rows_before = clean_history(before)["6EH4"].bars
     reference = forecast_history(values, ForecastEngine(tmp_path / "incoming" / "first"))
     expected = {k: q for k, q in reference.items() if k[1] > before[-1]["ts_event"]}
     assert ("6EH4", after[0]["ts_event"]) in expected, "the first bar after must be forecastable"

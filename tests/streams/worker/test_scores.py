@@ -22,7 +22,13 @@ from features.corrections import bars_from_frame
 from model.calibration import fit_interval_scale
 from model.serving.conformal import CalibrationConfig, calibrate_offline
 from model.serving.forecast_engine import ForecastEngine
-from model.serving.offline import DELIVERY, clean_history, forecast_history, forecast_values
+from model.serving.offline import (
+    DELIVERY,
+    SymbolBars,
+    clean_history,
+    forecast_history,
+    forecast_values,
+)
 from model.serving.scoring import ScoreValue, decode_score, score_offline
 from model.serving.scoring_state import Rolling, pooled_figures
 from streams.kafka import ensure_topics, pipeline_topics
@@ -51,7 +57,7 @@ LEVELS = (0.1, 0.5, 0.9)
 def month(sixe_bars: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The first BARS bars as `bars.raw` values, and as `bars.clean` values."""
     raw = bars_from_frame(sixe_bars.iloc[:BARS], symbol=SYMBOL, instrument_id=1)
-    return raw, clean_history(raw)[SYMBOL]
+    return raw, clean_history(raw)[SYMBOL].bars
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +76,7 @@ def narrow_checkpoint(
     """`narrow`'s checkpoint, written to `directory`, and its forecasts."""
     make_checkpoint(directory)
     engine = ForecastEngine(directory)
-    values = forecast_values(forecast_history(raw, engine), {SYMBOL: clean}, engine)
+    values = forecast_values(forecast_history(raw, engine), {SYMBOL: SymbolBars(clean)}, engine)
     records = score_offline(values, clean)
     scored = [(v, r) for v in values if (r := records.get((SYMBOL, v["ts_event"]))) is not None]
     scored = [(v, r) for v, r in scored if r["unscored"] is None]
@@ -82,7 +88,7 @@ def narrow_checkpoint(
     config["interval_scale"] = scale.tolist()
     (directory / "config.json").write_text(json.dumps(config))
     engine = ForecastEngine(directory)
-    values = forecast_values(forecast_history(raw, engine), {SYMBOL: clean}, engine)
+    values = forecast_values(forecast_history(raw, engine), {SYMBOL: SymbolBars(clean)}, engine)
     return directory, values
 
 

@@ -135,7 +135,7 @@ def test_a_biased_model_gives_way_to_the_best_baseline_and_every_score_is_as_off
     assert sum(ts >= due for ts in sources) > 2500
 
     # From there what is published scores as the baseline it comes from, to the bit.
-    clean = clean_history(raw)[SYMBOL]
+    clean = clean_history(raw)[SYMBOL].bars
     rescored = score_offline(list(published.values()), clean)
     fallback = [k for k, r in scores.items() if r["source"] != MODEL and r["unscored"] is None]
     assert len(fallback) > 2000

@@ -5,17 +5,23 @@ bars."""
 
 from __future__ import annotations
 
+import struct
 import time
 
 import numpy as np
 import orjson
 import pandas as pd
 import pytest
+import zstandard
 
+from features import engine as feature_engine
+from features.bars import PRICE_FIELDS, PRICE_SCALE, engine_columns
 from features.corrections import bars_from_frame
 from features.registry import FEATURE_NAMES
+from model.serving.offline import clean_history
 from streams import schema
 from streams.runtime.records import Control, FeatureRow, Record
+from streams.runtime.stages.features import SymbolFeatures
 from tests.roll_files import CONTINUOUS, NEW, OLD, SPREAD, roll_minute
 from tests.streams.runtime.stages.test_corrections_features import stages
 from tests.streams.runtime.test_stores import MemoryChangelogs
@@ -92,6 +98,36 @@ def test_a_roll_leaves_every_feature_as_without_the_jump(three_days: pd.DataFram
     assert state.scale == pytest.approx(1 / SPREAD, rel=1e-9) and state.rolled_at == roll_ts
 
 
+def test_offline_replays_feed_the_engine_as_the_stage_does(three_days: pd.DataFrame) -> None:
+    """model.serving.offline over the same `bars.raw` values: the stage's rows bit for bit."""
+    roll_ts = roll_minute(three_days, "2024-01-17T15:00")
+    records = raw_records(three_days, roll_ts, SPREAD)
+    _, items, _, _ = run(records)
+    rows = [i for i in items if isinstance(i, FeatureRow)]
+    [clean] = clean_history(r.value for r in records).values()
+    [(at, ratio)] = clean.rolls
+    assert clean.bars[at]["ts_event"] == roll_ts and ratio == pytest.approx(SPREAD, rel=1e-9)
+    values, warm = feature_engine.compute_batch(*clean.columns())
+    assert [b["ts_event"] for b in clean.bars] == [r.ts_event for r in rows]
+    assert warm.tolist() == [r.warm for r in rows]
+    assert np.array_equal(values, np.array([r.values for r in rows]), equal_nan=True)
+
+
+def test_each_roll_scales_the_prices_fed_after_it_as_the_stage_does() -> None:
+    """Two rolls, a third bar after each: `engine_columns` feeds what `SymbolFeatures` feeds."""
+    ratios = (1.0025, 0.9961)
+    bars = [{"ts_event": t, "volume": 1.0, "open": 1_101_234_567, "high": 1_101_934_567,
+             "low": 1_100_234_567, "close": 1_101_534_567 + t} for t in range(9)]  # fmt: skip
+    columns = engine_columns(bars, [(3, ratios[0]), (6, ratios[1])])
+    symbol = SymbolFeatures()
+    for t, bar in enumerate(bars):
+        if t in (3, 6):
+            assert symbol.roll(t, ratios[t // 3 - 1])
+        fed = symbol.prices(bar) if t >= 3 else [bar[f] * PRICE_SCALE for f in PRICE_FIELDS]
+        assert [column[t] for column in columns[1:5]] == fed
+    assert columns[4][6] != engine_columns(bars, [(3, ratios[0])])[4][6]
+
+
 def test_a_roll_published_again_upstream_is_taken_once(three_days: pd.DataFrame) -> None:
     """An upstream restart publishes the roll and the bars around it again: the corrections
     stage finds them repeats, and the features stage takes the roll record once."""
@@ -108,16 +144,9 @@ def test_a_roll_published_again_upstream_is_taken_once(three_days: pd.DataFrame)
 
 
 def test_a_features_state_from_before_rolls_reads_and_a_rolled_one_round_trips() -> None:
-    import struct
-
-    import zstandard
-
-    from features import engine
-    from streams.runtime.stages.features import SymbolFeatures
-
-    vector = engine.new_states(1)[0]
+    vector = feature_engine.new_states(1)[0]
     before = zstandard.ZstdCompressor().compress(
-        struct.pack("<q", 7) + engine.state_to_bytes(vector)
+        struct.pack("<q", 7) + feature_engine.state_to_bytes(vector)
     )
     old = SymbolFeatures.from_bytes(before)
     assert (old.last_ts, old.scale) == (7, 1.0) and old.to_bytes() == SymbolFeatures(7).to_bytes()

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from features import engine as feature_engine
-from features.bars import PRICE_SCALE, engine_columns
+from features.bars import PRICE_SCALE
 from features.corrections import bars_from_frame
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.messages import forecast_value
@@ -109,9 +109,9 @@ class Stage:
 def feature_rows(values: list[dict[str, Any]]) -> list[FeatureRow]:
     """Every clean bar's feature row, the symbols interleaved by time, one offset each."""
     rows = []
-    for symbol, bars in clean_history(values).items():
-        features, warm = feature_engine.compute_batch(*engine_columns(bars))
-        for bar, row, ready in zip(bars, features, warm, strict=True):
+    for symbol, clean in clean_history(values).items():
+        features, warm = feature_engine.compute_batch(*clean.columns())
+        for bar, row, ready in zip(clean.bars, features, warm, strict=True):
             ts, close = int(bar["ts_event"]), bar["close"] * PRICE_SCALE
             synthetic, fingerprint = bar["status"] == "synthetic", feature_engine.FINGERPRINT
             head = (symbol.encode(), 0, 0, 0.0, 0, symbol, ts, close, synthetic)
