@@ -5,7 +5,10 @@ A continuous symbol (`ES.c.0`) names one contract at a time: Databento maps it i
 SymbolMappingMsg records (a new one at each roll) or a historical file's metadata. With
 `BARCAST_FOLLOW=lead` ingest makes one itself for each product of a parent subscription,
 `ROOT.v.0`: the contract that traded the most on the previous trading day (on the first day
-ingest sees, the most so far), the other contracts' bars skipped.
+ingest sees, the most so far), the other contracts' bars skipped. A contract that has not traded
+today while another of its product has traded `GONE_AFTER_BARS` bars is passed over (expired,
+most likely: else the product would go unpublished for the day): the lead is the next by the
+day before's volume, among those that traded today.
 
 When the contract behind a continuous symbol changes, that is a roll: a `roll` control record,
 keyed by the continuous symbol so that it precedes the new contract's first bar on its
@@ -35,6 +38,8 @@ DAY_NS = 86_400 * 10**9
 # before is the daily halt; so a trading day is a UTC day shifted by two hours.
 TRADING_DAY_SHIFT_NS = 2 * 3600 * 10**9
 LEAD_SUFFIX = ".v.0"
+# A lead never trades this late in its day while another contract trades every minute
+GONE_AFTER_BARS = 30
 CONTRACT = re.compile(rf"(.+?)[{MONTH_CODES}]\d{{1,2}}")
 
 
@@ -72,6 +77,8 @@ class Product:
 
     day: int = -1
     today: dict[int, int] = field(default_factory=dict)
+    bars: int = 0  # of the contract that traded the most bars today
+    counts: dict[int, int] = field(default_factory=dict)  # bars today, per contract
     previous: dict[int, int] | None = None
     behind: int | None = None  # the contract last published as the lead
     closes: dict[int, int] = field(default_factory=dict)
@@ -151,10 +158,12 @@ class Continuity:
         if day != product.day:
             if product.today:
                 product.previous = product.today
-            product.day, product.today = day, {}
+            product.day, product.today, product.counts, product.bars = day, {}, {}, 0
         product.today[raw] = product.today.get(raw, 0) + volume
+        product.counts[raw] = count = product.counts.get(raw, 0) + 1
+        product.bars = max(product.bars, count)
         product.closes[raw] = close
-        ranked = product.today if product.previous is None else product.previous
+        ranked = _ranked(product)
         if raw != max(ranked, key=lambda r: (ranked[r], names[r])):
             return symbol, False, None
         old, product.behind = product.behind, raw
@@ -162,3 +171,15 @@ class Continuity:
             return symbol, True, None
         ratio = close / product.closes[old]  # at the new lead's first bar: the nearest prices
         return symbol, True, Roll(ts, names[symbol], names[old], names[raw], ratio)
+
+
+def _ranked(product: Product) -> dict[int, int]:
+    """The volumes the lead is chosen by: the day before's, less the contracts gone from today
+    (`GONE_AFTER_BARS`); today's so far on the first day, or if all of them are gone."""
+    previous = product.previous
+    if previous is None:
+        return product.today
+    if product.bars < GONE_AFTER_BARS:
+        return previous
+    trading = {raw: volume for raw, volume in previous.items() if raw in product.today}
+    return trading or product.today

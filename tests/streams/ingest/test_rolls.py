@@ -18,7 +18,7 @@ from streams.ingest.dbn_source import OHLCV_DTYPE
 from streams.ingest.live import LiveIngest
 from streams.ingest.live_options import LiveOptions
 from streams.ingest.replay import Replay, ReplayOptions
-from streams.ingest.rolls import TRADING_DAY_SHIFT_NS, Continuity
+from streams.ingest.rolls import GONE_AFTER_BARS, TRADING_DAY_SHIFT_NS, Continuity
 from streams.ingest.symbols import SymbolBook
 from streams.settings import Settings
 from tests.kafka_io import Message
@@ -129,6 +129,33 @@ def test_following_the_lead_keeps_the_contract_that_traded_most_the_trading_day_
     assert [(row, r.old, r.new, r.ratio) for row, r in routed.rolls] == [
         (1, "6EM4", "6EH4", 100 / 200),  # 9 lots of 6EH4 pass 3 of 6EM4 on the first day
         (6, "6EH4", "6EM4", 208 / 103),  # day 2's volume decides day 3: at 6EM4's first bar
+    ]
+
+
+@pytest.mark.parametrize("traded_before", [True, False])
+def test_a_lead_gone_from_today_gives_way_once_another_contract_traded_long_enough(
+    traded_before: bool,
+) -> None:
+    """Day 1's lead (6EH4) expired: on day 2 only 6EM4 trades. Its first GONE_AFTER_BARS - 1
+    bars are skipped, as 6EH4 might still trade; from the next one it is the lead, after a roll,
+    whether it traded on day 1 or not. A third contract, with less (or no) volume the day
+    before, stays out."""
+    book = SymbolBook()
+    for iid, raw in ((1, "6EH4"), (2, "6EM4"), (3, "6EU4")):
+        book.set(iid, raw)
+    day2 = T0 + DAY - TRADING_DAY_SHIFT_NS
+    rows = [(1, day2 - DAY, 100, 100, 9)] + [(2, day2 - DAY + MINUTE, 200, 200, 3)] * traded_before
+    rows += [(2, day2 + m * MINUTE, 201, 201 + m, 1) for m in range(GONE_AFTER_BARS + 1)]
+    rows += [(3, day2 + GONE_AFTER_BARS * MINUTE, 300, 300, 1)]
+    continuity = Continuity(book, key_by="continuous", follow="lead")
+    batch = bars(rows)
+    routed = continuity.route(batch, book.resolve(batch["instrument_id"], batch["ts_event"]))
+    day1 = [True, False][: 1 + traded_before]
+    skipped = [False] * (GONE_AFTER_BARS - 1)
+    assert routed.keep.tolist() == [*day1, *skipped, True, True, False]
+    first = len(day1) + GONE_AFTER_BARS - 1  # 6EM4's bar that makes GONE_AFTER_BARS today
+    assert [(row, r.old, r.new, r.ratio) for row, r in routed.rolls] == [
+        (first, "6EH4", "6EM4", (201 + GONE_AFTER_BARS - 1) / 100)
     ]
 
 
