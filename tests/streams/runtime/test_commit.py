@@ -38,6 +38,11 @@ def test_a_busy_worker_waits_for_a_quiet_moment() -> None:
     assert commit_due(1_000, held_s=MIN_S * 2, quiet_s=QUIET_S, min_s=MIN_S, max_s=MAX_S)
 
 
+def test_a_minimum_over_the_maximum_acts_as_the_maximum() -> None:
+    assert not commit_due(10, held_s=MAX_S * 0.99, quiet_s=QUIET_S, min_s=2 * MAX_S, max_s=MAX_S)
+    assert commit_due(10, held_s=MAX_S, quiet_s=QUIET_S, min_s=2 * MAX_S, max_s=MAX_S)
+
+
 def test_a_worker_that_is_never_quiet_still_checkpoints() -> None:
     assert not commit_due(10, held_s=MAX_S * 0.99, quiet_s=0.0, min_s=MIN_S, max_s=MAX_S)
     assert commit_due(10, held_s=MAX_S, quiet_s=0.0, min_s=MIN_S, max_s=MAX_S)

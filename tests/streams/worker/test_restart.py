@@ -121,9 +121,9 @@ def assert_outputs_equal_the_pure_engines(
 def test_a_stopped_worker_resumes_without_repeating_an_output(
     broker_settings: Settings, sixe_bars: pd.DataFrame
 ) -> None:
-    """SIGTERM mid-stream, as a rolling deploy sends it: the worker takes a last checkpoint and
-    exits 0, and the next one resumes exactly where it stopped, so no key is published twice
-    (a kill may repeat outputs; a graceful stop has no reason to)."""
+    """SIGTERM, as a rolling deploy sends it, to a worker holding uncommitted outputs: it
+    takes a last checkpoint and exits 0, and the next one resumes exactly where it stopped, so
+    no key is published twice (a kill may repeat outputs; a graceful stop has no reason to)."""
     # It commits nothing before the stop: the stop's commit always has outputs to commit, and
     # a worker that runs through its whole input before this test's reader starts (on
     # starved cores) still does.
