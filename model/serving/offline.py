@@ -5,7 +5,8 @@ worker runs, in one process: the reference the end-to-end tests hold the worker 
 to backtest a checkpoint on history without a broker; `served_history` adds the worker's
 scoring, online calibration and shadow baselines, and so what it publishes. A continuous
 symbol's bars after a roll are fed at the price level of before it, as the feature stage feeds
-them (`SymbolBars.rolls`). A history in which a symbol expires (BARCAST_EXPIRE_DAYS: a
+them, and the labels held across it rescaled as the scores stage rescales them
+(`SymbolBars.rolls`). A history in which a symbol expires (BARCAST_EXPIRE_DAYS: a
 partition's bars weeks past its last) is not one: the worker starts that symbol anew at its
 expiry, this module never does.
 """
@@ -20,7 +21,7 @@ import numpy as np
 
 from features import engine as feature_engine
 from features.bars import PRICE_SCALE, engine_columns
-from features.corrections import CorrectionStats, correct_steps
+from features.corrections import CorrectionStats, Roll, correct_steps
 from model.serving.conformal import CalibrationConfig, SymbolCalibration
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.messages import forecast_value
@@ -35,15 +36,15 @@ DELIVERY = ("batch_size", "latency_ms")  # a `forecasts` value's fields of one d
 
 @dataclass(slots=True)
 class SymbolBars:
-    """A symbol's `bars.clean` values in order, and its contract's rolls: each as the index of
-    the first bar after it and its ratio, as `features.bars.engine_columns` takes them."""
+    """A symbol's `bars.clean` values in order, and its contract's rolls, each with the index
+    of the first bar after it (where the corrections stage sends its ROLL record)."""
 
     bars: list[dict[str, Any]] = field(default_factory=list)
-    rolls: list[tuple[int, float]] = field(default_factory=list)
+    rolls: list[tuple[int, Roll]] = field(default_factory=list)
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """The feature engine's input, fed as the feature stage feeds it."""
-        return engine_columns(self.bars, self.rolls)
+        return engine_columns(self.bars, [(at, roll.ratio) for at, roll in self.rolls])
 
 
 def clean_history(values: Iterable[bytes | dict[str, Any]]) -> dict[str, SymbolBars]:
@@ -52,7 +53,7 @@ def clean_history(values: Iterable[bytes | dict[str, Any]]) -> dict[str, SymbolB
     for step in correct_steps(values, None, CorrectionStats(), {}):
         if step.roll is not None:
             clean = by_symbol.setdefault(step.roll.symbol, SymbolBars())
-            clean.rolls.append((len(clean.bars) + step.roll.at, step.roll.ratio))
+            clean.rolls.append((len(clean.bars) + step.roll.at, step.roll))
         for bar in step.clean:
             by_symbol.setdefault(bar["symbol"], SymbolBars()).bars.append(bar)
     return by_symbol
@@ -137,7 +138,12 @@ def served_history(
         for request, raw in state.baselines(clean, list(requests.values())):
             requests[request.ts_event] = request
             state.raw[request.ts_event] = raw
-        for bar in clean.bars:
+        rolls: dict[int, list[Roll]] = {}
+        for at, roll in clean.rolls:
+            rolls.setdefault(at, []).append(roll)
+        for i, bar in enumerate(clean.bars):
+            for roll in rolls.get(i, ()):  # the ROLL records before the bar
+                state.scoring.roll(roll.ts, roll.ratio)
             ts = int(bar["ts_event"])
             if ts in requests:
                 value = forecast_value(engine, requests[ts], model[(symbol, ts)], 0, 0)

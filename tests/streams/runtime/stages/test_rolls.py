@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import time
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -18,11 +19,13 @@ from features import engine as feature_engine
 from features.bars import PRICE_FIELDS, PRICE_SCALE, engine_columns
 from features.corrections import bars_from_frame
 from features.registry import FEATURE_NAMES
-from model.serving.offline import clean_history
+from model.serving.forecast_engine import ForecastEngine
+from model.serving.offline import clean_history, served_history
 from streams import schema
 from streams.runtime.records import Control, FeatureRow, Record
 from streams.runtime.stages.features import SymbolFeatures
-from tests.roll_files import CONTINUOUS, NEW, OLD, SPREAD, roll_minute
+from tests.checkpoints import make_checkpoint
+from tests.roll_files import CONTINUOUS, MINUTE, NEW, OLD, SPREAD, roll_minute
 from tests.streams.runtime.stages.test_corrections_features import stages
 from tests.streams.runtime.test_stores import MemoryChangelogs
 
@@ -81,7 +84,7 @@ def test_a_roll_leaves_every_feature_as_without_the_jump(three_days: pd.DataFram
     rolls = [i for i, v in enumerate(values) if v.get("control") == "roll"]
     assert len(rolls) == 1 and values[rolls[0]]["ratio"] == pytest.approx(SPREAD, rel=1e-9)
     bars = [v for v in values if "control" not in v]
-    assert [v["ts_event"] < roll_ts for v in values[: rolls[0]] if "control" not in v]
+    assert all(v["ts_event"] < roll_ts for v in values[: rolls[0]] if "control" not in v)
     assert all(v["raw_symbol"] == NEW[0] for v in values[rolls[0] + 1 :])
     assert {v["status"] for v in bars} <= {"clean", "synthetic"}
 
@@ -105,12 +108,37 @@ def test_offline_replays_feed_the_engine_as_the_stage_does(three_days: pd.DataFr
     _, items, _, _ = run(records)
     rows = [i for i in items if isinstance(i, FeatureRow)]
     [clean] = clean_history(r.value for r in records).values()
-    [(at, ratio)] = clean.rolls
-    assert clean.bars[at]["ts_event"] == roll_ts and ratio == pytest.approx(SPREAD, rel=1e-9)
+    [(at, roll)] = clean.rolls
+    assert clean.bars[at]["ts_event"] == roll.ts == roll_ts
+    assert roll.ratio == pytest.approx(SPREAD, rel=1e-9)
     values, warm = feature_engine.compute_batch(*clean.columns())
     assert [b["ts_event"] for b in clean.bars] == [r.ts_event for r in rows]
     assert warm.tolist() == [r.warm for r in rows]
     assert np.array_equal(values, np.array([r.values for r in rows]), equal_nan=True)
+
+
+def test_an_offline_replay_across_a_roll_publishes_what_the_unrolled_series_does(
+    three_days: pd.DataFrame, tmp_path: Path
+) -> None:
+    """served_history: the model's quantiles bit for bit, every choice and calibration as
+    without the jump, and the scores across the roll the market's move, to the ratio's
+    rounding (a label that saw the spread would be off by 0.25 %)."""
+    make_checkpoint(tmp_path)
+    engine, roll_ts = ForecastEngine(tmp_path), roll_minute(three_days, "2024-01-17T15:00")
+    rolled, plain = (
+        served_history([r.value for r in raw_records(three_days, roll_ts, spread)], engine)
+        for spread in (SPREAD, 1.0)
+    )
+    assert len(rolled[0]) == len(plain[0]) and rolled[1].keys() == plain[1].keys()
+    for value, same in zip(rolled[0], plain[0], strict=True):
+        assert value["source"] == same["source"] and value["raw_q50"] == same["raw_q50"]
+        assert np.allclose(value["q10"], same["q10"], rtol=0, atol=1e-9)
+    across = [k for k in rolled[1] if roll_ts - 10 * MINUTE <= k[1] < roll_ts]
+    assert len(across) == 10 and all(rolled[1][k]["unscored"] is None for k in across)
+    for key, score in rolled[1].items():
+        assert score["unscored"] == plain[1][key]["unscored"], key
+        if score["unscored"] is None:
+            assert np.allclose(score["realized"], plain[1][key]["realized"], rtol=0, atol=1e-9)
 
 
 def test_each_roll_scales_the_prices_fed_after_it_as_the_stage_does() -> None:
