@@ -8,7 +8,8 @@ SymbolMappingMsg records (a new one at each roll) or a historical file's metadat
 ingest sees, the most so far), the other contracts' bars skipped. A contract that has not traded
 today while another of its product has traded `GONE_AFTER_BARS` bars is passed over (expired,
 most likely: else the product would go unpublished for the day): the lead is the next by the
-day before's volume, among those that traded today.
+day before's volume, among those that traded today, and the roll's ratio is of the two
+contracts' closes before today.
 
 When the contract behind a continuous symbol changes, that is a roll: a `roll` control record,
 keyed by the continuous symbol so that it precedes the new contract's first bar on its
@@ -38,7 +39,8 @@ DAY_NS = 86_400 * 10**9
 # before is the daily halt; so a trading day is a UTC day shifted by two hours.
 TRADING_DAY_SHIFT_NS = 2 * 3600 * 10**9
 LEAD_SUFFIX = ".v.0"
-# A lead never trades this late in its day while another contract trades every minute
+# A live lead trades before another contract of its product has traded this many bars in the
+# day (CME's front months trade every minute), so one that has not is gone: expired, most likely
 GONE_AFTER_BARS = 30
 CONTRACT = re.compile(rf"(.+?)[{MONTH_CODES}]\d{{1,2}}")
 
@@ -72,16 +74,56 @@ class Behind:
 
 @dataclass
 class Product:
-    """Following a product's lead: the trading day, each contract's volume on it and on the
-    day before, and each contract's last close."""
+    """Following a product's lead: the trading day, each contract's volume and bars on it and
+    its volume the day before, and each contract's last close, now and before today."""
 
     day: int = -1
     today: dict[int, int] = field(default_factory=dict)
-    bars: int = 0  # of the contract that traded the most bars today
-    counts: dict[int, int] = field(default_factory=dict)  # bars today, per contract
     previous: dict[int, int] | None = None
     behind: int | None = None  # the contract last published as the lead
     closes: dict[int, int] = field(default_factory=dict)
+    closing: dict[int, int] = field(default_factory=dict)  # the closes before today
+    counts: dict[int, int] = field(default_factory=dict)  # bars today, per contract
+    bars: int = 0  # of the contract that traded the most bars today
+    ranked: int | None = None  # the lead by the day before's volume, until that can change
+
+    def add(self, day: int, raw: int, close: int, volume: int) -> None:
+        """A bar of contract `raw` on trading day `day`."""
+        if day != self.day:
+            if self.today:
+                self.previous = self.today
+            self.day, self.today, self.counts, self.bars = day, {}, {}, 0
+            self.closing, self.ranked = dict(self.closes), None
+        if raw not in self.today:  # one more contract trading today
+            self.ranked = None
+        self.today[raw] = self.today.get(raw, 0) + volume
+        self.counts[raw] = count = self.counts.get(raw, 0) + 1
+        if count > self.bars:
+            self.bars = count
+            if count == GONE_AFTER_BARS:  # the contracts gone from today are known now
+                self.ranked = None
+        self.closes[raw] = close
+
+    def lead(self, names: list[str]) -> int:
+        """The contract that traded the most the day before, less those gone from today
+        (`GONE_AFTER_BARS`); by today's volume so far on the first day, or if all are gone."""
+        if self.ranked is not None:
+            return self.ranked
+        ranked = self.today if self.previous is None else self.previous
+        if self.previous is not None and self.bars >= GONE_AFTER_BARS:
+            trading = {raw: v for raw, v in self.previous.items() if raw in self.today}
+            ranked = trading or self.today
+        lead = max(ranked, key=lambda r: (ranked[r], names[r]))
+        if ranked is not self.today:  # today's volume changes with every bar
+            self.ranked = lead
+        return lead
+
+    def ratio(self, new: int, old: int) -> float:
+        """`new`'s price over `old`'s at the nearest two prices: their latest closes, or, for an
+        `old` gone from today, both closes of before today where `new` has one."""
+        if old not in self.today and new in self.closing:
+            return self.closing[new] / self.closing[old]
+        return self.closes[new] / self.closes[old]
 
 
 @dataclass
@@ -154,32 +196,11 @@ class Continuity:
         names = self.book.symbols
         symbol = self.book.index_of(product_root(names[raw], self.book) + LEAD_SUFFIX)
         product = self._products.setdefault(symbol, Product())
-        day = (ts + TRADING_DAY_SHIFT_NS) // DAY_NS
-        if day != product.day:
-            if product.today:
-                product.previous = product.today
-            product.day, product.today, product.counts, product.bars = day, {}, {}, 0
-        product.today[raw] = product.today.get(raw, 0) + volume
-        product.counts[raw] = count = product.counts.get(raw, 0) + 1
-        product.bars = max(product.bars, count)
-        product.closes[raw] = close
-        ranked = _ranked(product)
-        if raw != max(ranked, key=lambda r: (ranked[r], names[r])):
+        product.add((ts + TRADING_DAY_SHIFT_NS) // DAY_NS, raw, close, volume)
+        if raw != product.lead(names):
             return symbol, False, None
         old, product.behind = product.behind, raw
         if old is None or old == raw:
             return symbol, True, None
-        ratio = close / product.closes[old]  # at the new lead's first bar: the nearest prices
+        ratio = product.ratio(raw, old)
         return symbol, True, Roll(ts, names[symbol], names[old], names[raw], ratio)
-
-
-def _ranked(product: Product) -> dict[int, int]:
-    """The volumes the lead is chosen by: the day before's, less the contracts gone from today
-    (`GONE_AFTER_BARS`); today's so far on the first day, or if all of them are gone."""
-    previous = product.previous
-    if previous is None:
-        return product.today
-    if product.bars < GONE_AFTER_BARS:
-        return previous
-    trading = {raw: volume for raw, volume in previous.items() if raw in product.today}
-    return trading or product.today

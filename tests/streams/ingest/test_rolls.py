@@ -132,6 +132,20 @@ def test_following_the_lead_keeps_the_contract_that_traded_most_the_trading_day_
     ]
 
 
+def test_on_the_first_day_the_lead_is_the_most_traded_so_far_bar_by_bar() -> None:
+    book = SymbolBook()
+    book.set(1, "6EH4")
+    book.set(2, "6EM4")
+    rows = [(1, T0, 100, 100, 5), (2, T0, 200, 200, 3), (2, T0 + MINUTE, 202, 202, 3)]
+    continuity = Continuity(book, key_by="continuous", follow="lead")
+    batch = bars(rows)
+    routed = continuity.route(batch, book.resolve(batch["instrument_id"], batch["ts_event"]))
+    assert routed.keep.tolist() == [True, False, True]
+    assert [(row, r.old, r.new, r.ratio) for row, r in routed.rolls] == [
+        (2, "6EH4", "6EM4", 202 / 100)
+    ]
+
+
 @pytest.mark.parametrize("traded_before", [True, False])
 def test_a_lead_gone_from_today_gives_way_once_another_contract_traded_long_enough(
     traded_before: bool,
@@ -139,7 +153,7 @@ def test_a_lead_gone_from_today_gives_way_once_another_contract_traded_long_enou
     """Day 1's lead (6EH4) expired: on day 2 only 6EM4 trades. Its first GONE_AFTER_BARS - 1
     bars are skipped, as 6EH4 might still trade; from the next one it is the lead, after a roll,
     whether it traded on day 1 or not. A third contract, with less (or no) volume the day
-    before, stays out."""
+    before, stays out; 6EH4 back (it had not expired) is the lead again."""
     book = SymbolBook()
     for iid, raw in ((1, "6EH4"), (2, "6EM4"), (3, "6EU4")):
         book.set(iid, raw)
@@ -147,15 +161,19 @@ def test_a_lead_gone_from_today_gives_way_once_another_contract_traded_long_enou
     rows = [(1, day2 - DAY, 100, 100, 9)] + [(2, day2 - DAY + MINUTE, 200, 200, 3)] * traded_before
     rows += [(2, day2 + m * MINUTE, 201, 201 + m, 1) for m in range(GONE_AFTER_BARS + 1)]
     rows += [(3, day2 + GONE_AFTER_BARS * MINUTE, 300, 300, 1)]
+    rows += [(1, day2 + (GONE_AFTER_BARS + 1) * MINUTE, 110, 110, 1)]
     continuity = Continuity(book, key_by="continuous", follow="lead")
     batch = bars(rows)
     routed = continuity.route(batch, book.resolve(batch["instrument_id"], batch["ts_event"]))
     day1 = [True, False][: 1 + traded_before]
     skipped = [False] * (GONE_AFTER_BARS - 1)
-    assert routed.keep.tolist() == [*day1, *skipped, True, True, False]
+    assert routed.keep.tolist() == [*day1, *skipped, True, True, False, True]
     first = len(day1) + GONE_AFTER_BARS - 1  # 6EM4's bar that makes GONE_AFTER_BARS today
+    # Of the two closes of day 1, or without one of 6EM4, its close now over 6EH4's last
+    ratio = 200 / 100 if traded_before else (201 + GONE_AFTER_BARS - 1) / 100
     assert [(row, r.old, r.new, r.ratio) for row, r in routed.rolls] == [
-        (first, "6EH4", "6EM4", (201 + GONE_AFTER_BARS - 1) / 100)
+        (first, "6EH4", "6EM4", ratio),
+        (len(rows) - 1, "6EM4", "6EH4", 110 / (201 + GONE_AFTER_BARS)),
     ]
 
 
