@@ -228,7 +228,28 @@ def _meta(
             f"{expected_fingerprint}; retrain with `barcast train` on this feature engine (or "
             "run the features version it was trained with)"
         )
+    _check_width(meta, config_path, expected_fingerprint)
     return meta
+
+
+def _check_width(meta: CheckpointMeta, config_path: Path, expected_fingerprint: str | None) -> None:
+    """A model, its normalizer and, for this feature engine's fingerprint, the engine agree on
+    how many historical features a row holds: a checkpoint trained on part of the features
+    (one once held 50 of 225) is refused here, not at its first forecast or never."""
+    n_hist, normalized = meta.config.n_hist, len(meta.normalizer.center)
+    if normalized != n_hist:
+        raise CheckpointError(
+            f"{config_path}: its normalizer holds {normalized} features and its model takes "
+            f"{n_hist}; the checkpoint is inconsistent — retrain it with `barcast train`"
+        )
+    from features.engine import FINGERPRINT, N_FEATURES
+
+    if expected_fingerprint == FINGERPRINT and n_hist != N_FEATURES:
+        raise CheckpointError(
+            f"checkpoint {config_path.parent} takes {n_hist} historical features, but the "
+            f"feature engine here computes {N_FEATURES} under its fingerprint; retrain it with "
+            "`barcast train`, which trains on every one"
+        )
 
 
 def _tensors(weights: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

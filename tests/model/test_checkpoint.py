@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from features.engine import FINGERPRINT, N_FEATURES
 from model import checkpoint
 from model.calibration import FastBlend
 from model.checkpoint import CheckpointError, CheckpointMeta
@@ -92,6 +93,25 @@ def test_reload_gives_identical_predictions_without_pickle(
 def test_refuses_a_feature_set_mismatch(saved: tuple[Path, TemporalFusionTransformer, str]) -> None:
     with pytest.raises(CheckpointError, match=r"trained on feature set features-v1.*features-v2"):
         checkpoint.load(saved[0], "features-v2")
+
+
+def test_refuses_a_model_on_part_of_the_engines_features(tmp_path: Path) -> None:
+    """Under the feature engine's own fingerprint, a model must take every feature it computes
+    (the report this product answers trained on 50 of 225)."""
+    config = replace(CONFIG, n_hist=50)
+    normalizer = Normalizer(np.zeros(50), np.ones(50))
+    part = checkpoint.untrained_meta(config, SymbolVocab(("ES",)), normalizer, FINGERPRINT)
+    checkpoint.save(tmp_path, untrained_model(config), part)
+    with pytest.raises(CheckpointError, match=rf"takes 50 historical features.*{N_FEATURES}"):
+        checkpoint.load(tmp_path, FINGERPRINT)
+    assert checkpoint.load(tmp_path)[1].config.n_hist == 50  # no engine named: nothing to match
+
+
+def test_refuses_a_normalizer_of_another_width(tmp_path: Path) -> None:
+    normalizer = Normalizer(np.zeros(CONFIG.n_hist - 1), np.ones(CONFIG.n_hist - 1))
+    checkpoint.save(tmp_path, untrained_model(CONFIG), replace(meta(), normalizer=normalizer))
+    with pytest.raises(CheckpointError, match=r"normalizer holds 226 features.*takes 227"):
+        checkpoint.load(tmp_path)
 
 
 def _rewrite_weights(directory: Path, tensors: dict[str, torch.Tensor]) -> None:
