@@ -118,12 +118,14 @@ class Product:
             self.ranked = lead
         return lead
 
-    def ratio(self, new: int, old: int) -> float:
+    def ratio(self, new: int, old: int) -> float | None:
         """`new`'s price over `old`'s at the nearest two prices: their latest closes, or, for an
-        `old` gone from today, both closes of before today where `new` has one."""
-        if old not in self.today and new in self.closing:
-            return self.closing[new] / self.closing[old]
-        return self.closes[new] / self.closes[old]
+        `old` gone from today, both closes of before today where `new` has one; None where one
+        is not a price above 0 (a spread's, or an undefined one)."""
+        closes = self.closing if old not in self.today and new in self.closing else self.closes
+        if not (0 < closes[new] < UNDEF_PRICE and 0 < closes[old] < UNDEF_PRICE):
+            return None
+        return closes[new] / closes[old]
 
 
 @dataclass
@@ -203,4 +205,6 @@ class Continuity:
         if old is None or old == raw:
             return symbol, True, None
         ratio = product.ratio(raw, old)
+        if ratio is None:  # the corrections roll the state at their own ratio, or at 1
+            return symbol, True, None
         return symbol, True, Roll(ts, names[symbol], names[old], names[raw], ratio)

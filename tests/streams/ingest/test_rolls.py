@@ -146,6 +146,20 @@ def test_on_the_first_day_the_lead_is_the_most_traded_so_far_bar_by_bar() -> Non
     ]
 
 
+@pytest.mark.parametrize("old_close", [0, -5])
+def test_a_new_lead_after_a_close_that_is_no_price_sends_no_roll(old_close: int) -> None:
+    """A roll's ratio needs two prices above 0: without, the lead changes with no roll
+    record (the corrections roll the state at their own), and ingest goes on."""
+    book = SymbolBook()
+    book.set(1, "6EH4")
+    book.set(2, "6EM4")
+    rows = [(1, T0, 100, old_close, 5), (2, T0 + MINUTE, 200, 200, 9)]
+    continuity = Continuity(book, key_by="continuous", follow="lead")
+    batch = bars(rows)
+    routed = continuity.route(batch, book.resolve(batch["instrument_id"], batch["ts_event"]))
+    assert routed.keep.tolist() == [True, True] and routed.rolls == []
+
+
 @pytest.mark.parametrize("traded_before", [True, False])
 def test_a_lead_gone_from_today_gives_way_once_another_contract_traded_long_enough(
     traded_before: bool,
