@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,10 @@ from streams.ingest.errors import AuthFailed, BrokerDown, IngestError
 from streams.ingest.live_options import LiveOptions
 from streams.ingest.replay_cli import parse_symbols, parse_time, run_standalone
 from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from streams.ingest.live import LiveIngest
+    from streams.ingest.producer import BarProducer
 
 KEY_VARIABLE = "DATABENTO_API_KEY"
 NOW = "now"
@@ -108,6 +113,18 @@ def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _stopper(ingest: LiveIngest, sink: BarProducer) -> Callable[[], None]:
+    """The stop a signal starts: the session ends, and a bar that finds the queue full (the
+    broker down) fails rather than hold the stop for ever; the flush then waits for the
+    broker as for any bar queued."""
+
+    def stop() -> None:
+        sink.stop_waiting()
+        ingest.stop()
+
+    return stop
+
+
 def live_options(args: argparse.Namespace, settings: Settings) -> LiveOptions:
     return LiveOptions(
         dataset=args.dataset,
@@ -173,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         if args.start is None:
             options = resumed(options, settings, topic)
         ingest = LiveIngest(options, key, sink)
-        with _stop_on_signals(ingest.stop):
+        with _stop_on_signals(_stopper(ingest, sink)):
             ingest.run()
         sink.flush()
         sink.check()

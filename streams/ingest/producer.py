@@ -11,6 +11,7 @@ only, so success costs no Python callback.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from streams import schema
@@ -73,6 +74,7 @@ class BarProducer:
         self.sent = 0
         self._first_error: str | None = None
         self._last_error: str | None = None
+        self._stopping = threading.Event()
         try:
             ensure_topics(settings, [topic] if dead_letters is None else [topic, dead_letters])
             topics = wait_for_metadata(
@@ -166,6 +168,12 @@ class BarProducer:
                 f"de-duplicates by (symbol, ts_event, rtype), so re-sending is safe"
             )
 
+    def stop_waiting(self) -> None:
+        """A stop is under way: a message that finds the queue full fails (`check`) instead of
+        waiting for room, which a broker that is down under live ingest never makes. Safe to
+        call from a signal handler."""
+        self._stopping.set()
+
     def _when_room(self, topic: str, value: bytes, key: bytes, **options: Any) -> None:
         """Produce, waiting while the queue is full (a replay at full speed fills it, and so
         does a broker that is down under live ingest) instead of failing on BufferError."""
@@ -174,6 +182,9 @@ class BarProducer:
                 self._producer.produce(topic, value, key, **options)
                 return
             except BufferError:
+                if self._stopping.is_set():
+                    self._on_failure("the queue was full at the stop: is the broker down?", None)
+                    return
                 self._producer.poll(0.05)
 
     def _on_failure(self, err: Any, _msg: Any) -> None:

@@ -3,9 +3,13 @@ replay at full speed keeps it full, and a broker down under live ingest fills it
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
+
 from streams import schema
+from streams.ingest.errors import DeliveryFailed
 from streams.ingest.producer import BarProducer
 
 
@@ -31,6 +35,7 @@ def producer(queue: FullQueue) -> BarProducer:
     """A BarProducer of 2 partitions on `queue`, without a broker."""
     sink = object.__new__(BarProducer)
     sink.topic, sink.dead_letters, sink.partitions, sink.sent = "raw", "dlq", 2, 0
+    sink.failed, sink._first_error, sink._stopping = 0, None, threading.Event()
     sink._producer = queue
     return sink
 
@@ -53,3 +58,15 @@ def test_every_kind_of_record_waits_for_room_in_the_queue() -> None:
         ("dlq", b"ESU4"),
     ]
     assert sink.sent == 5 and queue.polls >= 12
+
+
+def test_a_stop_while_the_queue_stays_full_fails_the_message_instead_of_waiting() -> None:
+    """The broker down under live ingest: the queue never empties, and a SIGTERM that lands
+    while a bar waits for room must still end the ingest (its flush, then exit 9)."""
+    queue = FullQueue(full=1_000)  # for ever, as far as a fixed producer gets
+    sink = producer(queue)
+    queue.poll = lambda timeout_s: sink.stop_waiting()  # type: ignore[method-assign,assignment]
+    sink.send_bars([b"{}", b"{}"], [b"ESU4", b"ESU4"], [1, 2])
+    assert queue.produced == [] and sink.failed == 2
+    with pytest.raises(DeliveryFailed, match=r"2 of 2 messages were not delivered.*broker down"):
+        sink.check()
