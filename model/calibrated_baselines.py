@@ -149,12 +149,11 @@ def offer_ewmas(
     """Every EWMA candidate to `best`, and the likeliest blend on `select_ends` if any; the
     time-of-day ones' settings with `label` (the profile's)."""
     quantiles = best.quantiles
-    n_fit, n_used = len(fit_ends), len(fit_ends) + len(ends)  # calibrated, then scored
-    rows = np.concatenate([fit_ends, ends, select_ends])
-    likeliest: tuple[float, dict[str, Any], np.ndarray] | None = None
-    for choice, all_sigma in volatility_candidates(panel, rows, profile):
-        sigma, selecting = all_sigma[:n_used], all_sigma[n_used:]
+    n_fit = len(fit_ends)  # calibrated, then scored
+    likeliest = likeliest_blend(panel, select_ends, profile)
+    for choice, sigma in volatility_candidates(panel, np.concatenate([fit_ends, ends]), profile):
         family = "ewma" if choice["profile_weight"] == 0 else "tod_ewma"
+        chosen = family == "tod_ewma" and choice == likeliest
         choice = choice if family == "ewma" else choice | label  # a plain EWMA has no profile
         gaussian = baselines.gaussian(sigma, quantiles)
         best.offer(f"{family}_gaussian", choice, gaussian)
@@ -163,12 +162,31 @@ def offer_ewmas(
             choice,
             baselines.standardized_residuals(sigma, sigma[:n_fit], best.y_fit, quantiles),
         )
-        if family == "tod_ewma" and len(select_ends) and np.isfinite(selecting).all():
-            misfit = gaussian_misfit(selecting, panel.targets[select_ends])
-            if likeliest is None or misfit < likeliest[0]:
-                likeliest = (misfit, choice, gaussian)
-    if likeliest is not None:
-        best.offer("tod_ewma_gaussian_likelihood", likeliest[1], likeliest[2])
+        if chosen:
+            best.offer("tod_ewma_gaussian_likelihood", choice, gaussian)
+
+
+def likeliest_blend(
+    panel: Panel, select_ends: np.ndarray, profile: TimeOfDayProfile
+) -> dict[str, float] | None:
+    """The time-of-day candidate the TFT's scale's rule prefers: the least Gaussian misfit on
+    `select_ends`, every candidate judged on the same windows, those where all are defined (a
+    long half-life's first windows are not; None if no window is)."""
+    if not len(select_ends):
+        return None
+    candidates = [
+        (choice, sigma)
+        for choice, sigma in volatility_candidates(panel, select_ends, profile)
+        if choice["profile_weight"] > 0
+    ]
+    defined = np.logical_and.reduce(
+        [np.isfinite(sigma).all(axis=1) & (sigma > 0).all(axis=1) for _, sigma in candidates]
+    )
+    if not defined.any():
+        return None
+    targets = panel.targets[select_ends[defined]]
+    misfits = [gaussian_misfit(sigma[defined], targets) for _, sigma in candidates]
+    return candidates[int(np.argmin(misfits))][0]
 
 
 def offer_releases(best: Calibrated, at: np.ndarray) -> None:
