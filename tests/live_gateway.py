@@ -23,7 +23,9 @@ whatever the start (Databento's own mock gateway does). The gateway keeps event 
 a bar is sent at its interval's end, and a hang-up keeps the client away `downtime_s`; with
 `replay_window_s` it replays only that far back: an older start is refused
 (INVALID_SUBSCRIPTION), or with `ages_out` streamed from the window's start after a
-REPLAY_DATA_AGED_OUT error, the minutes before it skipped.
+REPLAY_DATA_AGED_OUT error, the minutes before it skipped. `slow_skip` (n, k): the first
+session skips k bars after n, then says SKIPPED_RECORDS_AFTER_SLOW_READING, as the gateway does
+to a client that reads too slowly.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class LiveGateway:
         downtime_s: float = 0.0,
         replay_window_s: float | None = None,
         ages_out: bool = False,
+        slow_skip: tuple[int, int] | None = None,
     ):
         store = databento.DBNStore.from_file(dbn_path)
         self.dataset = store.metadata.dataset
@@ -127,6 +130,7 @@ class LiveGateway:
         self.downtime_ns = int(downtime_s * 1e9)
         self.window_ns = None if replay_window_s is None else int(replay_window_s * 1e9)
         self.ages_out = ages_out
+        self.slow_skip = slow_skip
         self.now = self.bars[0].ts_event if self.bars else 0  # event time: the first bar is due
         self.idle_heartbeat_s = idle_heartbeat_s
         self.sessions: list[Session] = []
@@ -251,6 +255,7 @@ class LiveGateway:
         writer.write(b"".join(out))
         index = self.sessions.index(session)
         cut = self.hang_ups[index] if index < len(self.hang_ups) else None
+        skip_at, skipping = self.slow_skip if self.slow_skip and index == 0 else (None, 0)
         end_of_interval = f"End of interval for {sub.schema}"
         for ts, group in self._intervals(start, resolved):
             for bar in group:
@@ -259,6 +264,14 @@ class LiveGateway:
                     writer.transport.abort()
                     self.now += self.downtime_ns
                     return
+                if session.bars_sent == skip_at and skipping:
+                    skipping -= 1
+                    if not skipping:
+                        writer.write(bytes(databento_dbn.ErrorMsg(
+                            bar.ts_event, "Skipped records after slow reading", False,
+                            databento_dbn.ErrorCode.SKIPPED_RECORDS_AFTER_SLOW_READING,
+                        )))  # fmt: skip
+                    continue
                 writer.write(bytes(bar))
                 session.bars_sent += 1
             # Databento stamps it with the interval's exclusive end: 14:31 follows the bars

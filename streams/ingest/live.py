@@ -47,6 +47,13 @@ UNMAPPED = "unmapped_symbol"  # the dead-letter reason code of a bar no symbol s
 FATAL_ERROR_CODES = frozenset(
     {databento_dbn.ErrorCode.AUTH_FAILED, databento_dbn.ErrorCode.API_KEY_DEACTIVATED}
 )
+# The gateway skips records after these, and goes on: the span is backfilled or an outage
+LOST_ERROR_CODES = frozenset(
+    {
+        databento_dbn.ErrorCode.REPLAY_DATA_AGED_OUT,
+        databento_dbn.ErrorCode.SKIPPED_RECORDS_AFTER_SLOW_READING,
+    }
+)
 # databento raises these for transport problems; any other failure to subscribe is the gateway
 # refusing the session (bad key, no entitlement), which retrying cannot fix.
 TRANSIENT_PREFIXES = ("Connection to", "Authentication with")
@@ -284,8 +291,9 @@ class LiveIngest:
             log.warning("live: gateway error %s: %s", record.code, text)
             if record.code in FATAL_ERROR_CODES:
                 raise AuthFailed(f"the Databento gateway ended the session: {text}")
-            if record.code == databento_dbn.ErrorCode.REPLAY_DATA_AGED_OUT:
-                # The replay skips what aged out: lost from where it stands to its next bar.
+            if record.code in LOST_ERROR_CODES:
+                # Skipped (aged out of the replay, or for reading too slowly): lost from where
+                # it stands to its next bar.
                 newest = self._published.newest
                 self._aged_out = max(self._session_start or 0, newest or 0) or None
 
@@ -308,7 +316,7 @@ class LiveIngest:
         aged_out = self._aged_out
         if aged_out is not None and record.ts_event > aged_out:
             self._aged_out = None
-            self._recover(aged_out, record.ts_event, "the gateway's replay had aged out")
+            self._recover(aged_out, record.ts_event, "the gateway skipped them")
         if not self._published.add(int(record.rtype), record.instrument_id, record.ts_event):
             self.stats.resent += 1
             return

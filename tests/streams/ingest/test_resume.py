@@ -181,6 +181,28 @@ def test_minutes_the_gateways_replay_aged_out_are_an_outage(
 
 
 @pytest.mark.integration
+def test_bars_the_gateway_skips_for_a_slow_reader_are_an_outage(
+    broker_settings: Settings, dbn_files: list[Path]
+) -> None:
+    """The gateway skips records a slow client has not read, says
+    SKIPPED_RECORDS_AFTER_SLOW_READING and goes on: the skipped span is an outage."""
+    path = esu4_nqu4(dbn_files)
+    rows = file_rows(path)
+    gateway = LiveGateway(path, KEY, slow_skip=(23, 9))
+    with gateway:
+        cut_minute, _ = sent_before_the_cut(gateway, 23)
+        lost = {(gateway.symbols[b.instrument_id], b.ts_event) for b in gateway.bars[23:32]}
+        end = gateway.bars[32].ts_event
+        stats = ingest_live(
+            broker_settings, gateway, lambda s: s.outages >= 1 and s.bars >= len(rows) - 9
+        )
+    assert (stats.bars, stats.outages, stats.reconnects) == (len(rows) - 9, 1, 0)
+    bars, partitions = raw_topic(broker_settings)
+    assert_each_once(bars, set(rows) - lost)
+    assert_outage_between(partitions, cut_minute, end)
+
+
+@pytest.mark.integration
 def test_backfill_fetches_the_unrecoverable_span_from_historical_once(
     broker_settings: Settings,
     dbn_files: list[Path],
