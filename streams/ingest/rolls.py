@@ -32,7 +32,7 @@ import numpy as np
 
 from features.bars import UNDEF_PRICE
 from streams import schema
-from streams.ingest.symbols import MONTH_CODES, SymbolBook
+from streams.ingest.symbols import MONTH_CODES, SymbolBook, is_spread
 
 DAY_NS = 86_400 * 10**9
 # CME's trading day opens at 17:00 Chicago: 22:00 UTC in summer, 23:00 in winter, when the hour
@@ -168,8 +168,10 @@ class Continuity:
         volume = bars["volume"].tolist()
         for i, (iid, t, open_, close) in enumerate(zip(*columns, strict=True)):
             symbol = int(continuous[i])
-            if self.follow_lead:
+            if self.follow_lead and not self._spread(int(raw[i])):
                 symbol, keep[i], roll = self._lead(int(raw[i]), t, close, volume[i])
+            elif self.follow_lead:  # a spread kept (--keep-spreads): never a product's lead
+                symbol, roll = -1, None
             else:
                 roll = (
                     None if symbol < 0 else self._behind_symbol(symbol, iid, int(raw[i]), t, open_)
@@ -193,6 +195,10 @@ class Continuity:
             return None
         names = self.book.symbols
         return Roll(ts, names[symbol], names[behind.raw], names[raw], open_ / behind.close)
+
+    def _spread(self, raw: int) -> bool:
+        name = self.book.symbols[raw]
+        return is_spread(name, self.book.definitions.get(name))
 
     def _lead(self, raw: int, ts: int, close: int, volume: int) -> tuple[int, bool, Roll | None]:
         names = self.book.symbols

@@ -146,6 +146,20 @@ def test_on_the_first_day_the_lead_is_the_most_traded_so_far_bar_by_bar() -> Non
     ]
 
 
+def test_a_spread_kept_is_published_under_its_own_symbol_never_as_a_lead() -> None:
+    """With --keep-spreads a calendar spread's bars go on, keyed by its raw symbol: however
+    much it trades, the product's lead stays an outright, with no roll to or from it."""
+    book = SymbolBook()
+    for iid, raw in ((1, "6EH4"), (2, "6EH4-6EM4")):
+        book.set(iid, raw)
+    rows = [(1, T0, 100, 100, 5), (2, T0, 1, 1, 500), (1, T0 + MINUTE, 101, 101, 5)]
+    continuity = Continuity(book, key_by="continuous", follow="lead")
+    batch = bars(rows)
+    routed = continuity.route(batch, book.resolve(batch["instrument_id"], batch["ts_event"]))
+    assert routed.keep.tolist() == [True, True, True] and routed.rolls == []
+    assert [book.symbols[k] for k in routed.keys] == ["6E.v.0", "6EH4-6EM4", "6E.v.0"]
+
+
 @pytest.mark.parametrize("old_close", [0, -5])
 def test_a_new_lead_after_a_close_that_is_no_price_sends_no_roll(old_close: int) -> None:
     """A roll's ratio needs two prices above 0: without, the lead changes with no roll
