@@ -171,22 +171,28 @@ def likeliest_blend(
 ) -> dict[str, float] | None:
     """The time-of-day candidate the TFT's scale's rule prefers: the least Gaussian misfit on
     `select_ends`, every candidate judged on the same windows, those where all are defined (a
-    long half-life's first windows are not; None if no window is)."""
+    long half-life's first windows are not; None if no window is). Two passes, one candidate
+    at a time: all of them at once would hold every candidate's volatilities."""
     if not len(select_ends):
         return None
-    candidates = [
-        (choice, sigma)
-        for choice, sigma in volatility_candidates(panel, select_ends, profile)
-        if choice["profile_weight"] > 0
-    ]
-    defined = np.logical_and.reduce(
-        [np.isfinite(sigma).all(axis=1) & (sigma > 0).all(axis=1) for _, sigma in candidates]
-    )
+    defined = np.ones(len(select_ends), dtype=bool)
+    for _, sigma in _time_of_day(panel, select_ends, profile):
+        defined &= np.isfinite(sigma).all(axis=1) & (sigma > 0).all(axis=1)
     if not defined.any():
         return None
-    targets = panel.targets[select_ends[defined]]
-    misfits = [gaussian_misfit(sigma[defined], targets) for _, sigma in candidates]
-    return candidates[int(np.argmin(misfits))][0]
+    ends = select_ends[defined]
+    likeliest: tuple[float, dict[str, float]] | None = None
+    for choice, sigma in _time_of_day(panel, ends, profile):
+        misfit = gaussian_misfit(sigma, panel.targets[ends])
+        if likeliest is None or misfit < likeliest[0]:
+            likeliest = (misfit, choice)
+    return None if likeliest is None else likeliest[1]
+
+
+def _time_of_day(
+    panel: Panel, ends: np.ndarray, profile: TimeOfDayProfile
+) -> Iterator[tuple[dict[str, float], np.ndarray]]:
+    return (c for c in volatility_candidates(panel, ends, profile) if c[0]["profile_weight"] > 0)
 
 
 def offer_releases(best: Calibrated, at: np.ndarray) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
+
+from model.covariates import product_root
 
 
 class TrainingError(RuntimeError):
@@ -35,4 +38,20 @@ def check_weights_moved(epoch: int, before: list[torch.Tensor], after: list[torc
         raise TrainingError(
             f"epoch {epoch}: no weight changed — the optimizer is not "
             "updating the model (learning rate 0? frozen parameters?)"
+        )
+
+
+def check_every_product_trains(symbols: list[str], train_rows: np.ndarray) -> None:
+    """Every product of `symbols` has a training window (`train_rows`: the symbol index of
+    each), per product as the model's embedding is: a contract listed after the cut trains as
+    its root. A split's boundaries are times over every product's bars together, so a product
+    of a later period can fall whole after the training split, and never be trained on."""
+    trained = {product_root(symbols[i]) for i in np.unique(train_rows).tolist()}
+    untrained = sorted({product_root(s) for s in symbols} - trained)
+    if untrained:
+        raise TrainingError(
+            f"{', '.join(untrained)}: no training window, so never trained on: the split's "
+            "boundaries are times, over every product's bars together, and these products' "
+            "bars all come after the training split; train on products of overlapping "
+            "periods, or leave these out"
         )

@@ -48,7 +48,7 @@ from model.dataset import (
     window_rows,
 )
 from model.forecaster import resolve_device
-from model.guards import TrainingError
+from model.guards import TrainingError, check_every_product_trains
 from model.loop import fit, log, predict_windows, seed_everything
 from model.normalization import Normalizer
 from model.releases import release_calendar
@@ -349,15 +349,7 @@ def split_windows(
                 f"the {part.name.lower()} split has no complete window; give more data or "
                 "move its boundaries (--val-start/--calib-start/--test-start or the fractions)"
             )
-    trained = set(np.unique(panel.row_symbol[ends[Part.TRAIN]]).tolist())
-    untrained = [s for i, s in enumerate(panel.symbols) if i not in trained]
-    if untrained:
-        raise TrainingError(
-            f"{', '.join(untrained)}: no training window, so never trained on: the split's "
-            "boundaries are times, over every symbol's bars together, and these symbols' bars "
-            "all come after the training split; train on symbols of overlapping periods, or "
-            "leave these out"
-        )
+    check_every_product_trains(panel.symbols, panel.row_symbol[ends[Part.TRAIN]])
     return split, ends
 
 

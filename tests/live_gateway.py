@@ -77,6 +77,7 @@ class Session:
     subscriptions: list[Subscription] = field(default_factory=list)
     bars_sent: int = 0
     aborted: bool = False
+    to_skip: int = 0  # bars still to skip at `slow_skip`'s point
 
 
 def _fields(line: bytes) -> dict[str, str]:
@@ -255,7 +256,8 @@ class LiveGateway:
         writer.write(b"".join(out))
         index = self.sessions.index(session)
         cut = self.hang_ups[index] if index < len(self.hang_ups) else None
-        skip_at, skipping = self.slow_skip if self.slow_skip and index == 0 else (None, 0)
+        if self.slow_skip and index == 0:
+            session.to_skip = self.slow_skip[1]
         end_of_interval = f"End of interval for {sub.schema}"
         for ts, group in self._intervals(start, resolved):
             for bar in group:
@@ -264,13 +266,7 @@ class LiveGateway:
                     writer.transport.abort()
                     self.now += self.downtime_ns
                     return
-                if session.bars_sent == skip_at and skipping:
-                    skipping -= 1
-                    if not skipping:
-                        writer.write(bytes(databento_dbn.ErrorMsg(
-                            bar.ts_event, "Skipped records after slow reading", False,
-                            databento_dbn.ErrorCode.SKIPPED_RECORDS_AFTER_SLOW_READING,
-                        )))  # fmt: skip
+                if self._skipped(session, bar, writer):
                     continue
                 writer.write(bytes(bar))
                 session.bars_sent += 1
@@ -286,6 +282,20 @@ class LiveGateway:
             except TimeoutError:
                 writer.write(self._system(time.time_ns(), "Heartbeat", SystemCode.HEARTBEAT))
                 await writer.drain()
+
+    def _skipped(
+        self, session: Session, bar: databento_dbn.OHLCVMsg, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Whether `slow_skip` skips `bar`; after the last one skipped, the error saying so."""
+        if not (session.to_skip and self.slow_skip and session.bars_sent == self.slow_skip[0]):
+            return False
+        session.to_skip -= 1
+        if not session.to_skip:
+            writer.write(bytes(databento_dbn.ErrorMsg(
+                bar.ts_event, "Skipped records after slow reading", False,
+                databento_dbn.ErrorCode.SKIPPED_RECORDS_AFTER_SLOW_READING,
+            )))  # fmt: skip
+        return True
 
     def _refusal(self, sub: Subscription, start: int) -> bytes:
         """The session's metadata and the error that refuses a start outside the window."""

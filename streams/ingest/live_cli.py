@@ -178,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     options = live_options(args, settings)
     ingest: LiveIngest | None = None
     sink: BarProducer | None = None
+    flushed = False  # once: a second flush would wait for a broker that is down again
     try:
         if not key:
             raise AuthFailed(f"{KEY_VARIABLE} is not set; export your Databento API key")
@@ -193,13 +194,14 @@ def run(args: argparse.Namespace) -> int:
         with _stop_on_signals(_stopper(ingest, sink)):
             ingest.run()
         sink.flush()
+        flushed = True
         sink.check()
         code = ExitCode.OK
     except IngestError as exc:
         print(f"barcast ingest-live: {redact(str(exc), key)}", file=sys.stderr)
         code = exc.exit_code
     finally:
-        if sink is not None:
+        if sink is not None and not flushed:
             sink.flush()
         if ingest is not None:
             print(ingest.stats.to_json(), flush=True)

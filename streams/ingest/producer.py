@@ -75,6 +75,7 @@ class BarProducer:
         self._first_error: str | None = None
         self._last_error: str | None = None
         self._stopping = threading.Event()
+        self._dropping = False  # a message failed at the stop: so does every later one
         try:
             ensure_topics(settings, [topic] if dead_letters is None else [topic, dead_letters])
             topics = wait_for_metadata(
@@ -170,22 +171,24 @@ class BarProducer:
 
     def stop_waiting(self) -> None:
         """A stop is under way: a message that finds the queue full fails (`check`) instead of
-        waiting for room, which a broker that is down under live ingest never makes. Safe to
-        call from a signal handler."""
+        waiting for room, which a broker that is down under live ingest never makes, and so
+        does every message after it, so that the topic keeps no hole a restart would resume
+        past. Safe to call from a signal handler."""
         self._stopping.set()
 
     def _when_room(self, topic: str, value: bytes, key: bytes, **options: Any) -> None:
         """Produce, waiting while the queue is full (a replay at full speed fills it, and so
         does a broker that is down under live ingest) instead of failing on BufferError."""
-        while True:
+        while not self._dropping:
             try:
                 self._producer.produce(topic, value, key, **options)
                 return
             except BufferError:
                 if self._stopping.is_set():
-                    self._on_failure("the queue was full at the stop: is the broker down?", None)
-                    return
-                self._producer.poll(0.05)
+                    self._dropping = True
+                else:
+                    self._producer.poll(0.05)
+        self._on_failure("the queue was full at the stop: is the broker down?", None)
 
     def _on_failure(self, err: Any, _msg: Any) -> None:
         self.failed += 1

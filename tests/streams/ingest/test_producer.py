@@ -36,6 +36,7 @@ def producer(queue: FullQueue) -> BarProducer:
     sink = object.__new__(BarProducer)
     sink.topic, sink.dead_letters, sink.partitions, sink.sent = "raw", "dlq", 2, 0
     sink.failed, sink._first_error, sink._stopping = 0, None, threading.Event()
+    sink._dropping = False
     sink._producer = queue
     return sink
 
@@ -66,7 +67,9 @@ def test_a_stop_while_the_queue_stays_full_fails_the_message_instead_of_waiting(
     queue = FullQueue(full=1_000)  # for ever, as far as a fixed producer gets
     sink = producer(queue)
     queue.poll = lambda timeout_s: sink.stop_waiting()  # type: ignore[method-assign,assignment]
-    sink.send_bars([b"{}", b"{}"], [b"ESU4", b"ESU4"], [1, 2])
-    assert queue.produced == [] and sink.failed == 2
-    with pytest.raises(DeliveryFailed, match=r"2 of 2 messages were not delivered.*broker down"):
+    sink.send_bars([b"{}"], [b"ESU4"], [1])
+    queue.full = 0  # the broker back: a later message must fail still, leaving no hole
+    sink.send_control(60 * 10**9)
+    assert queue.produced == [] and sink.failed == 3
+    with pytest.raises(DeliveryFailed, match=r"3 of 3 messages were not delivered.*broker down"):
         sink.check()
