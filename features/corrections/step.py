@@ -182,7 +182,8 @@ def _roll_ratio(bar: Bar, state: SymbolState) -> float | None:
     if announced is not None and announced[0] == new:
         return announced[1]
     price = bar.prices[0] or bar.prices[3]  # the open, nearest the last close in time
-    return price / last["close"] if price and last["close"] > 0 else 1.0
+    # Two prices above 0 make a ratio: a product that may trade at or below 0 rolls at 1 then
+    return price / last["close"] if price > 0 and last["close"] > 0 else 1.0
 
 
 def _roll(state: SymbolState, stats: CorrectionStats, step: Step, bar: Bar, ratio: float) -> None:

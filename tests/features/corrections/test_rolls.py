@@ -3,6 +3,7 @@ at the ratio of their prices, and no gap fill across minutes live ingest lost.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -52,6 +53,17 @@ def test_a_new_contract_at_the_announced_ratio_is_no_spike_and_no_return() -> No
     assert step.clean[0]["raw_symbol"] == "6EM4" and step.clean[0]["status"] == "clean"
     assert abs(state.returns[-1]) < 1e-9, "the calendar spread is no return"
     assert state.roll is None
+
+
+def test_a_new_contract_opening_below_zero_rolls_at_one() -> None:
+    """A product that may trade below 0 (CL in April 2020): no ratio of a negative open, which
+    the workers would refuse (a roll's ratio is above 0)."""
+    config = replace(CONFIG, allow_negative=frozenset({"6EH4"}))
+    state, stats = SymbolState(), CorrectionStats()
+    for b in old_contract(80):
+        correct(orjson.dumps(b), state, config, stats)
+    step = correct(orjson.dumps(new_contract(80, -BASE)), state, config, stats)
+    assert step.roll is not None and step.roll.ratio == 1.0
 
 
 def test_without_an_announcement_the_ratio_is_the_new_open_over_the_last_close() -> None:
