@@ -151,7 +151,9 @@ class LiveIngest:
 
     def _start(self) -> int | None:
         """The next subscription's start: where to resume, clamped to the gateway's replay
-        window; the span the clamp leaves out backfilled or recorded as an outage."""
+        window; the span the clamp leaves out backfilled or recorded as an outage. What the
+        last session's replay skipped is this one's to replay or recover, not that one's."""
+        self._aged_out = None
         wanted = self._resume_from()
         if wanted is None:
             return None

@@ -49,6 +49,17 @@ def test_a_resubscription_before_any_bar_starts_where_the_bar_under_way_began() 
     assert 0 <= connected - interval_start(connected, "ohlcv-1h") < 3600 * 10**9
 
 
+def test_a_new_subscription_takes_over_what_the_last_one_skipped() -> None:
+    """A session cut after REPLAY_DATA_AGED_OUT, before any bar: the next subscription resumes
+    from the newest bar published, so the skipped span is its to replay or recover; a backfill
+    at its start must not recover that span a second time."""
+    options = LiveOptions("GLBX.MDP3", "ohlcv-1m", "parent", SYMBOLS)
+    ingest = LiveIngest(options, KEY, sink=None)  # type: ignore[arg-type]  # sends nothing here
+    ingest._aged_out = 1_716_999_960 * 10**9
+    ingest._start()
+    assert ingest._aged_out is None
+
+
 def file_rows(path: Path) -> dict[tuple[str, int], Any]:
     """The file's bars by (raw symbol, ts_event), as databento's own reader maps them."""
     with warnings.catch_warnings():
