@@ -123,9 +123,7 @@ class Product:
         `old` gone from today, both closes of before today where `new` has one; None where one
         is not a price above 0 (a spread's, or an undefined one)."""
         closes = self.closing if old not in self.today and new in self.closing else self.closes
-        if not (0 < closes[new] < UNDEF_PRICE and 0 < closes[old] < UNDEF_PRICE):
-            return None
-        return closes[new] / closes[old]
+        return closes[new] / closes[old] if priced(closes[new], closes[old]) else None
 
 
 @dataclass
@@ -136,6 +134,11 @@ class Routed:
     keys: np.ndarray
     keep: np.ndarray
     rolls: list[tuple[int, Roll]]
+
+
+def priced(*prices: int) -> bool:
+    """Whether fixed-point `prices` are all prices above 0, which a roll's ratio needs."""
+    return all(0 < price < UNDEF_PRICE for price in prices)
 
 
 def product_root(symbol: str, book: SymbolBook) -> str:
@@ -190,8 +193,7 @@ class Continuity:
         self._behind[symbol] = Behind(iid, raw, 0 if behind is None else behind.close)
         if behind is None:
             return None
-        priced = 0 < behind.close < UNDEF_PRICE and 0 < open_ < UNDEF_PRICE
-        if behind.instrument_id == iid or not priced:
+        if behind.instrument_id == iid or not priced(behind.close, open_):
             return None
         names = self.book.symbols
         return Roll(ts, names[symbol], names[behind.raw], names[raw], open_ / behind.close)
