@@ -171,6 +171,13 @@ def pipeline_topics(settings: Settings) -> list[str]:
 def newest_values(settings: Settings, topic: str) -> dict[int, bytes]:
     """The value of each partition's last record in `topic`, read without joining a group; a
     partition without records, and a topic that does not exist, have none."""
+    return {partition: values[-1] for partition, values in tail_values(settings, topic, 1).items()}
+
+
+def tail_values(settings: Settings, topic: str, count: int) -> dict[int, list[bytes]]:
+    """The values of each partition's last `count` records (at least) in `topic`, in offset
+    order, read without joining a group; a partition without records, and a topic that does
+    not exist, have none."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     timeout_s = settings.connect_timeout_s
@@ -180,18 +187,18 @@ def newest_values(settings: Settings, topic: str) -> dict[int, bytes]:
         found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if found is None or found.error is not None:
             return {}
-        last: dict[int, int] = {}  # partition -> the offset its last record is at or after
+        first: dict[int, int] = {}  # partition -> the offset its tail starts at or before
         for partition in sorted(found.partitions):
             where = TopicPartition(topic, partition)
             low, high = consumer.get_watermark_offsets(where, timeout=timeout_s)
             if high > low:
-                last[partition] = high - 1
-        consumer.assign([TopicPartition(topic, p, offset) for p, offset in last.items()])
-        newest: dict[int, tuple[int, bytes]] = {}
+                first[partition] = max(low, high - count)
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in first.items()])
+        tails: dict[int, dict[int, bytes]] = {partition: {} for partition in first}
         # Each partition is read to its end, not to the high watermark: the embedded broker
         # reports the start of a partition's last batch as its last offset (the changelogs'
         # lone last records, runtime.kafka_io), so its last record may lie after it.
-        pending, deadline = set(last), time.monotonic() + timeout_s
+        pending, deadline = set(first), time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
                 bootstrap = bootstrap_servers(settings)
@@ -201,12 +208,15 @@ def newest_values(settings: Settings, topic: str) -> dict[int, bytes]:
                 continue
             error, partition = message.error(), message.partition()
             if error is None:
-                if message.offset() >= newest.get(partition, (-1, b""))[0]:
-                    newest[partition] = message.offset(), message.value()
+                tails[partition][message.offset()] = message.value()
             elif error.code() == KafkaError._PARTITION_EOF:
                 pending.discard(partition)
             else:
                 raise KafkaException(error)
-        return {partition: value for partition, (_, value) in newest.items()}
+        return {
+            partition: [values[offset] for offset in sorted(values)]
+            for partition, values in tails.items()
+            if values
+        }
     finally:
         consumer.close()

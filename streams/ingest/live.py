@@ -85,7 +85,7 @@ class LiveIngest:
         self._sink = sink
         self._clock = clock  # the gateway's time: its replay window ends there
         self._book = SymbolBook()
-        self._continuity = Continuity(self._book, options.key_by, options.follow)
+        self._continuity = Continuity(self._book, options.key_by, options.follow, options.leads)
         self._published = Published()
         self._source_name = f"live:{options.dataset}"
         self._source = source_json(self._source_name)

@@ -146,14 +146,18 @@ def live_options(args: argparse.Namespace, settings: Settings) -> LiveOptions:
 
 
 def resumed(options: LiveOptions, settings: Settings, topic: str) -> LiveOptions:
-    """`options` starting where `topic` ends (`resume_start`), or from now if it is empty."""
-    from streams.ingest.resume import resume_start
+    """`options` starting where `topic` ends (`resume_start`), or from now if it is empty;
+    following the lead, with each product's lead as last published (`resume_leads`)."""
+    from streams.ingest.resume import resume_leads, resume_start
     from streams.kafka import BrokerUnavailable
 
     try:
         start = resume_start(settings, topic, options.schema)
+        leads = resume_leads(settings, topic) if options.follow == "lead" else {}
     except BrokerUnavailable as exc:
         raise BrokerDown(str(exc)) from None
+    for root, lead in sorted(leads.items()):
+        log.info("live: %s resumes with the lead %s, published last", root, lead.raw)
     if start is None:
         log.info("live: %s holds no records yet: subscribing from now", topic)
     else:
@@ -161,7 +165,7 @@ def resumed(options: LiveOptions, settings: Settings, topic: str) -> LiveOptions
             "live: resuming from %sZ, where every partition of %s ends (`--start now` starts "
             "from now instead)", np.datetime64(start, "ns"), topic,
         )  # fmt: skip
-    return replace(options, start_ns=start)
+    return replace(options, start_ns=start, leads=leads)
 
 
 def run(args: argparse.Namespace) -> int:

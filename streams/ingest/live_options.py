@@ -3,12 +3,14 @@ summary line)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 
 import orjson
 
 from streams.ingest import backfill
 from streams.ingest.resume import REPLAY_WINDOW_S
+from streams.ingest.rolls import Lead
 
 DEFAULT_PORT = 13000
 
@@ -32,6 +34,7 @@ class LiveOptions:
     historical_gateway: str | None = None  # None: Databento's
     key_by: str = "raw"  # BARCAST_KEY_BY
     follow: str = "all"  # BARCAST_FOLLOW
+    leads: Mapping[str, Lead] = field(default_factory=dict)  # following the lead, resumed with
 
     def subscription(self) -> backfill.Subscription:
         return backfill.Subscription(self.dataset, self.schema, self.stype_in, self.symbols)

@@ -24,10 +24,12 @@ from tqdm import tqdm
 
 from streams.ingest.bar_json import encode_bars, source_json
 from streams.ingest.dbn_source import OHLCV_SCHEMAS, DbnReader
-from streams.ingest.errors import UnsupportedSchema
+from streams.ingest.errors import BrokerDown, UnsupportedSchema
 from streams.ingest.producer import BarProducer
-from streams.ingest.rolls import Continuity, Roll
+from streams.ingest.resume import resume_leads
+from streams.ingest.rolls import Continuity, Lead, Roll
 from streams.ingest.symbols import SymbolBook, SymbolFilter, Verdict, check_filter
+from streams.kafka import BrokerUnavailable
 from streams.settings import Settings
 
 log = logging.getLogger("barcast.replay")
@@ -138,7 +140,6 @@ class Replay:
                 readers.append(DbnReader(path))
                 self._check_schema(readers[-1])
             book = SymbolBook()
-            self._continuity = Continuity(book, self.settings.key_by, self.settings.follow)
             complete = True  # every bar file names its instruments in its metadata
             for reader in readers:
                 named = book.add_metadata(reader.metadata)
@@ -151,6 +152,9 @@ class Replay:
                 check_filter(symbols, book, names)
             if not self.options.dry_run:
                 sink = BarProducer(self.settings, self.options.topic)
+            self._continuity = Continuity(
+                book, self.settings.key_by, self.settings.follow, self._published_leads(sink)
+            )
             with self._progress_bar(sum(r.file_size for r in readers)) as progress:
                 for reader in readers:
                     if reader.schema != DEFINITION_SCHEMA:
@@ -172,6 +176,16 @@ class Replay:
         if sink is not None:
             sink.check()
         return self.summary
+
+    def _published_leads(self, sink: BarProducer | None) -> dict[str, Lead]:
+        """Following the lead into a topic that holds bars (a replay of the day after the last
+        one's), each product's lead as last published there (`resume_leads`)."""
+        if sink is None or self.settings.follow != "lead":
+            return {}
+        try:
+            return resume_leads(self.settings, self.options.topic)
+        except BrokerUnavailable as exc:
+            raise BrokerDown(str(exc)) from None
 
     def _progress_bar(self, total_bytes: int) -> tqdm:
         """Bytes of input read (known up front even for compressed files), with rate and ETA;

@@ -12,7 +12,9 @@ instrument can never be new: `Published` drops it.
 
 A restarted ingest (a deploy, a crash, a node drained) resumes where its topic ends
 (`resume_start`), so the bars the gateway sent while no ingest ran are replayed, or, beyond the
-window, recorded as an outage, instead of missing without a trace.
+window, recorded as an outage, instead of missing without a trace. Following the lead, it
+resumes with each product's lead as last published (`resume_leads`): ranked anew by the volume
+of a partial day, a back month's first bar could take the lead and send two false rolls.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from streams.kafka import newest_values
+from streams.ingest.rolls import Lead, published_leads
+from streams.kafka import newest_values, tail_values
 from streams.schema import ControlKind
 
 if TYPE_CHECKING:
@@ -33,6 +36,9 @@ REPLAY_WINDOW_S = 86_400.0  # Databento Live's intraday replay
 # A clamped start lies this far inside the window: the gateway's clock has moved on by the time
 # it reads the subscription, and a start it finds outside its window is refused.
 CLAMP_MARGIN_NS = 60 * 10**9
+# Following the lead, a restart resumes with each product's lead among this many records at the
+# end of each partition: a product with none there starts as on ingest's first day.
+LEAD_TAIL_RECORDS = 10_000
 
 
 def interval_ns(schema: str) -> int:
@@ -92,3 +98,10 @@ def topic_resume(newest: dict[int, bytes], schema: str) -> int | None:
 def resume_start(settings: Settings, topic: str, schema: str) -> int | None:
     """Where live ingest into `topic` resumes after a restart (`topic_resume`)."""
     return topic_resume(newest_values(settings, topic), schema)
+
+
+def resume_leads(settings: Settings, topic: str) -> dict[str, Lead]:
+    """Each product's lead as ingest last published it to `topic` (`published_leads`), for a
+    restart following the lead to go on with instead of ranking today's volume anew."""
+    tails = tail_values(settings, topic, LEAD_TAIL_RECORDS)
+    return published_leads(value for values in tails.values() for value in values)

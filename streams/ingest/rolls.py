@@ -26,9 +26,11 @@ default they are keyed by raw symbol, and a roll starts new states.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 
 from features.bars import UNDEF_PRICE
 from streams import schema
@@ -72,6 +74,60 @@ class Behind:
     close: int
 
 
+@dataclass(frozen=True)
+class Lead:
+    """A product's lead as ingest last published it, which a restarted ingest resumes with."""
+
+    raw: str
+    ts_event: int
+    close: int | None  # fixed point; None where the tail holds only the roll to it
+
+
+def published_leads(values: Iterable[bytes]) -> dict[str, Lead]:
+    """Each product's lead by the newest of its records among `values` (the tail of the bars'
+    topic, which following the lead publishes only the leads' bars to): a bar names its
+    contract, a roll the contract it rolls to (a roll comes after the old lead's bar of its
+    minute). Keyed by product root: the continuous symbol's, or the raw symbol's (`CONTRACT`).
+    Records that are not barcast's (another producer's) are passed over."""
+    newest: dict[str, tuple[tuple[int, bool], str]] = {}  # root -> ((ts, a roll), contract)
+    closes: dict[str, tuple[int, int]] = {}  # raw symbol -> (ts, close)
+    for value in values:
+        found = _lead_record(value)
+        if found is None:
+            continue
+        root, raw, ts, close = found
+        if close is not None and ts >= closes.get(raw, (-1, 0))[0]:
+            closes[raw] = ts, close
+        key = (ts, close is None)
+        if root not in newest or key >= newest[root][0]:
+            newest[root] = key, raw
+    return {
+        root: Lead(raw, ts, closes[raw][1] if raw in closes else None)
+        for root, ((ts, _), raw) in newest.items()
+    }
+
+
+def _lead_record(value: bytes) -> tuple[str, str, int, int | None] | None:
+    """(product root, contract, ts_event, close or None for a roll) of a lead's bar or roll."""
+    try:
+        record = orjson.loads(value)
+        ts = int(record["ts_event"])
+        if record.get("control") == schema.ControlKind.ROLL.value:
+            symbol, raw, close = record["symbol"], record["raw_symbols"][1], None
+            if not symbol.endswith(LEAD_SUFFIX):
+                return None
+        elif "control" not in record:
+            symbol, raw, close = record["symbol"], record["raw_symbol"], int(record["close"])
+        else:
+            return None
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
+    if not isinstance(symbol, str) or not isinstance(raw, str) or is_spread(raw):
+        return None
+    root = symbol[: -len(LEAD_SUFFIX)] if symbol.endswith(LEAD_SUFFIX) else None
+    return root or product_root(raw, SymbolBook()), raw, ts, close
+
+
 @dataclass
 class Product:
     """Following a product's lead: the trading day, each contract's volume and bars on it and
@@ -86,6 +142,7 @@ class Product:
     counts: dict[int, int] = field(default_factory=dict)  # bars today, per contract
     bars: int = 0  # of the contract that traded the most bars today
     ranked: int | None = None  # the lead by the day before's volume, until that can change
+    held: int | None = None  # the lead a restarted ingest resumes with (`published_leads`)
 
     def add(self, day: int, raw: int, close: int, volume: int) -> None:
         """A bar of contract `raw` on trading day `day`."""
@@ -106,9 +163,13 @@ class Product:
 
     def lead(self, names: list[str]) -> int:
         """The contract that traded the most the day before, less those gone from today
-        (`GONE_AFTER_BARS`); by today's volume so far on the first day, or if all are gone."""
+        (`GONE_AFTER_BARS`); by today's volume so far on the first day, or if all are gone. A
+        restarted ingest's first day keeps the lead it resumes with unless that is gone."""
         if self.ranked is not None:
             return self.ranked
+        held = self.held if self.previous is None else None
+        if held is not None and (held in self.today or self.bars < GONE_AFTER_BARS):
+            return held
         ranked = self.today if self.previous is None else self.previous
         if self.previous is not None and self.bars >= GONE_AFTER_BARS:
             trading = {raw: v for raw, v in self.previous.items() if raw in self.today}
@@ -121,9 +182,11 @@ class Product:
     def ratio(self, new: int, old: int) -> float | None:
         """`new`'s price over `old`'s at the nearest two prices: their latest closes, or, for an
         `old` gone from today, both closes of before today where `new` has one; None where one
-        is not a price above 0 (a spread's, or an undefined one)."""
+        is not a price above 0 (a spread's, or an undefined one), or is not known (a lead a
+        restarted ingest resumes with, before it trades)."""
         closes = self.closing if old not in self.today and new in self.closing else self.closes
-        return closes[new] / closes[old] if priced(closes[new], closes[old]) else None
+        new_close, old_close = closes.get(new, UNDEF_PRICE), closes.get(old, UNDEF_PRICE)
+        return new_close / old_close if priced(new_close, old_close) else None
 
 
 @dataclass
@@ -152,12 +215,19 @@ def product_root(symbol: str, book: SymbolBook) -> str:
 class Continuity:
     """Keys, the lead filter and rolls, over the bars ingest sends, in their order."""
 
-    def __init__(self, book: SymbolBook, key_by: str = "raw", follow: str = "all"):
+    def __init__(
+        self,
+        book: SymbolBook,
+        key_by: str = "raw",
+        follow: str = "all",
+        leads: Mapping[str, Lead] | None = None,
+    ):
         self.book = book
         self.by_continuous = key_by == "continuous"
         self.follow_lead = follow == "lead"
         self._behind: dict[int, Behind] = {}  # continuous symbol index
         self._products: dict[int, Product] = {}  # lead symbol index
+        self._leads = dict(leads or {})  # product root -> the lead to resume with
 
     def route(self, bars: np.ndarray, raw: np.ndarray) -> Routed:
         """`bars` (OHLCV records) whose raw symbol indices are `raw`."""
@@ -204,8 +274,9 @@ class Continuity:
 
     def _lead(self, raw: int, ts: int, close: int, volume: int) -> tuple[int, bool, Roll | None]:
         names = self.book.symbols
-        symbol = self.book.index_of(product_root(names[raw], self.book) + LEAD_SUFFIX)
-        product = self._products.setdefault(symbol, Product())
+        root = product_root(names[raw], self.book)
+        symbol = self.book.index_of(root + LEAD_SUFFIX)
+        product = self._products.get(symbol) or self._resumed(symbol, root)
         product.add((ts + TRADING_DAY_SHIFT_NS) // DAY_NS, raw, close, volume)
         if raw != product.lead(names):
             return symbol, False, None
@@ -216,3 +287,13 @@ class Continuity:
         if ratio is None:  # the corrections roll the state at their own ratio, or at 1
             return symbol, True, None
         return symbol, True, Roll(ts, names[symbol], names[old], names[raw], ratio)
+
+    def _resumed(self, symbol: int, root: str) -> Product:
+        """A product first seen by this process: it resumes with the lead last published."""
+        product = self._products[symbol] = Product()
+        lead = self._leads.pop(root, None)
+        if lead is not None:
+            held = product.behind = product.held = self.book.index_of(lead.raw)
+            if lead.close is not None:
+                product.closes[held] = lead.close  # a close before today, from the first bar on
+        return product
