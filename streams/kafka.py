@@ -197,7 +197,8 @@ def tail_values(settings: Settings, topic: str, count: int) -> dict[int, list[by
         tails: dict[int, dict[int, bytes]] = {partition: {} for partition in first}
         # Each partition is read to its end, not to the high watermark: the embedded broker
         # reports the start of a partition's last batch as its last offset (the changelogs'
-        # lone last records, runtime.kafka_io), so its last record may lie after it.
+        # lone last records, runtime.kafka_io), so its last record may lie after it. The
+        # timeout is of a broker silent that long, not of a long read.
         pending, deadline = set(first), time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
@@ -206,6 +207,7 @@ def tail_values(settings: Settings, topic: str, count: int) -> dict[int, list[by
             message = consumer.poll(0.5)
             if message is None:
                 continue
+            deadline = time.monotonic() + timeout_s
             error, partition = message.error(), message.partition()
             if error is None:
                 tails[partition][message.offset()] = message.value()

@@ -146,18 +146,14 @@ def live_options(args: argparse.Namespace, settings: Settings) -> LiveOptions:
 
 
 def resumed(options: LiveOptions, settings: Settings, topic: str) -> LiveOptions:
-    """`options` starting where `topic` ends (`resume_start`), or from now if it is empty;
-    following the lead, with each product's lead as last published (`resume_leads`)."""
-    from streams.ingest.resume import resume_leads, resume_start
+    """`options` starting where `topic` ends (`resume_start`), or from now if it is empty."""
+    from streams.ingest.resume import resume_start
     from streams.kafka import BrokerUnavailable
 
     try:
         start = resume_start(settings, topic, options.schema)
-        leads = resume_leads(settings, topic) if options.follow == "lead" else {}
     except BrokerUnavailable as exc:
         raise BrokerDown(str(exc)) from None
-    for root, lead in sorted(leads.items()):
-        log.info("live: %s resumes with the lead %s, published last", root, lead.raw)
     if start is None:
         log.info("live: %s holds no records yet: subscribing from now", topic)
     else:
@@ -165,7 +161,24 @@ def resumed(options: LiveOptions, settings: Settings, topic: str) -> LiveOptions
             "live: resuming from %sZ, where every partition of %s ends (`--start now` starts "
             "from now instead)", np.datetime64(start, "ns"), topic,
         )  # fmt: skip
-    return replace(options, start_ns=start, leads=leads)
+    return replace(options, start_ns=start)
+
+
+def with_leads(options: LiveOptions, settings: Settings, topic: str) -> LiveOptions:
+    """Following the lead, `options` going on with each product's lead as last published to
+    `topic` (`resume_leads`; the continuity passes over one from after the bars it gets)."""
+    from streams.ingest.resume import resume_leads
+    from streams.kafka import BrokerUnavailable
+
+    if options.follow != "lead":
+        return options
+    try:
+        leads = resume_leads(settings, topic)
+    except BrokerUnavailable as exc:
+        raise BrokerDown(str(exc)) from None
+    for root, lead in sorted(leads.items()):
+        log.info("live: %s goes on with the lead %s, published last", root, lead.raw)
+    return replace(options, leads=leads)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.start is None:
             options = resumed(options, settings, topic)
+        options = with_leads(options, settings, topic)
         ingest = LiveIngest(options, key, sink)
         with _stop_on_signals(_stopper(ingest, sink)):
             ingest.run()

@@ -12,8 +12,8 @@ instrument can never be new: `Published` drops it.
 
 A restarted ingest (a deploy, a crash, a node drained) resumes where its topic ends
 (`resume_start`), so the bars the gateway sent while no ingest ran are replayed, or, beyond the
-window, recorded as an outage, instead of missing without a trace. Following the lead, it
-resumes with each product's lead as last published (`resume_leads`): ranked anew by the volume
+window, recorded as an outage, instead of missing without a trace. Following the lead, ingest
+goes on with each product's lead as last published (`resume_leads`): ranked anew by the volume
 of a partial day, a back month's first bar could take the lead and send two false rolls.
 """
 
@@ -36,7 +36,7 @@ REPLAY_WINDOW_S = 86_400.0  # Databento Live's intraday replay
 # A clamped start lies this far inside the window: the gateway's clock has moved on by the time
 # it reads the subscription, and a start it finds outside its window is refused.
 CLAMP_MARGIN_NS = 60 * 10**9
-# Following the lead, a restart resumes with each product's lead among this many records at the
+# Following the lead, ingest goes on with each product's lead among this many records at the
 # end of each partition: a product with none there starts as on ingest's first day.
 LEAD_TAIL_RECORDS = 10_000
 
@@ -102,6 +102,7 @@ def resume_start(settings: Settings, topic: str, schema: str) -> int | None:
 
 def resume_leads(settings: Settings, topic: str) -> dict[str, Lead]:
     """Each product's lead as ingest last published it to `topic` (`published_leads`), for a
-    restart following the lead to go on with instead of ranking today's volume anew."""
+    restart (or the next replay) following the lead to go on with, not a partial day's volume
+    ranked anew."""
     tails = tail_values(settings, topic, LEAD_TAIL_RECORDS)
     return published_leads(value for values in tails.values() for value in values)

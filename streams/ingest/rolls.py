@@ -44,6 +44,9 @@ LEAD_SUFFIX = ".v.0"
 # A live lead trades before another contract of its product has traded this many bars in the
 # day (CME's front months trade every minute), so one that has not is gone: expired, most likely
 GONE_AFTER_BARS = 30
+# A lead last published over this many trading days before ingest goes on (a long weekend
+# and a holiday) says little of the market now: the first day ranks by its own volume
+RESUME_DAYS = 4
 CONTRACT = re.compile(rf"(.+?)[{MONTH_CODES}]\d{{1,2}}")
 
 
@@ -85,26 +88,37 @@ class Lead:
 
 def published_leads(values: Iterable[bytes]) -> dict[str, Lead]:
     """Each product's lead by the newest of its records among `values` (the tail of the bars'
-    topic, which following the lead publishes only the leads' bars to): a bar names its
-    contract, a roll the contract it rolls to (a roll comes after the old lead's bar of its
-    minute). Keyed by product root: the continuous symbol's, or the raw symbol's (`CONTRACT`).
-    Records that are not barcast's (another producer's) are passed over."""
-    newest: dict[str, tuple[tuple[int, bool], str]] = {}  # root -> ((ts, a roll), contract)
+    topic, which following the lead publishes only the leads' bars to): a roll names the
+    contract it rolls to (it comes after the old lead's bar of its minute), a bar its own
+    contract; none where several contracts' bars share the newest minute with no roll (a topic
+    written with every contract, not the lead's). Keyed by product root: the continuous
+    symbol's, or the raw symbol's (`CONTRACT`). Records not barcast's are passed over."""
+    newest: dict[str, tuple[int, set[str]]] = {}  # root -> (ts, the contracts with a bar then)
+    rolled: dict[str, tuple[int, str]] = {}  # root -> (ts, the contract rolled to)
     closes: dict[str, tuple[int, int]] = {}  # raw symbol -> (ts, close)
     for value in values:
         found = _lead_record(value)
         if found is None:
             continue
         root, raw, ts, close = found
-        if close is not None and ts >= closes.get(raw, (-1, 0))[0]:
-            closes[raw] = ts, close
-        key = (ts, close is None)
-        if root not in newest or key >= newest[root][0]:
-            newest[root] = key, raw
-    return {
-        root: Lead(raw, ts, closes[raw][1] if raw in closes else None)
-        for root, ((ts, _), raw) in newest.items()
-    }
+        if close is None:
+            rolled[root] = max(rolled.get(root, (ts, raw)), (ts, raw))
+            continue
+        closes[raw] = max(closes.get(raw, (ts, close)), (ts, close))
+        last, contracts = newest.get(root, (-1, set()))
+        if ts > last:
+            newest[root] = ts, {raw}
+        elif ts == last:
+            contracts.add(raw)
+    leads = {}
+    for root in newest.keys() | rolled.keys():
+        ts, contracts = newest.get(root, (-1, set()))
+        if root in rolled and rolled[root][0] >= ts:
+            ts, contracts = rolled[root][0], {rolled[root][1]}
+        if len(contracts) == 1:
+            [raw] = contracts
+            leads[root] = Lead(raw, ts, closes[raw][1] if raw in closes else None)
+    return leads
 
 
 def _lead_record(value: bytes) -> tuple[str, str, int, int | None] | None:
@@ -199,6 +213,10 @@ class Routed:
     rolls: list[tuple[int, Roll]]
 
 
+def trading_day(ts: int) -> int:
+    return (ts + TRADING_DAY_SHIFT_NS) // DAY_NS
+
+
 def priced(*prices: int) -> bool:
     """Whether fixed-point `prices` are all prices above 0, which a roll's ratio needs."""
     return all(0 < price < UNDEF_PRICE for price in prices)
@@ -276,8 +294,8 @@ class Continuity:
         names = self.book.symbols
         root = product_root(names[raw], self.book)
         symbol = self.book.index_of(root + LEAD_SUFFIX)
-        product = self._products.get(symbol) or self._resumed(symbol, root)
-        product.add((ts + TRADING_DAY_SHIFT_NS) // DAY_NS, raw, close, volume)
+        product = self._products.get(symbol) or self._resumed(symbol, root, ts)
+        product.add(trading_day(ts), raw, close, volume)
         if raw != product.lead(names):
             return symbol, False, None
         old, product.behind = product.behind, raw
@@ -288,12 +306,26 @@ class Continuity:
             return symbol, True, None
         return symbol, True, Roll(ts, names[symbol], names[old], names[raw], ratio)
 
-    def _resumed(self, symbol: int, root: str) -> Product:
-        """A product first seen by this process: it resumes with the lead last published."""
+    def _resumed(self, symbol: int, root: str, ts: int) -> Product:
+        """A product first seen by this process, at `ts`: it resumes with the lead last
+        published (`_resumable`)."""
         product = self._products[symbol] = Product()
-        lead = self._leads.pop(root, None)
+        lead = self._resumable(root, ts)
         if lead is not None:
             held = product.behind = product.held = self.book.index_of(lead.raw)
             if lead.close is not None:
                 product.closes[held] = lead.close  # a close before today, from the first bar on
         return product
+
+    def _resumable(self, root: str, ts: int) -> Lead | None:
+        """`root`'s lead as last published (under its root, or a raw symbol's root the regex
+        read where a definition names another), if published before `ts` (not when older bars
+        are replayed into the topic) and within `RESUME_DAYS` trading days of it."""
+        key = root if root in self._leads else None
+        for name, lead in self._leads.items():
+            if key is None and product_root(lead.raw, self.book) == root:
+                key = name
+        lead = None if key is None else self._leads.pop(key)
+        if lead is None or lead.ts_event > ts:
+            return None
+        return lead if trading_day(ts) - trading_day(lead.ts_event) <= RESUME_DAYS else None

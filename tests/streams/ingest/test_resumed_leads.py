@@ -21,11 +21,17 @@ from streams.ingest.live import LiveIngest
 from streams.ingest.live_options import LiveOptions
 from streams.ingest.replay import Replay, ReplayOptions
 from streams.ingest.resume import resume_leads
-from streams.ingest.rolls import GONE_AFTER_BARS, Continuity, Lead, published_leads
-from streams.ingest.symbols import SymbolBook
+from streams.ingest.rolls import (
+    GONE_AFTER_BARS,
+    RESUME_DAYS,
+    Continuity,
+    Lead,
+    published_leads,
+)
+from streams.ingest.symbols import Definition, SymbolBook
 from streams.settings import Settings
 from tests.roll_files import MINUTE, NEW, OLD, SPREAD, write_records
-from tests.streams.ingest.test_rolls import T0, Recorded, bars
+from tests.streams.ingest.test_rolls import DAY, T0, Recorded, bars
 from tests.topic_logs import read_all
 
 
@@ -71,6 +77,15 @@ def test_records_that_name_no_lead_are_passed_over() -> None:
         orjson.dumps({"symbol": 7, "raw_symbol": "6EH4", "ts_event": T0, "close": 1}),
     ]
     assert published_leads(values) == {}
+
+
+def test_a_topic_with_every_contracts_bars_names_no_lead() -> None:
+    """Written with BARCAST_FOLLOW=all: two contracts' bars in its newest minute, no roll to
+    say which led; a roll at that minute names it."""
+    every = [bar_value("6EH4", "6EH4", T0, 101), bar_value("6EM4", "6EM4", T0, 205)]
+    assert published_leads(every) == {}
+    rolled = [*every, roll_value(T0, "6E.v.0", "6EH4", "6EM4")]
+    assert published_leads(rolled) == {"6E": Lead("6EM4", T0, 205)}
 
 
 def two_contracts() -> SymbolBook:
@@ -122,6 +137,37 @@ def test_live_ingest_resumes_with_the_lead_its_options_name() -> None:
         ingest._handle(databento_dbn.OHLCVMsg(33, 1, iid, T0, *[1_100_000_000] * 4, 7))
     assert [orjson.loads(v)["raw_symbol"] for v in sink.bars] == [OLD[0]]
     assert sink.rolls == [] and ingest.stats.not_lead == 1
+
+
+@pytest.mark.parametrize(
+    ("published", "held"),
+    [
+        (T0 + MINUTE, False),  # after the bars ingest gets: older bars replayed into the topic
+        (T0 - (RESUME_DAYS + 1) * DAY, False),  # over RESUME_DAYS trading days before them
+        (T0 - RESUME_DAYS * DAY, True),
+    ],
+)
+def test_a_lead_published_after_the_bars_or_long_before_them_is_not_held(
+    published: int, held: bool
+) -> None:
+    book = two_contracts()
+    leads = {"6E": Lead("6EH4", published, 100)}
+    continuity = Continuity(book, key_by="continuous", follow="lead", leads=leads)
+    keep, _ = routed(continuity, book, [(2, T0, 200, 200, 3), (1, T0, 100, 101, 9)])
+    assert keep == ([False, True] if held else [True, True])
+
+
+def test_a_lead_keyed_by_its_raw_symbols_root_resumes_the_product_a_definition_names() -> None:
+    """Keyed by raw symbol, a lead's root is read from its symbol; where the definitions name
+    the product otherwise (asset EU), it still resumes the product's lead."""
+    book = two_contracts()
+    for raw in ("6EH4", "6EM4"):
+        book.definitions[raw] = Definition(raw, asset="EU", instrument_class="F")
+    leads = published_leads([bar_value("6EH4", "6EH4", T0 - MINUTE, 100)])
+    assert leads == {"6E": Lead("6EH4", T0 - MINUTE, 100)}
+    continuity = Continuity(book, key_by="continuous", follow="lead", leads=leads)
+    keep, rolls = routed(continuity, book, [(2, T0, 200, 200, 3), (1, T0, 100, 101, 9)])
+    assert keep == [False, True] and rolls == []
 
 
 @pytest.mark.parametrize("close", [100, None])
@@ -191,7 +237,7 @@ def test_a_replay_following_the_lead_goes_on_with_the_lead_the_one_before_publis
             leads = {"6E": Lead(OLD[0], last["ts_event"], last["close"])}
             assert resume_leads(settings, settings.topic_raw) == leads
             options = LiveOptions("GLBX.MDP3", "ohlcv-1m", "parent", ("6E.FUT",), follow="lead")
-            assert live_cli.resumed(options, settings, settings.topic_raw).leads == leads
+            assert live_cli.with_leads(options, settings, settings.topic_raw).leads == leads
     values = [orjson.loads(m.value) for m in read_all(settings.broker, settings.topic_raw)]
     assert [v for v in values if v.get("control") == "roll"] == []
     published = [v for v in values if "control" not in v]
