@@ -196,6 +196,8 @@ class SymbolShadow:
         its verdict is taken on."""
         track = self.canary
         assert track is not None
+        if canary["ts_event"] < track.since:
+            return  # of the canary a newer one replaced: its pending forecasts outlive its track
         track.calibration.update(canary)
         if canary["unscored"] is None and record["unscored"] is None:
             model, own = mean_losses(record["pinball"]), mean_losses(canary["pinball"])  # type: ignore[arg-type]

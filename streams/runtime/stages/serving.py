@@ -135,7 +135,9 @@ class Serving:
             and candidate.model_id != state.serving
         ):
             state.candidate, changed = candidate.model_id, True
-        if state.candidate is not None and state.minute != minute:
+        # Never back: a spike candidate's row, held to its symbol's next bar, comes after
+        # rows of the minute after it, and the verdict's sync is once a minute.
+        if state.candidate is not None and minute > state.minute:
             state.minute, changed = minute, True
         if changed:
             self.store.write(key, partition, row.offset, state)
@@ -173,10 +175,10 @@ class Serving:
                 state.serving = None
             changed = True
         default = self.default
-        if (  # a checkpoint that landed while no worker ran: a canary, as if it ran
-            first  # (the worker's default is the newest checkpoint only until it rolls out)
-            and default is not None
-            and self.candidate is None
+        if (  # a checkpoint that landed while no worker ran: a canary, as if it ran, in place
+            first  # of an older one a state names, whichever partition's row comes first
+            and default is not None  # (the default is the newest until it rolls out)
+            and (self.candidate is None or self.candidate.model_id != default.model_id)
             and state.serving not in (None, default.model_id)
             and default.model_id not in state.verdicts
         ):

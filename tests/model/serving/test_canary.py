@@ -14,8 +14,10 @@ from model.serving.canary import (
     decide,
     scored_count,
 )
-from model.serving.conformal import SymbolCalibration
-from model.serving.shadow import SymbolShadow
+from model.serving.conformal import CalibrationConfig, SymbolCalibration
+from model.serving.scoring import Decided, ForecastFields, LabelBar, score_all, score_decided
+from model.serving.shadow import CANARY, Pending, SymbolShadow
+from model.serving.skill import ServeMode
 
 MINUTE = 60 * 10**9
 
@@ -71,3 +73,25 @@ def test_states_round_trip_and_a_promoted_canary_keeps_its_calibration() -> None
     shadow.canary = t
     back = SymbolShadow.from_bytes(shadow.to_bytes())
     assert back.canary == t and back.to_bytes() == shadow.to_bytes()
+
+
+def test_a_replaced_canarys_pending_forecasts_count_for_neither_canary() -> None:
+    """Canary c1 forecasts minute 0, then c2 replaces it from minute 1 (a newer checkpoint
+    landed): once minute 0's label is decided, its score joins no verdict and no record names
+    c2 beside it."""
+    h, config, shadow = 3, CalibrationConfig(), SymbolShadow()
+    shadow.serve("a")
+    quantiles = {"q10": [-0.01] * h, "q50": [0.0] * h, "q90": [0.01] * h}
+    for ts, canary in ((0, "c1"), (MINUTE, "c2")):
+        value = {"symbol": "ES", "ts_event": ts, "close": 100.0, "horizons": [1, 2, 3]}
+        _, scored = shadow.canary_forecast(value | quantiles | {"model_id": canary}, config)
+        shadow.pending.append(Pending(ts, "model", {CANARY: scored}))
+    forecast = ForecastFields(
+        "ES", 0, 100.0, (1, 2, 3), "a", *(tuple(q) for q in quantiles.values())
+    )
+    bars = tuple(LabelBar(m * MINUTE, 100.0 + 0.1 * m, False) for m in range(1, h + 1))
+    record, _ = score_decided([Decided(forecast, bars)])[0]
+    entry, shadows = shadow.decided(Decided(forecast, bars))
+    shadow.scored(record, entry, score_all(shadows), ServeMode.MODEL)
+    assert shadow.canary is not None and shadow.canary.model_id == "c2"
+    assert shadow.canary.scored == [] and "canary" not in record

@@ -156,3 +156,60 @@ def test_a_partition_restored_proposes_the_default_only_when_first_held(
     after = asyncio.run(run())
     assert (serving.candidate is None) == held_before
     assert after.serving == promoted and (after.candidate is None) == held_before
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_a_started_worker_proposes_its_newer_default_whichever_partition_comes_first(
+    tmp_path: Path, first: int
+) -> None:
+    """A checkpoint landed while no worker ran, and partition 0's state names an older canary
+    (partition 1's refused it): the newer one is the canary of both partitions, as it would
+    have been had the worker run, whichever partition's row comes first."""
+    newest = make_checkpoint(tmp_path / "serving")
+    served = make_checkpoint(tmp_path / "canary", seed=1)
+    older = make_checkpoint(tmp_path / "older", seed=2)
+    forecasting, _ = stage(tmp_path)
+    forecasting.watch(CheckpointWatcher(tmp_path))
+    serving = forecasting.serving
+    assert serving.store is not None
+    states = {
+        0: PartitionCanary(serving=served, candidate=older),
+        1: PartitionCanary(serving=served, verdicts={older: Verdict.REFUSED}),
+    }
+
+    async def run() -> dict[int, str | None]:
+        for partition, state in states.items():
+            serving.store.write(partition_key(partition), partition, 0, state)
+            await flush(serving.store)
+        serving.store.forget()  # a start
+        by_partition = {row.partition: row for row in rows(0)}
+        for partition in (first, 1 - first):
+            await serving.store.restore(partition, boundary=1)
+            await serving.before(by_partition[partition], lambda: asyncio.sleep(0))
+        return {p: serving.store.read(partition_key(p)).candidate for p in states}
+
+    assert asyncio.run(run()) == {0: newest, 1: newest}
+    assert serving.candidate is not None and serving.candidate.model_id == newest
+
+
+def test_a_late_row_does_not_make_its_minute_new_again(tmp_path: Path) -> None:
+    """A held spike candidate's row of minute 5 comes after a row of minute 6: the verdict's
+    sync runs once at minute 6, not again at its next row."""
+    make_checkpoint(tmp_path / "serving")
+    make_checkpoint(tmp_path / "canary", seed=1)
+    forecasting, _ = stage(tmp_path)
+    serving = forecasting.serving
+    serving.propose(ForecastEngine.from_settings(tmp_path / "canary", forecasting.settings))
+    synced: list[int] = []
+
+    async def run() -> None:
+        for minute in (5, 6, 5, 6):
+            row = rows(minute)[0]
+
+            async def sync(minute: int = minute) -> None:
+                synced.append(minute)
+
+            await serving.before(row, sync)
+
+    asyncio.run(run())
+    assert synced == [6]
