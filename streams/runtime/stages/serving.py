@@ -58,6 +58,7 @@ class Serving:
         self.default = engine  # what serves a partition with no state of its own
         self.engines: dict[str, ForecastEngine] = {engine.model_id: engine} if engine else {}
         self.candidate: ForecastEngine | None = None  # the canary
+        self.restored = False  # the canary is one a restored state named, not one proposed
         self.forced: set[str] = set()  # model ids `barcast promote` named
         self.held: set[int] = set()  # partitions this worker has held since it started
         self.metrics, self.needed = metrics, needed
@@ -86,7 +87,7 @@ class Serving:
     def propose(self, engine: ForecastEngine) -> None:
         """A new valid checkpoint: the canary from each partition's next row."""
         self.engines[engine.model_id] = engine
-        self.candidate = engine
+        self.candidate, self.restored = engine, False
         self.metrics.set_canary(engine.model_id)
         log.info(
             "canary %s runs beside %s: its forecasts go to forecasts.shadow, and each partition "
@@ -162,7 +163,7 @@ class Serving:
             if engine is not None:
                 self.engines[model_id] = engine
                 if model_id == state.candidate and self.candidate is None:
-                    self.candidate = engine
+                    self.candidate, self.restored = engine, True
                     self.metrics.set_canary(model_id)
                 continue
             log.error(
@@ -175,10 +176,11 @@ class Serving:
                 state.serving = None
             changed = True
         default = self.default
+        candidate = self.candidate
         if (  # a checkpoint that landed while no worker ran: a canary, as if it ran, in place
             first  # of an older one a state names, whichever partition's row comes first
             and default is not None  # (the default is the newest until it rolls out)
-            and (self.candidate is None or self.candidate.model_id != default.model_id)
+            and (candidate is None or (self.restored and candidate.model_id != default.model_id))
             and state.serving not in (None, default.model_id)
             and default.model_id not in state.verdicts
         ):

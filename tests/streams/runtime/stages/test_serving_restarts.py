@@ -213,3 +213,34 @@ def test_a_late_row_does_not_make_its_minute_new_again(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert synced == [6]
+
+
+def test_a_partition_gained_later_leaves_a_canary_proposed_since_the_start(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint lands after the start and is the canary; a rebalance then brings a
+    partition where another worker promoted it: the worker's older default is not proposed in
+    its place, and partition 0 keeps its canary."""
+    default = make_checkpoint(tmp_path / "serving")
+    forecasting, _ = stage(tmp_path)
+    forecasting.watch(CheckpointWatcher(tmp_path))
+    serving = forecasting.serving
+    assert serving.store is not None
+    newer = make_checkpoint(tmp_path / "canary", seed=1)
+    serving.propose(ForecastEngine.from_settings(tmp_path / "canary", forecasting.settings))
+    first, later = ({row.partition: row for row in rows(m)} for m in (0, 1))
+
+    async def run() -> None:
+        await serving.before(first[0], lambda: asyncio.sleep(0))
+        state = PartitionCanary(serving=newer, verdicts={newer: Verdict.PROMOTED})
+        serving.store.write(partition_key(1), 1, 0, state)
+        await flush(serving.store)
+        serving.store.states.pop(partition_key(1))  # gained in a rebalance
+        await serving.store.restore(1, boundary=1)
+        await serving.before(first[1], lambda: asyncio.sleep(0))
+        await serving.before(later[0], lambda: asyncio.sleep(0))
+
+    asyncio.run(run())
+    assert serving.candidate is not None and serving.candidate.model_id == newer != default
+    canary = serving.route(0)[1]
+    assert canary is not None and canary.model_id == newer
