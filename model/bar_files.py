@@ -246,19 +246,29 @@ def _read_csv(path: Path) -> pd.DataFrame:
             f"--data {path}: not a bar CSV with columns timestamp_utc,open,high,"
             f"low,close,volume ({exc})"
         ) from None
+    except (OSError, EOFError) as exc:  # a damaged or truncated compressed file
+        raise DataError(f"--data {path}: unreadable ({exc}); re-download it") from None
     frame["symbol"] = path.name.split(".")[0]
     return frame
 
 
 def _read_dbn(path: Path) -> pd.DataFrame:
     import databento
+    from databento.common.error import BentoError, BentoWarning
 
-    store = databento.DBNStore.from_file(path)
-    if str(store.schema) != "ohlcv-1m":
-        raise DataError(f"--data {path}: DBN schema is {store.schema}; barcast trains on ohlcv-1m")
-    with warnings.catch_warnings():  # databento 0.88 uses a pandas keyword pandas 3.1 deprecates
-        warnings.filterwarnings("ignore", message="The inplace keyword")
-        frame = store.to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
+    try:
+        store = databento.DBNStore.from_file(path)
+        schema = str(store.schema)
+        if schema == "ohlcv-1m":
+            with warnings.catch_warnings():  # databento 0.88 uses a keyword pandas 3.1 deprecates
+                warnings.filterwarnings("ignore", message="The inplace keyword")
+                # databento only warns of a file that ends inside a record: its bars would be cut
+                warnings.filterwarnings("error", category=BentoWarning)
+                frame = store.to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
+    except (BentoError, BentoWarning, ValueError, OSError, EOFError) as exc:
+        raise DataError(f"--data {path}: not a readable DBN file ({exc}); re-download it") from None
+    if schema != "ohlcv-1m":
+        raise DataError(f"--data {path}: DBN schema is {schema}; barcast trains on ohlcv-1m")
     frame = frame.reset_index()
     frame["ts_event"] = frame["ts_event"].astype("int64")
     return frame

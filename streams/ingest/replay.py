@@ -119,6 +119,17 @@ class Pacer:
             yield start, stop
 
 
+def check_schema(reader: DbnReader) -> None:
+    """Refuse a file replay does not take (`UnsupportedSchema`)."""
+    schema = reader.schema
+    if schema is not None and schema not in OHLCV_SCHEMAS and schema != DEFINITION_SCHEMA:
+        raise UnsupportedSchema(
+            f"{reader.name}: schema {schema} is not supported; replay takes OHLCV files "
+            f"({', '.join(OHLCV_SCHEMAS)}), definition files (for symbology) and live "
+            f"recordings"
+        )
+
+
 class Replay:
     """One `barcast replay` run; `summary` holds its progress even when `run` raises."""
 
@@ -138,7 +149,7 @@ class Replay:
             symbols = SymbolFilter(self.options.symbols)
             for path in self.options.files:
                 readers.append(DbnReader(path))
-                self._check_schema(readers[-1])
+                check_schema(readers[-1])
             book = SymbolBook()
             complete = True  # every bar file names its instruments in its metadata
             for reader in readers:
@@ -201,15 +212,6 @@ class Replay:
             desc="replay",
             mininterval=0.1,
         )
-
-    def _check_schema(self, reader: DbnReader) -> None:
-        schema = reader.schema
-        if schema is not None and schema not in OHLCV_SCHEMAS and schema != DEFINITION_SCHEMA:
-            raise UnsupportedSchema(
-                f"{reader.name}: schema {schema} is not supported; replay takes OHLCV files "
-                f"({', '.join(OHLCV_SCHEMAS)}), definition files (for symbology) and live "
-                f"recordings"
-            )
 
     def _read_file(
         self,

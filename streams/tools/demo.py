@@ -47,7 +47,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from streams.ingest.convert import SIXE_CSV
+
     settings = Settings.from_env()
+    data = settings.data_dir / SIXE_CSV  # the demo trains on it, and replays it
+    if not data.is_file():
+        print(
+            f"barcast demo: {data} not found; set BARCAST_DATA_DIR to the folder holding "
+            f"{SIXE_CSV} (the repository's shared data)",
+            file=sys.stderr,
+        )
+        return ExitCode.FILE_NOT_FOUND
     demo_dir = settings.work_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = ensure_checkpoint(settings, retrain=args.retrain)

@@ -167,7 +167,9 @@ def sources(args: argparse.Namespace) -> list[Any]:
 
 def run_train(args: argparse.Namespace) -> int:
     from model.bar_files import DataError
+    from model.checkpoint import CONFIG
     from model.train import train
+    from model.training_state import STATE_FILE
 
     def run() -> dict[str, Any]:
         fractions = [
@@ -180,6 +182,13 @@ def run_train(args: argparse.Namespace) -> int:
             raise DataError(
                 f"{' '.join(fractions)} and {' '.join(dates)}: split by fractions or by dates, "
                 "not both"
+            )
+        writable(args.out)
+        finished = (args.out / CONFIG).exists() and not (args.out / STATE_FILE).exists()
+        if finished and not args.resume:
+            raise DataError(
+                f"--out {args.out} holds a trained checkpoint ({CONFIG}): choose another --out, "
+                "or delete it to train there again"
             )
         return train(
             sources(args),
@@ -203,6 +212,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from model.evaluate import evaluate
 
     def run() -> dict[str, Any]:
+        if args.out is not None:
+            writable(args.out)
         report = evaluate(
             args.checkpoint,
             sources(args),
@@ -215,6 +226,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
         }
 
     return _guarded("evaluate", run)
+
+
+def writable(out: Path) -> None:
+    """Refuse an `--out` that cannot take files before the work, not after it."""
+    from model.bar_files import DataError
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".barcast-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise DataError(f"--out {out}: cannot write there ({exc.strerror}); pick another") from None
 
 
 def _guarded(command: str, run: Callable[[], dict[str, Any]]) -> int:

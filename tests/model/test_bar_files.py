@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import zstandard
 
 from features.bars import engine_columns
 from features.corrections import bars_from_frame, correct_history
@@ -122,3 +123,21 @@ def test_sources_are_named_and_wrong_ones_say_how_to_fix_them(
         load_bars([BarSource(folder, "ES", parse_utc("2013-01-01", "--start"))])
     with pytest.raises(DataError, match="--start '2012-13-01': not a date"):
         parse_utc("2012-13-01", "--start")
+
+
+def test_a_damaged_file_is_named_and_a_truncated_dbn_is_not_read_in_part(
+    tmp_path: Path, sixe_csv: Path, dbn_files: list[Path]
+) -> None:
+    """A gzip cut short, a file that is no DBN, a DBN that ends inside a record: each a
+    DataError naming it (not a traceback, and not training on the part before the cut)."""
+    cut_csv = tmp_path / "cut.csv.gz"
+    cut_csv.write_bytes(sixe_csv.read_bytes()[:5000])
+    dbn = next(p for p in dbn_files if "esu4-nqu4" in p.name)
+    raw = zstandard.ZstdDecompressor().stream_reader(dbn.read_bytes()).read()
+    cut_dbn = tmp_path / "cut.dbn"
+    cut_dbn.write_bytes(raw[: len(raw) - 7])
+    not_dbn = tmp_path / "x.dbn.zst"
+    not_dbn.write_bytes(b"PAR1" * 16)
+    for path in (cut_csv, not_dbn, cut_dbn):
+        with pytest.raises(DataError, match=f"--data {path}: .*re-download it"):
+            load_bars([BarSource(path)])

@@ -52,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
         result = run_backtest(settings, args.files, checkpoint, out)
     except (InputError, CheckpointError) as exc:
         print(f"barcast backtest: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        return exc.exit_code if isinstance(exc, InputError) else ExitCode.USAGE
+    except RuntimeError as exc:  # the replay, the worker or the read-back failed: it says how
+        print(f"barcast backtest: {exc}", file=sys.stderr)
+        return ExitCode.AGENT_FAILED
     report = result.report
     print(
         f"[backtest] {report['counts']['forecasts']:,} forecasts, "

@@ -28,6 +28,7 @@ from streams.tools.backtest.skill_figures import skill_figures
 REPORT_VERSION = 1
 IDLE_TIMEOUT_S = 300.0  # a cold worker compiles the feature kernels before its first output
 JSON_NAME, HTML_NAME = "backtest.json", "backtest.html"
+SCRATCH_MARK = ".barcast-backtest"  # in the scratch directory a run makes, and empties next time
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,7 @@ def run_backtest(
 
     described = inputs.describe(files)
     _, meta, model_id = load(checkpoint, FINGERPRINT)
-    work = out / "work"
-    shutil.rmtree(work, ignore_errors=True)  # this run's own scratch: a fresh worker state
+    work = scratch(out)
     replayed = inputs.replay_files(files, work / "inputs")
     with broker(settings, work) as run_settings:
         run_settings = replace(run_settings, role="all", model_dir=checkpoint, work_dir=work)
@@ -80,6 +80,22 @@ def run_backtest(
     json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     html_path.write_text(html.page(report, collected))
     return BacktestResult(json_path, html_path, run_settings, report)
+
+
+def scratch(out: Path) -> Path:
+    """The run's scratch under `out`, empty (a fresh worker state): only one a backtest made
+    (`SCRATCH_MARK`) is emptied; another directory of that name is the user's, and refused."""
+    work = out / "work"
+    if work.exists():
+        if not (work / SCRATCH_MARK).is_file():
+            raise inputs.InputError(
+                f"{work} exists and is not a backtest's scratch: barcast would empty it; move "
+                f"it, or pass another --out"
+            )
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / SCRATCH_MARK).touch()
+    return work
 
 
 @contextmanager

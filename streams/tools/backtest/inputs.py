@@ -7,7 +7,11 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from streams.exit_codes import ExitCode
 from streams.ingest.convert import csv_to_dbn
+from streams.ingest.dbn_source import DbnReader
+from streams.ingest.errors import IngestError
+from streams.ingest.replay import check_schema
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 CHUNK = 1 << 20
@@ -15,6 +19,10 @@ CHUNK = 1 << 20
 
 class InputError(ValueError):
     """An input file that cannot be backtested; the message names it and the fix."""
+
+    def __init__(self, message: str, exit_code: int = ExitCode.USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def sha256(path: Path) -> str:
@@ -34,13 +42,42 @@ def describe(files: list[Path]) -> list[dict[str, Any]]:
 
 
 def replay_files(files: list[Path], work_dir: Path) -> tuple[Path, ...]:
-    """The DBN files to replay: DBN inputs as they are, CSVs converted (their raw symbol is
-    the name's first dot-separated part, as in `6EH4.XCME_1min_bars_....csv.gz`)."""
+    """The DBN files to replay, each read through before the broker and the worker start: DBN
+    inputs as they are, CSVs converted (their raw symbol is the name's first dot-separated
+    part, as in `6EH4.XCME_1min_bars_....csv.gz`)."""
     out = []
     for i, path in enumerate(files):
         if path.name.endswith(CSV_SUFFIXES):
             symbol = path.name.split(".")[0]
-            out.append(csv_to_dbn(path, work_dir / f"{i}-{symbol}.ohlcv-1m.dbn.zst", symbol))
+            out.append(converted(path, work_dir / f"{i}-{symbol}.ohlcv-1m.dbn.zst", symbol))
         else:
-            out.append(path)
+            out.append(checked(path))
     return tuple(out)
+
+
+def converted(path: Path, out: Path, symbol: str) -> Path:
+    try:
+        return csv_to_dbn(path, out, symbol)
+    except (OSError, EOFError) as exc:  # a damaged or truncated compressed file
+        raise InputError(f"{path}: unreadable ({exc}); re-download it", ExitCode.CORRUPT) from None
+    except (ValueError, KeyError) as exc:
+        raise InputError(
+            f"{path}: not a bar CSV ({type(exc).__name__}: {exc}); pass one with timestamp_utc, "
+            f"open, high, low, close and volume columns and at least one bar"
+        ) from None
+
+
+def checked(path: Path) -> Path:
+    """`path`, a DBN file replay takes, read to its end (a damaged one would stop the replay
+    part way, with the worker already started)."""
+    try:
+        reader = DbnReader(path)
+        try:
+            check_schema(reader)
+            for _ in reader.segments():
+                pass
+        finally:
+            reader.close()
+    except IngestError as exc:
+        raise InputError(str(exc), exc.exit_code) from None
+    return path

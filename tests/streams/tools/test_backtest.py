@@ -4,6 +4,7 @@ the topics with the training label rule written out (not through the scoring mod
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
@@ -105,6 +106,41 @@ def test_a_missing_file_or_checkpoint_is_named_with_the_fix(
     empty = ["backtest", str(tmp_path / "bars.dbn.zst"), "--checkpoint", str(tmp_path)]
     assert main(empty) == 2
     assert "config.json is missing" in capsys.readouterr().err
+
+
+def test_a_directory_named_work_in_out_that_no_backtest_made_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_checkpoint(tmp_path / "model")
+    notes = tmp_path / "out" / "work" / "notes.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("mine")
+    (tmp_path / "bars.csv").write_text("")
+    args = ["backtest", str(tmp_path / "bars.csv"), "--checkpoint", str(tmp_path / "model")]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    assert "is not a backtest's scratch" in capsys.readouterr().err
+    assert notes.read_text() == "mine"
+
+
+def test_a_damaged_input_is_named_before_any_broker_or_worker_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dbn_files: list[Path]
+) -> None:
+    """An empty CSV, a truncated gzip, a file that is no DBN, a truncated DBN: each named with
+    its exit code (2, 7, 5, 7), before the replay (no broker: BARCAST_BROKER is not reached)."""
+    make_checkpoint(tmp_path / "model")
+    gz = gzip.compress(b"timestamp_utc,open,high,low,close,volume\n" * 1000)
+    dbn = next(p for p in dbn_files if "esu4-nqu4" in p.name).read_bytes()
+    cases = {
+        "empty.csv": (b"", 2, "not a bar CSV"),
+        "cut.csv.gz": (gz[: len(gz) // 2], 7, "unreadable"),
+        "x.parquet": (b"PAR1" * 10, 5, "not a DBN file"),
+        "cut.dbn.zst": (dbn[: len(dbn) // 2], 7, "Re-download"),
+    }
+    for name, (data, code, said) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        args = ["backtest", str(tmp_path / name), "--checkpoint", str(tmp_path / "model")]
+        assert main([*args, "--out", str(tmp_path / "out")]) == code, name
+        assert said in capsys.readouterr().err, name
 
 
 @pytest.mark.integration

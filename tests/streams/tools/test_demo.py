@@ -21,6 +21,7 @@ from streams.kafka import ensure_topics
 from streams.process import WorkerProcess
 from streams.settings import Settings
 from streams.tools import demo
+from streams.tools.cli import main
 from streams.tools.demo import unusable
 from tests.checkpoints import make_checkpoint
 from tests.kafka_io import produce
@@ -92,6 +93,7 @@ import signal, subprocess, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from streams.tools import demo
+from streams.tools.cli import main
 from streams.process import WorkerProcess
 from streams.settings import Settings
 worker = WorkerProcess(Settings(work_dir=Path(sys.argv[1])))
@@ -122,3 +124,14 @@ def test_ctrl_c_ends_serving_and_leaves_the_stop_to_the_demo(tmp_path: Path) -> 
     rest, _ = child.communicate(timeout=30)
     assert child.returncode == 0, rest
     assert "Ctrl-C: stopping" in rest and "served; worker alive: True" in rest
+
+
+def test_the_demo_without_its_data_names_the_setting_that_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BARCAST_DATA_DIR", str(tmp_path / "nodata"))
+    monkeypatch.setenv("BARCAST_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("BARCAST_WORK_DIR", str(tmp_path / "var"))
+    assert main(["demo"]) == 4
+    assert "set BARCAST_DATA_DIR to the folder holding 6EH4" in capsys.readouterr().err
+    assert not (tmp_path / "models").exists()

@@ -1,12 +1,16 @@
-"""`barcast train`'s options: their defaults are the recipe's."""
+"""`barcast train`'s options: their defaults are the recipe's; `--out` checked before any work."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from model.config import TFTConfig, TrainConfig
-from streams.tools.cli import build_parser
+from streams.exit_codes import ExitCode
+from streams.tools.cli import build_parser, main
 from streams.tools.model_cli import _pick
+from tests.checkpoints import make_checkpoint
 
 
 def test_barcast_train_without_options_trains_the_default_recipe() -> None:
@@ -26,3 +30,22 @@ def test_barcast_train_chooses_the_encoder_and_refuses_an_unknown_one(
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--data", "b.csv", "--out", "o", "--encoder", "lstm"])
     assert "invalid choice: 'lstm'" in capsys.readouterr().err
+
+
+def test_an_out_that_takes_no_files_or_holds_a_checkpoint_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--out` a file, or (training) a trained checkpoint: refused before the data is read
+    (the data here does not exist), so no run's work is lost at its end, nor a model."""
+    a_file = tmp_path / "outfile"
+    a_file.write_text("x")
+    missing = str(tmp_path / "no-bars.csv")
+    assert main(["train", "--data", missing, "--out", str(a_file)]) == ExitCode.USAGE
+    assert f"--out {a_file}: cannot write there" in capsys.readouterr().err
+    checkpoint = tmp_path / "model"
+    make_checkpoint(checkpoint)
+    assert main(["train", "--data", missing, "--out", str(checkpoint)]) == ExitCode.USAGE
+    assert "holds a trained checkpoint (config.json)" in capsys.readouterr().err
+    args = ["evaluate", "--checkpoint", str(checkpoint), "--data", missing, "--out", str(a_file)]
+    assert main(args) == ExitCode.USAGE
+    assert f"--out {a_file}: cannot write there" in capsys.readouterr().err
