@@ -110,7 +110,10 @@ def parse_utc(text: str, option: str) -> int:
     if stamp is None or stamp is pd.NaT:
         raise DataError(f"{option} {text!r}: not a date; use YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC)")
     stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-    return int(stamp.as_unit("ns").value)
+    try:
+        return int(stamp.as_unit("ns").value)
+    except (ValueError, OverflowError):  # pandas' nanoseconds end in 2262
+        raise DataError(f"{option} {text!r}: out of range; use a date from 1678 to 2261") from None
 
 
 def iso_utc(ts: int) -> str:

@@ -35,11 +35,7 @@ class Split:
         cls, ts: np.ndarray, val: float, calib: float, test: float, embargo: int
     ) -> Split:
         """Boundaries at fractions of the bars (not of the time span, which weekends skew)."""
-        if not (val > 0 and calib > 0 and test >= 0 and val + calib + test < 1):
-            raise DataError(
-                f"--val-fraction {val} / --calib-fraction {calib} / --test-fraction {test}: "
-                "need val > 0, calib > 0, test >= 0 and val + calib + test < 1"
-            )
+        check_fractions(val, calib, test)
         cuts = np.quantile(np.sort(ts), [1 - val - calib - test, 1 - calib - test, 1 - test])
         train_end, val_end, calib_end = (int(c) for c in cuts)
         return cls(train_end, val_end, calib_end if test > 0 else int(ts.max()) + 1, embargo)
@@ -90,3 +86,11 @@ def check_order(dates: dict[str, int]) -> None:
     for (a, x), (b, y) in itertools.pairwise(dates.items()):
         if not x < y:
             raise DataError(f"{a} {iso_utc(x)} is not before {b} {iso_utc(y)}; order them")
+
+
+def check_fractions(val: float, calib: float, test: float) -> None:
+    if not (val > 0 and calib > 0 and test >= 0 and val + calib + test < 1):
+        raise DataError(
+            f"--val-fraction {val} / --calib-fraction {calib} / --test-fraction {test}: "
+            "need val > 0, calib > 0, test >= 0 and val + calib + test < 1"
+        )

@@ -53,7 +53,7 @@ from model.loop import fit, log, predict_windows, seed_everything
 from model.normalization import Normalizer
 from model.releases import release_calendar
 from model.serving import baselines as served_baselines
-from model.splits import check_order
+from model.splits import check_fractions, check_order
 from model.tft import TemporalFusionTransformer
 from model.training_state import STATE_FILE, TrainingState
 from model.volatility import SCALE_INPUTS, VolatilityScale, per_window
@@ -70,7 +70,7 @@ def train(
     from features.engine import FINGERPRINT
 
     check_resumable(out_dir, resume)
-    split_dates(train_config)  # a wrong date fails now, not after reading years of bars
+    split_dates(train_config)  # a wrong date or fraction fails now, not after reading the bars
     bars, report = load_bars(sources)
     seconds = report.pop("seconds")
     log(
@@ -355,8 +355,9 @@ def split_windows(
 
 def split_dates(cfg: TrainConfig) -> tuple[int, int, int | None] | None:
     """The split dates as UTC ns (validation, calibration, test or None), or None when the
-    split is by fractions; checked before any bar is read."""
+    split is by fractions; either checked before any bar is read."""
     if not (cfg.val_start or cfg.calib_start or cfg.test_start):
+        check_fractions(cfg.val_fraction, cfg.calib_fraction, cfg.test_fraction)
         return None
     named = {"--val-start": cfg.val_start, "--calib-start": cfg.calib_start}
     missing = [name for name, value in named.items() if not value]

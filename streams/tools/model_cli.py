@@ -135,8 +135,8 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
 
 def add_split_options(train: argparse.ArgumentParser) -> None:
     fractions = (
-        ("val", "validation (early stopping), after training", 0.1),
-        ("calib", "interval calibration, after validation", 0.1),
+        ("val", "for validation (early stopping), after training", 0.1),
+        ("calib", "for interval calibration, after validation", 0.1),
         ("test", "held out for `barcast evaluate`, at the end", 0.25),
     )
     for name, meaning, default in fractions:
@@ -144,7 +144,7 @@ def add_split_options(train: argparse.ArgumentParser) -> None:
             f"--{name}-fraction",
             type=float,
             default=None,
-            help=f"share of the bars for {meaning} (default {default})",
+            help=f"share of the bars {meaning} (default {default})",
         )
     for name, meaning in (("val", "validation"), ("calib", "calibration"), ("test", "test")):
         train.add_argument(

@@ -89,6 +89,10 @@ def test_cli_lists_every_feature(capsys: pytest.CaptureFixture[str], tmp_path: P
     args = parser.parse_args(["features", "markdown", "--output", str(target)])
     assert args.func(args) == 0
     assert target.read_text(encoding="utf-8") == cli.render_markdown()
+    nowhere = tmp_path / "no-folder" / "F.md"
+    args = parser.parse_args(["features", "markdown", "--output", str(nowhere)])
+    assert args.func(args) == 2
+    assert f"--output {nowhere}: No such file or directory" in capsys.readouterr().err
 
 
 def test_every_window_read_is_a_summed_field() -> None:

@@ -123,6 +123,8 @@ def test_sources_are_named_and_wrong_ones_say_how_to_fix_them(
         load_bars([BarSource(folder, "ES", parse_utc("2013-01-01", "--start"))])
     with pytest.raises(DataError, match="--start '2012-13-01': not a date"):
         parse_utc("2012-13-01", "--start")
+    with pytest.raises(DataError, match="--end '3000-01-01': out of range"):
+        parse_utc("3000-01-01", "--end")
 
 
 def test_a_damaged_file_is_named_and_a_truncated_dbn_is_not_read_in_part(

@@ -35,8 +35,9 @@ def test_barcast_train_chooses_the_encoder_and_refuses_an_unknown_one(
 def test_an_out_that_takes_no_files_or_holds_a_checkpoint_is_refused_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--out` a file, or (training) a trained checkpoint: refused before the data is read
-    (the data here does not exist), so no run's work is lost at its end, nor a model."""
+    """`--out` a file, or (training) a trained checkpoint, or fractions that split nothing:
+    refused before the data is read (the data here does not exist), so no run's work is lost
+    at its end, nor a model."""
     a_file = tmp_path / "outfile"
     a_file.write_text("x")
     missing = str(tmp_path / "no-bars.csv")
@@ -46,6 +47,9 @@ def test_an_out_that_takes_no_files_or_holds_a_checkpoint_is_refused_before_any_
     make_checkpoint(checkpoint)
     assert main(["train", "--data", missing, "--out", str(checkpoint)]) == ExitCode.USAGE
     assert "holds a trained checkpoint (config.json)" in capsys.readouterr().err
+    fresh = ["--out", str(tmp_path / "new"), "--val-fraction", "0.9"]
+    assert main(["train", "--data", missing, *fresh]) == ExitCode.USAGE
+    assert "--val-fraction 0.9 / --calib-fraction 0.1" in capsys.readouterr().err
     args = ["evaluate", "--checkpoint", str(checkpoint), "--data", missing, "--out", str(a_file)]
     assert main(args) == ExitCode.USAGE
     assert f"--out {a_file}: cannot write there" in capsys.readouterr().err
