@@ -6,13 +6,14 @@ The corrections, the feature engine's callers, training and the worker all go th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import zstandard
 
 PRICE_SCALE = 1e-9
 UNDEF_PRICE = 2**63 - 1
@@ -83,3 +84,30 @@ def read_bar_csv(path: Path) -> pd.DataFrame:
     for name in (*PRICE_FIELDS, "volume"):
         columns[name] = frame[name].astype("float64").to_numpy()
     return pd.DataFrame(columns)
+
+
+class TruncatedZstd(ValueError):
+    """A zstd stream that is corrupt or ends inside a frame."""
+
+
+def zstd_decoded(read: Callable[[], bytes]) -> Iterator[bytes]:
+    """The decoded bytes of a zstd stream of one or more frames (Databento writes a DBN file's
+    metadata in a frame of its own), its compressed bytes from `read()` until it returns b"";
+    `TruncatedZstd` where the stream is corrupt or ends inside a frame (a file cut short, which
+    databento's own reader takes without a word)."""
+    dctx = zstandard.ZstdDecompressor()
+    frame, in_frame = dctx.decompressobj(), False
+    while raw := read():
+        while raw:
+            try:
+                out = frame.decompress(raw)
+            except zstandard.ZstdError as exc:
+                raise TruncatedZstd(f"corrupt zstd data ({exc})") from None
+            in_frame = True
+            if out:
+                yield out
+            if not frame.eof:
+                break
+            raw, frame, in_frame = frame.unused_data, dctx.decompressobj(), False
+    if in_frame:
+        raise TruncatedZstd("truncated zstd frame (the file ends mid-frame)")

@@ -20,13 +20,20 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from features.bars import PRICE_FIELDS, engine_columns, read_bar_csv, to_fixed
+from features.bars import (
+    PRICE_FIELDS,
+    engine_columns,
+    read_bar_csv,
+    to_fixed,
+    zstd_decoded,
+)
 from features.corrections import (
     CorrectionConfig,
     CorrectionStats,
@@ -257,9 +264,15 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 def _read_dbn(path: Path) -> pd.DataFrame:
     import databento
-    from databento.common.error import BentoError, BentoWarning
+    from databento.common.error import BentoDeprecationWarning, BentoError, BentoWarning
+    from databento_dbn import DBNError
+    from zstandard import ZstdError
 
     try:
+        if path.name.endswith(".zst"):  # databento reads a zstd file cut short without a word
+            with path.open("rb") as f:
+                for _ in zstd_decoded(partial(f.read, 1 << 20)):
+                    pass
         store = databento.DBNStore.from_file(path)
         schema = str(store.schema)
         if schema == "ohlcv-1m":
@@ -267,8 +280,9 @@ def _read_dbn(path: Path) -> pd.DataFrame:
                 warnings.filterwarnings("ignore", message="The inplace keyword")
                 # databento only warns of a file that ends inside a record: its bars would be cut
                 warnings.filterwarnings("error", category=BentoWarning)
+                warnings.filterwarnings("default", category=BentoDeprecationWarning)
                 frame = store.to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
-    except (BentoError, BentoWarning, ValueError, OSError, EOFError) as exc:
+    except (BentoError, BentoWarning, DBNError, ZstdError, ValueError, OSError, EOFError) as exc:
         raise DataError(f"--data {path}: not a readable DBN file ({exc}); re-download it") from None
     if schema != "ohlcv-1m":
         raise DataError(f"--data {path}: DBN schema is {schema}; barcast trains on ohlcv-1m")

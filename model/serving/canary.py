@@ -34,6 +34,7 @@ class Verdict(StrEnum):
     PROMOTED = "promoted"
     REFUSED = "refused"
     FORCED = "forced"  # promoted by `barcast promote`
+    REPLACED = "replaced"  # served until `barcast promote` put another in its place
 
 
 class Reason(StrEnum):

@@ -19,8 +19,8 @@ from typing import Any, BinaryIO
 
 import databento_dbn
 import numpy as np
-import zstandard
 
+from features.bars import TruncatedZstd, zstd_decoded
 from streams.ingest.errors import CorruptDbn, InputNotFound, NotDbn
 
 DBN_MAGIC = b"DBN"
@@ -213,30 +213,18 @@ class DbnReader:
         """Decoded bytes of the file; zstd files may hold several frames (Databento writes the
         metadata in a frame of its own)."""
         if not self.compressed:
-            while raw := self._file.read(self._read_size):
-                self.file_pos += len(raw)
+            while raw := self._read_raw():
                 yield raw
             return
-        dctx = zstandard.ZstdDecompressor()
-        frame = dctx.decompressobj()
-        in_frame = False
-        while raw := self._file.read(self._read_size):
-            self.file_pos += len(raw)
-            while raw:
-                try:
-                    out = frame.decompress(raw)
-                except zstandard.ZstdError as exc:
-                    raise _Truncated(f"corrupt zstd data ({exc})") from None
-                in_frame = True
-                if out:
-                    yield out
-                if not frame.eof:
-                    break
-                raw = frame.unused_data
-                frame = dctx.decompressobj()
-                in_frame = False
-        if in_frame:
-            raise _Truncated("truncated zstd frame (the file ends mid-frame)")
+        try:
+            yield from zstd_decoded(self._read_raw)
+        except TruncatedZstd as exc:
+            raise _Truncated(str(exc)) from None
+
+    def _read_raw(self) -> bytes:
+        raw = self._file.read(self._read_size)
+        self.file_pos += len(raw)
+        return raw
 
     def close(self) -> None:
         self._file.close()

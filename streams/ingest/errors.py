@@ -35,8 +35,7 @@ class CorruptDbn(IngestError):
             f"{path}: {detail} at byte {offset} of the decoded DBN stream; every record before "
             f"it was ingested, nothing after it was. Re-download or re-export the file"
         )
-        self.path = path
-        self.offset = offset
+        self.path, self.offset, self.detail = path, offset, detail
 
 
 class UnknownSymbol(IngestError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import fields
@@ -212,8 +213,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from model.evaluate import evaluate
 
     def run() -> dict[str, Any]:
-        if args.out is not None:
-            writable(args.out)
+        writable(args.out or args.checkpoint / "evaluation")  # evaluate's default
         report = evaluate(
             args.checkpoint,
             sources(args),
@@ -229,16 +229,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def writable(out: Path) -> None:
-    """Refuse an `--out` that cannot take files before the work, not after it."""
+    """Refuse an `--out` that cannot take files before the work, not after it (making
+    nothing: the nearest folder that exists must be one this process can write in)."""
     from model.bar_files import DataError
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".barcast-write-check"
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        raise DataError(f"--out {out}: cannot write there ({exc.strerror}); pick another") from None
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        what = "not a folder" if not existing.is_dir() else "not writable"
+        raise DataError(f"--out {out}: cannot write there ({existing} is {what}); pick another")
 
 
 def _guarded(command: str, run: Callable[[], dict[str, Any]]) -> int:

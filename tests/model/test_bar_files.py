@@ -16,6 +16,7 @@ from features.bars import engine_columns
 from features.corrections import bars_from_frame, correct_history
 from model import bar_files
 from model.bar_files import BarSource, DataError, load_bars, parse_utc
+from streams.ingest.convert import csv_to_dbn
 from tests.firstrate_days import minutes, write_day, write_sessions
 
 MIN = 60_000_000_000
@@ -140,6 +141,9 @@ def test_a_damaged_file_is_named_and_a_truncated_dbn_is_not_read_in_part(
     cut_dbn.write_bytes(raw[: len(raw) - 7])
     not_dbn = tmp_path / "x.dbn.zst"
     not_dbn.write_bytes(b"PAR1" * 16)
-    for path in (cut_csv, not_dbn, cut_dbn):
+    whole = csv_to_dbn(sixe_csv, tmp_path / "6e.dbn.zst").read_bytes()
+    cut_zst = tmp_path / "cut.dbn.zst"  # databento would read the bars before the cut
+    cut_zst.write_bytes(whole[: len(whole) // 2])
+    for path in (cut_csv, not_dbn, cut_dbn, cut_zst):
         with pytest.raises(DataError, match=f"--data {path}: .*re-download it"):
             load_bars([BarSource(path)])

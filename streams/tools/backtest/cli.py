@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from model.checkpoint import CheckpointError
     from model.serving.checkpoints import CheckpointWatcher
+    from streams.tools.backtest.collect import BacktestFailed
     from streams.tools.backtest.harness import run_backtest
     from streams.tools.backtest.html import bp, percent
     from streams.tools.backtest.inputs import InputError
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, CheckpointError) as exc:
         print(f"barcast backtest: {exc}", file=sys.stderr)
         return exc.exit_code if isinstance(exc, InputError) else ExitCode.USAGE
-    except RuntimeError as exc:  # the replay, the worker or the read-back failed: it says how
+    except BacktestFailed as exc:
         print(f"barcast backtest: {exc}", file=sys.stderr)
         return ExitCode.AGENT_FAILED
     report = result.report

@@ -36,7 +36,12 @@ Key = tuple[str, int]  # (symbol, ts_event)
 DELIVERY_FIELDS = ("batch_size", "latency_ms")
 
 
-class CollectError(RuntimeError):
+class BacktestFailed(RuntimeError):
+    """The run failed (its replay, its worker, or what the worker published); the message
+    says where to look."""
+
+
+class CollectError(BacktestFailed):
     """The worker stopped publishing before every replayed bar was accounted for."""
 
 

@@ -21,7 +21,7 @@ from streams.kafka import ensure_topics, pipeline_topics
 from streams.process import WorkerProcess
 from streams.settings import EMBEDDED, Settings
 from streams.tools.backtest import figures, html, inputs
-from streams.tools.backtest.collect import Collected, collect
+from streams.tools.backtest.collect import BacktestFailed, Collected, collect
 from streams.tools.backtest.score_table import score_table
 from streams.tools.backtest.skill_figures import skill_figures
 
@@ -74,7 +74,7 @@ def run_backtest(
     }
     served = {value["model_id"] for value in collected.forecasts.values()}
     if served - {model_id}:
-        raise RuntimeError(f"the worker served {sorted(served)}, not only {model_id}")
+        raise BacktestFailed(f"the worker served {sorted(served)}, not only {model_id}")
     out.mkdir(parents=True, exist_ok=True)
     json_path, html_path = out / JSON_NAME, out / HTML_NAME
     json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
@@ -89,8 +89,9 @@ def scratch(out: Path) -> Path:
     if work.exists():
         if not (work / SCRATCH_MARK).is_file():
             raise inputs.InputError(
-                f"{work} exists and is not a backtest's scratch: barcast would empty it; move "
-                f"it, or pass another --out"
+                f"{work} exists and is not a backtest's scratch ({SCRATCH_MARK}): barcast would "
+                f"empty it; move it, or pass another --out (one an older barcast's backtest "
+                f"left has no mark: delete it)"
             )
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -118,11 +119,11 @@ def replay_and_collect(settings: Settings, files: tuple[Path, ...], lookback: in
         options = ReplayOptions(files=files, topic=settings.topic_raw)
         summary = Replay(settings, options, progress=sys.stderr).run()  # a bar on a terminal
         if summary.error:
-            raise RuntimeError(f"replay failed: {summary.error}")
+            raise BacktestFailed(f"replay failed: {summary.error}")
         print(f"[backtest] replayed {summary.produced:,} bars from {len(files)} files", flush=True)
 
         def check_worker() -> None:
             if worker.process is not None and worker.process.poll() is not None:
-                raise RuntimeError(f"the worker exited; its log: {worker.log_path}")
+                raise BacktestFailed(f"the worker exited; its log: {worker.log_path}")
 
         return collect(settings, summary.produced, lookback, check_worker, IDLE_TIMEOUT_S)

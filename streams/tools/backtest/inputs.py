@@ -7,10 +7,11 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from features.bars import read_bar_csv
 from streams.exit_codes import ExitCode
 from streams.ingest.convert import csv_to_dbn
 from streams.ingest.dbn_source import DbnReader
-from streams.ingest.errors import IngestError
+from streams.ingest.errors import CorruptDbn, IngestError
 from streams.ingest.replay import check_schema
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
@@ -56,8 +57,10 @@ def replay_files(files: list[Path], work_dir: Path) -> tuple[Path, ...]:
 
 
 def converted(path: Path, out: Path, symbol: str) -> Path:
+    """`path` read (here, so that an error writing `out` is not taken for a damaged input),
+    then converted into `out`."""
     try:
-        return csv_to_dbn(path, out, symbol)
+        read_bar_csv(path)
     except (OSError, EOFError) as exc:  # a damaged or truncated compressed file
         raise InputError(f"{path}: unreadable ({exc}); re-download it", ExitCode.CORRUPT) from None
     except (ValueError, KeyError) as exc:
@@ -65,6 +68,7 @@ def converted(path: Path, out: Path, symbol: str) -> Path:
             f"{path}: not a bar CSV ({type(exc).__name__}: {exc}); pass one with timestamp_utc, "
             f"open, high, low, close and volume columns and at least one bar"
         ) from None
+    return csv_to_dbn(path, out, symbol)
 
 
 def checked(path: Path) -> Path:
@@ -78,6 +82,12 @@ def checked(path: Path) -> Path:
                 pass
         finally:
             reader.close()
+    except CorruptDbn as exc:  # its own message speaks of a replay that ingested records
+        raise InputError(
+            f"{exc.path}: {exc.detail} at byte {exc.offset} of the decoded DBN stream; nothing "
+            f"was replayed. Re-download or re-export the file",
+            exc.exit_code,
+        ) from None
     except IngestError as exc:
         raise InputError(str(exc), exc.exit_code) from None
     return path

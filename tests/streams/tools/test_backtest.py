@@ -134,7 +134,7 @@ def test_a_damaged_input_is_named_before_any_broker_or_worker_starts(
         "empty.csv": (b"", 2, "not a bar CSV"),
         "cut.csv.gz": (gz[: len(gz) // 2], 7, "unreadable"),
         "x.parquet": (b"PAR1" * 10, 5, "not a DBN file"),
-        "cut.dbn.zst": (dbn[: len(dbn) // 2], 7, "Re-download"),
+        "cut.dbn.zst": (dbn[: len(dbn) // 2], 7, "nothing was replayed"),
     }
     for name, (data, code, said) in cases.items():
         (tmp_path / name).write_bytes(data)

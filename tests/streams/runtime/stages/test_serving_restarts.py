@@ -244,3 +244,34 @@ def test_a_partition_gained_later_leaves_a_canary_proposed_since_the_start(
     assert serving.candidate is not None and serving.candidate.model_id == newer != default
     canary = serving.route(0)[1]
     assert canary is not None and canary.model_id == newer
+
+
+def test_a_checkpoint_rolled_back_by_promote_is_not_offered_again_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """`barcast promote` serves an older checkpoint in place of the newest, which stays in the
+    model directory: a restarted worker, whose default is that newest one, does not run it as a
+    canary (it would be promoted back, undoing the rollback)."""
+    newest = make_checkpoint(tmp_path / "serving")
+    older = make_checkpoint(tmp_path / "canary", seed=1)
+    changelogs = MemoryChangelogs()
+
+    async def run() -> tuple[PartitionCanary, str | None]:
+        before, _ = stage(tmp_path, changelogs=changelogs)
+        before.watch(CheckpointWatcher(tmp_path))
+        row = {r.partition: r for r in rows(0)}[0]
+        await before.serving.force(older)
+        await before.serving.before(row, lambda: asyncio.sleep(0))
+        for store in before.stores:
+            await flush(store)
+        after, _ = stage(tmp_path, changelogs=changelogs)  # the restarted worker
+        after.watch(CheckpointWatcher(tmp_path))
+        assert after.serving.store is not None
+        await after.serving.store.restore(0, boundary=2)  # the mark after minute 0's rows
+        await after.serving.before({r.partition: r for r in rows(1)}[0], lambda: asyncio.sleep(0))
+        candidate = after.serving.candidate
+        return after.serving.store.read(partition_key(0)), candidate and candidate.model_id
+
+    state, candidate = asyncio.run(run())
+    assert state.serving == older and state.verdicts == {older: "forced", newest: "replaced"}
+    assert candidate is None
