@@ -147,7 +147,7 @@ def process(
         _reject(step, stats, value, ref, repaired.reason, repaired.message)
         return
     prices, changes = repaired
-    ratio = _roll_ratio(bar, state)
+    ratio = _roll_ratio(bar, state, prices)
     if state.held is not None:  # seen in the held bar's contract
         later = prices if ratio is None else [round(p / ratio) for p in prices]
         _resolve(state, config, stats, step, later=later)
@@ -173,15 +173,16 @@ def process(
     _accept(state, config, stats, step, data, tuple(changes), value, ref, bar.digest)
 
 
-def _roll_ratio(bar: Bar, state: SymbolState) -> float | None:
-    """The ratio this bar rolls the symbol's state at, if its contract is not the last bar's."""
+def _roll_ratio(bar: Bar, state: SymbolState, prices: list[int]) -> float | None:
+    """The ratio this bar (its `prices` repaired: a raw open may be undefined or slipped a
+    scale) rolls the symbol's state at, if its contract is not the last bar's."""
     new, last = bar.data.get("raw_symbol"), state.last
     if new is None or last is None or last.get("raw_symbol", new) == new:
         return None
     announced, state.roll = state.roll, None
     if announced is not None and announced[0] == new:
         return announced[1]
-    price = bar.prices[0] or bar.prices[3]  # the open, nearest the last close in time
+    price = prices[0] or prices[3]  # the open, nearest the last close in time
     # Two prices above 0 make a ratio: a product that may trade at or below 0 rolls at 1 then
     return price / last["close"] if price > 0 and last["close"] > 0 else 1.0
 

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from features.bars import UNDEF_PRICE
 from features.corrections import (
     CorrectionStats,
     Status,
@@ -73,6 +74,26 @@ def test_without_an_announcement_the_ratio_is_the_new_open_over_the_last_close()
     [step], state = run([new_contract(80, first)], state)
     assert step.roll is not None and step.roll.ratio == first / close
     assert state.held is None and step.clean[0]["status"] == "clean"
+
+
+@pytest.mark.parametrize("fault", ["scaled", "undefined"])
+def test_an_unannounced_ratio_is_of_the_new_open_once_repaired(fault: str) -> None:
+    """The new contract's first open slipped tenfold, or its open and close undefined: the
+    ratio is of the repaired open (not 10, which would have corrected every later bar tenfold;
+    not an error out of `correct`, which stalled the partition on the record)."""
+    _, state = run(old_contract(80))
+    close = state.last["close"]  # type: ignore[index]
+    first = round(close * SPREAD)
+    if fault == "scaled":
+        bad = new_contract(80, first, open=first * 10)
+    else:
+        # open and close derive from high == low
+        bad = bar(80, UNDEF_PRICE, first, first, UNDEF_PRICE, raw_symbol="6EM4")
+    steps, state = run([bad, new_contract(81, first)], state)
+    roll = steps[0].roll
+    assert roll is not None and roll.ratio == pytest.approx(SPREAD, rel=1e-3)
+    assert [o.status for o in steps[0].outcomes] == [Status.CORRECTED]
+    assert steps[1].clean[0]["status"] == "clean" and steps[1].clean[0]["close"] == first
 
 
 def test_unrolled_the_same_bar_is_a_spike_candidate() -> None:
