@@ -92,6 +92,10 @@ class ScoringMetrics:
         )
 
     def set(self, figures: dict[tuple[int, str], float]) -> None:
+        """The figures now: a series not among them goes (its symbols moved to another worker,
+        or its horizon left with a checkpoint), not kept at its last value."""
+        self.coverage.clear()
+        self.pinball.clear()
         for (horizon, name), figure in figures.items():
             if name == "coverage":
                 self.coverage.labels(horizon=str(horizon)).set(figure)
@@ -129,6 +133,9 @@ class SkillMetrics:
         )
 
     def set(self, skill: dict[tuple[int, str], Any], sources: dict[str, int]) -> None:
+        """As `ScoringMetrics.set`: only the series of now."""
+        for gauge in (self.skill, self.lower, self.upper, self.sources):
+            gauge.clear()
         for (horizon, baseline), found in skill.items():
             labels = {"horizon": str(horizon), "baseline": baseline}
             self.skill.labels(**labels).set(found.skill)

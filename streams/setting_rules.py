@@ -37,6 +37,7 @@ RANGES: dict[str, tuple[float, float | None, str]] = {
     "expire_days": (0, None, "days without a bar; 0: never"),
     "canary_forecasts": (1, None, "scored forecasts of a canary"),
     "explain_top_k": (1, N_FEATURES, "historical features per explanation"),
+    "web_port": (1, 65535, "TCP port of the metrics and the live page"),
     "max_record_bytes": (
         MIN_RECORD_BYTES,
         MAX_RECORD_BYTES,

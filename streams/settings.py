@@ -7,6 +7,7 @@ the other.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -275,7 +276,8 @@ class Settings:
                 )
         for name, (low, high, unit) in RANGES.items():
             value = getattr(self, name)
-            if value < low or (high is not None and value > high):
+            # a NaN compares false both ways: only a finite value inside the range passes
+            if not (math.isfinite(value) and low <= value and (high is None or value <= high)):
                 accepted = f"{number(low)} or more"
                 if high is not None:
                     accepted = f"{number(low)}-{number(high)}"

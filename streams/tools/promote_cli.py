@@ -33,6 +33,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    if not settings.canary:
+        print(
+            "barcast promote: BARCAST_CANARY is off, so the forecast workers serve the newest "
+            "checkpoint and read no promotion; to serve another, make it the newest in "
+            f"{settings.model_dir} (move newer ones out)",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     watcher = CheckpointWatcher(settings.model_dir)
     newest = watcher.newest()
     model_id = args.model_id or (None if newest is None else model_id_of(newest))
@@ -47,7 +55,15 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.FILE_NOT_FOUND
     path = settings.model_dir / PROMOTE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(model_id + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(model_id + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:  # e.g. the model directory mounted read-only in a forecast pod
+        print(
+            f"barcast promote: cannot write {path} ({exc.strerror}); run it where the model "
+            "directory is writable (where checkpoints are put into it)",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     print(f"promote {model_id}: the forecast workers serve it from each partition's next row")
     return ExitCode.OK

@@ -41,3 +41,20 @@ def test_a_model_id_not_in_the_model_directory_is_refused(
     err = capsys.readouterr().err
     assert "no checkpoint of model id 0123456789abcdef" in err and "weights.sha256" in err
     assert not (tmp_path / PROMOTE).exists()
+
+
+def test_a_promote_no_worker_would_read_or_that_cannot_be_written_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With BARCAST_CANARY=off the workers read no PROMOTE (they serve the newest); a model
+    directory that takes no file (mounted read-only) is named in one line, not a traceback."""
+    make_checkpoint(tmp_path / "a")
+    monkeypatch.setenv("BARCAST_MODEL_DIR", str(tmp_path))
+    monkeypatch.setenv("BARCAST_CANARY", "off")
+    assert main(["promote"]) == ExitCode.USAGE
+    assert "BARCAST_CANARY is off" in capsys.readouterr().err
+    monkeypatch.delenv("BARCAST_CANARY")
+    (tmp_path / "PROMOTE.tmp").mkdir()  # a write that fails, as on a read-only mount
+    assert main(["promote"]) == ExitCode.USAGE
+    assert f"cannot write {tmp_path / PROMOTE}" in capsys.readouterr().err
+    assert not (tmp_path / PROMOTE).exists()
