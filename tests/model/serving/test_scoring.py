@@ -35,7 +35,7 @@ from model.serving.scoring_state import (
     SymbolScoring,
     pooled_figures,
 )
-from streams.metrics import ScoringMetrics
+from streams.forecast_metrics import ScoringMetrics
 
 T0 = 1_704_700_800_000_000_000  # 2024-01-08 08:00 UTC, a bar open
 
