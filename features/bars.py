@@ -6,6 +6,7 @@ The corrections, the feature engine's callers, training and the worker all go th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -34,6 +35,34 @@ class ControlKind(StrEnum):
 def is_control(value: Any) -> bool:
     """Whether a decoded value of a bar topic is a control record (END_OF_INTERVAL), no bar."""
     return isinstance(value, dict) and "control" in value
+
+
+def valid_control(value: dict[str, Any]) -> bool:
+    """Whether a control record has every field its kind needs (the topics' schema): the
+    corrections take no other, a bar with a `control` field is malformed."""
+    kind, ts, end = value.get("control"), value.get("ts_event"), value.get("end")
+    if kind not in CONTROL_KINDS or type(ts) is not int:
+        return False
+    if kind == ControlKind.OUTAGE:
+        return type(end) is int and end > ts
+    if kind == ControlKind.ROLL:
+        raws, ratio = value.get("raw_symbols"), value.get("ratio")
+        return (
+            isinstance(value.get("symbol"), str)
+            and isinstance(raws, list)
+            and len(raws) == 2
+            and all(isinstance(r, str) for r in raws)
+            and type(ratio) is float
+            and math.isfinite(ratio)
+            and ratio > 0
+        )
+    if kind == ControlKind.EXPIRED:
+        last = value.get("last_ts")
+        return isinstance(value.get("symbol"), str) and type(last) is int and last < ts
+    return True
+
+
+CONTROL_KINDS = frozenset(kind.value for kind in ControlKind)
 
 
 def to_fixed(prices: np.ndarray) -> np.ndarray:

@@ -10,7 +10,6 @@ are streams.topic_schemas.
 from __future__ import annotations
 
 import base64
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,7 +18,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import numpy as np
 import orjson
 
-from features.bars import PRICE_FIELDS, ControlKind
+from features.bars import PRICE_FIELDS, ControlKind, valid_control
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -262,14 +261,7 @@ def encode_control(record: ControlRecord) -> bytes:
 def decode_control(data: bytes) -> ControlRecord:
     """An END_OF_INTERVAL, OUTAGE, ROLL or EXPIRED record; ValueError for anything else."""
     value = _object(data, "control")
-    kind, ts_event, end = value.get("control"), value.get("ts_event"), value.get("end")
-    if (
-        kind not in CONTROLS
-        or type(ts_event) is not int
-        or (kind == ControlKind.OUTAGE and not (type(end) is int and end > ts_event))
-        or (kind == ControlKind.ROLL and not _is_roll(value))
-        or (kind == ControlKind.EXPIRED and not _is_expiry(value))
-    ):
+    if not valid_control(value):
         raise ValueError(
             'a control record is {"control": "end_of_interval", "ts_event": <int>}, '
             '{"control": "outage", "ts_event": <int>, "end": <int, later>} or {"control": '
@@ -278,27 +270,6 @@ def decode_control(data: bytes) -> ControlRecord:
             '<str>, "last_ts": <int, earlier>}'
         )
     return cast(ControlRecord, value)
-
-
-def _is_roll(value: dict[str, Any]) -> bool:
-    raws, ratio = value.get("raw_symbols"), value.get("ratio")
-    return (
-        isinstance(value.get("symbol"), str)
-        and isinstance(raws, list)
-        and len(raws) == 2
-        and all(isinstance(r, str) for r in raws)
-        and type(ratio) is float
-        and math.isfinite(ratio)
-        and ratio > 0
-    )
-
-
-def _is_expiry(value: dict[str, Any]) -> bool:
-    last = value.get("last_ts")
-    return isinstance(value.get("symbol"), str) and type(last) is int and last < value["ts_event"]
-
-
-CONTROLS = frozenset(c.value for c in ControlKind)
 
 
 def encode_raw(bar: RawBar) -> bytes:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from features.bars import PRICE_FIELDS, ControlKind, is_control, to_fixed
+from features.bars import PRICE_FIELDS, ControlKind, is_control, to_fixed, valid_control
 from features.corrections.config import CorrectionConfig
 from features.corrections.outcome import CorrectionStats, Gap, Outcome, Step
 from features.corrections.parse import RTYPE_OHLCV_1M, decode, oversized, validate
@@ -61,8 +61,10 @@ def correct_steps(
             yield correct(value, SymbolState(), config, stats)  # rejects it as oversized
             continue
         data = decode(value)
-        # An EXPIRED record is the corrections stage's own, never its input: malformed, below
-        if isinstance(data, dict) and is_control(data) and data["control"] != ControlKind.EXPIRED:
+        # An EXPIRED record is the corrections stage's own, never its input: malformed, below,
+        # as is a control record that lacks a field its kind needs (the stage's, too)
+        taken = is_control(data) and valid_control(data) and data["control"] != ControlKind.EXPIRED
+        if taken:
             yield from _control(data, config, stats, states)
             continue
         bar = data if isinstance(data, str) else validate(data, value, config)

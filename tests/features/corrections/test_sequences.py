@@ -136,6 +136,20 @@ def test_history_flushes_on_control_records_and_at_the_end() -> None:
     assert ended[-1].reason is Reason.SPIKE and timeout in ended[-1].message
 
 
+def test_a_history_rejects_a_control_record_the_stage_would_not_take() -> None:
+    """Of an unknown kind, an OUTAGE without its end, a ROLL without its contracts: each one
+    outcome, rejected malformed, as the stage decodes them (streams.schema.decode_control);
+    none raises or passes for END_OF_INTERVAL."""
+    bad = [
+        {"control": "bogus", "ts_event": T0},
+        {"control": "outage", "ts_event": T0},
+        {"control": "roll", "ts_event": T0, "symbol": "6EH4"},
+    ]
+    outcomes = correct_history([*calm(3), *bad]).outcomes
+    assert statuses_of(outcomes) == ["clean"] * 3 + ["rejected"] * 3
+    assert {o.reason for o in outcomes[3:]} == {Reason.MALFORMED}
+
+
 def test_bar_that_gives_no_prices_leaves_the_candidate_held() -> None:
     state, stats = SymbolState(), CorrectionStats()
     for value in calm(30):
