@@ -99,6 +99,13 @@ class SymbolBoard:
     observed: int = 0  # scores ever observed: `skill` is of the scores at that count
     skill: tuple[int, dict[str, SkillFigure]] = (0, {})
 
+    def last_ts(self) -> int:
+        """The event time of its newest bar or forecast (-1: none): a forecast worker of its
+        own (BARCAST_ROLE=forecast) sees no bar."""
+        close = self.closes[-1][0] if self.closes else -1
+        value = self.latest_value
+        return max(close, -1 if value is None else int(value["ts_event"]))
+
     @property
     def latest(self) -> Fan | None:
         if self.latest_fan is None and self.latest_value is not None:
@@ -126,15 +133,16 @@ class Board:
         cutoff = ts - HISTORY_MINUTES * NS_PER_MIN
         while board.closes[0][0] <= cutoff:
             board.closes.popleft()
-        if ts // NS_PER_DAY > self.swept_day:
-            self.swept_day = ts // NS_PER_DAY
-            self._forget_stale(ts - STALE_NS)
+        self._sweep(ts)
 
-    def _forget_stale(self, since: int) -> None:
-        """The symbols without a bar since `since` leave the page: an expired contract's card
-        would otherwise stay, and be drawn every refresh, for as long as the worker runs."""
-        stale = [s for s, b in self.symbols.items() if b.closes and b.closes[-1][0] < since]
-        for symbol in stale:
+    def _sweep(self, ts: int) -> None:
+        """Once an event day: the symbols without a bar or forecast for `STALE_NS` leave the
+        page; an expired contract's card would otherwise stay, and be drawn every refresh, for
+        as long as the worker runs."""
+        if ts // NS_PER_DAY <= self.swept_day:
+            return
+        self.swept_day, since = ts // NS_PER_DAY, ts - STALE_NS
+        for symbol in [s for s, b in self.symbols.items() if b.last_ts() < since]:
             del self.symbols[symbol]
 
     def observe_forecast(self, forecast_value: Mapping[str, Any]) -> None:
@@ -153,6 +161,7 @@ class Board:
             del self.models[next(iter(self.models))]
         board.latest_value, board.latest_fan = forecast_value, None
         board.latest_seen_ns = self.clock()
+        self._sweep(t_ns)
         if t_ns // NS_PER_MIN % FAN_EVERY_MINUTES == 0 and not (
             board.fans and board.fans[-1]["t_ms"] == t_ms
         ):

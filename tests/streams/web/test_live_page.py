@@ -69,11 +69,15 @@ def test_memory_per_symbol_is_bounded_and_repeats_are_ignored() -> None:
     assert all(f["t_ms"] * 10**6 >= held.closes[0][0] for f in view["fans"])
 
 
-def test_a_symbol_that_stopped_trading_leaves_the_page_after_a_week() -> None:
+@pytest.mark.parametrize("seen", [bar, forecast])
+def test_a_symbol_that_stopped_trading_leaves_the_page_after_a_week(seen: Any) -> None:
+    """By its bars, or by its forecasts alone (the page of a BARCAST_ROLE=forecast worker,
+    which sees no bar)."""
     board = Board(clock=lambda: START)
-    board.observe_bar(bar(START, 5500.0, symbol="ESU4"))
+    observe = board.observe_bar if seen is bar else board.observe_forecast
+    observe(seen(START, 5500.0, symbol="ESU4"))
     for day in (1, 6, 8):
-        board.observe_bar(bar(START + day * 1440 * MINUTE, 5600.0, symbol="ESZ4"))
+        observe(seen(START + day * 1440 * MINUTE, 5600.0, symbol="ESZ4"))
         shown = [s["symbol"] for s in board.view()["symbols"]]
         assert shown == (["ESU4", "ESZ4"] if day < 7 else ["ESZ4"]), day
 
