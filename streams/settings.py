@@ -249,6 +249,14 @@ class Settings:
     )
 
     @classmethod
+    def unknown(cls, env: Mapping[str, str] | None = None) -> list[str]:
+        """The `BARCAST_*` names in `env` that are no setting (a typo, most likely), which
+        `from_env` passes over."""
+        env = os.environ if env is None else env
+        known = {*env_names(), *REMOVED}
+        return sorted(name for name in env if name.startswith(PREFIX) and name not in known)
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         for name, fix in REMOVED.items():

@@ -14,12 +14,15 @@ from streams.web.routes import install as install_live_page
 
 def settings_or_exit() -> Settings:
     """The worker's settings; a bad `BARCAST_*` value ends it with exit 2 and one line, as
-    the `barcast` commands do."""
+    the `barcast` commands do, and a name that is no setting is said."""
     try:
-        return Settings.from_env()
+        settings = Settings.from_env()
     except SettingError as exc:
         print(f"barcast worker: {exc}", file=sys.stderr)
         raise SystemExit(ExitCode.USAGE) from None
+    for name in Settings.unknown():  # before logging is set up, as the error above
+        print(f"barcast worker: {name} is no setting (a typo?): ignored", file=sys.stderr)
+    return settings
 
 
 app = create_app(settings_or_exit())

@@ -190,3 +190,8 @@ def test_isolated_settings_share_no_topic_or_group_with_the_base() -> None:
     assert all(getattr(run, n) == f"{getattr(base, n)}.run-1" for n in names)
     assert run.app_id == "barcast-run-1" != base.app_id
     assert replace(run, app_id=base.app_id, **{n: getattr(base, n) for n in names}) == base
+
+
+def test_a_name_that_is_no_setting_is_found_for_the_worker_to_say() -> None:
+    env = {"BARCAST_PARTITONS": "8", "BARCAST_PARTITIONS": "8", "BARCAST_STORE": "x", "HOME": "/"}
+    assert Settings.unknown(env) == ["BARCAST_PARTITONS"]  # a removed one has its own error
