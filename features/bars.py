@@ -41,7 +41,7 @@ def valid_control(value: dict[str, Any]) -> bool:
     """Whether a control record has every field its kind needs (the topics' schema): the
     corrections take no other, a bar with a `control` field is malformed."""
     kind, ts, end = value.get("control"), value.get("ts_event"), value.get("end")
-    if kind not in CONTROL_KINDS or type(ts) is not int:
+    if not isinstance(kind, str) or kind not in CONTROL_KINDS or type(ts) is not int:
         return False
     if kind == ControlKind.OUTAGE:
         return type(end) is int and end > ts
@@ -63,6 +63,12 @@ def valid_control(value: dict[str, Any]) -> bool:
 
 
 CONTROL_KINDS = frozenset(kind.value for kind in ControlKind)
+CONTROL_FORMS = (
+    'a control record is {"control": "end_of_interval", "ts_event": <int>}, {"control": '
+    '"outage", "ts_event": <int>, "end": <int, later>} or {"control": "roll", "ts_event": '
+    '<int>, "symbol": <str>, "raw_symbols": [<old>, <new>], "ratio": <float, positive>}, or '
+    '{"control": "expired", "ts_event": <int>, "symbol": <str>, "last_ts": <int, earlier>}'
+)
 
 
 def to_fixed(prices: np.ndarray) -> np.ndarray:
@@ -113,6 +119,9 @@ def read_bar_csv(path: Path) -> pd.DataFrame:
     for name in (*PRICE_FIELDS, "volume"):
         columns[name] = frame[name].astype("float64").to_numpy()
     return pd.DataFrame(columns)
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes
 
 
 class TruncatedZstd(ValueError):

@@ -29,6 +29,7 @@ import pandas as pd
 
 from features.bars import (
     PRICE_FIELDS,
+    ZSTD_MAGIC,
     engine_columns,
     read_bar_csv,
     to_fixed,
@@ -269,8 +270,9 @@ def _read_dbn(path: Path) -> pd.DataFrame:
     from zstandard import ZstdError
 
     try:
-        if path.name.endswith(".zst"):  # databento reads a zstd file cut short without a word
-            with path.open("rb") as f:
+        with path.open("rb") as f:  # databento reads a zstd file cut short without a word
+            if f.read(4) == ZSTD_MAGIC:
+                f.seek(0)
                 for _ in zstd_decoded(partial(f.read, 1 << 20)):
                     pass
         store = databento.DBNStore.from_file(path)

@@ -18,7 +18,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import numpy as np
 import orjson
 
-from features.bars import PRICE_FIELDS, ControlKind, valid_control
+from features.bars import CONTROL_FORMS, PRICE_FIELDS, ControlKind, valid_control
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -262,13 +262,7 @@ def decode_control(data: bytes) -> ControlRecord:
     """An END_OF_INTERVAL, OUTAGE, ROLL or EXPIRED record; ValueError for anything else."""
     value = _object(data, "control")
     if not valid_control(value):
-        raise ValueError(
-            'a control record is {"control": "end_of_interval", "ts_event": <int>}, '
-            '{"control": "outage", "ts_event": <int>, "end": <int, later>} or {"control": '
-            '"roll", "ts_event": <int>, "symbol": <str>, "raw_symbols": [<old>, <new>], '
-            '"ratio": <float, positive>}, or {"control": "expired", "ts_event": <int>, "symbol": '
-            '<str>, "last_ts": <int, earlier>}'
-        )
+        raise ValueError(CONTROL_FORMS)
     return cast(ControlRecord, value)
 
 

@@ -285,7 +285,8 @@ class Settings:
         for name, (low, high, unit) in RANGES.items():
             value = getattr(self, name)
             # a NaN compares false both ways: only a finite value inside the range passes
-            if not (math.isfinite(value) and low <= value and (high is None or value <= high)):
+            finite = not isinstance(value, float) or math.isfinite(value)
+            if not (finite and low <= value and (high is None or value <= high)):
                 accepted = f"{number(low)} or more"
                 if high is not None:
                     accepted = f"{number(low)}-{number(high)}"

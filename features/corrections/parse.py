@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from databento_dbn import RType
 
-from features.bars import PRICE_FIELDS, UNDEF_PRICE, ControlKind
+from features.bars import CONTROL_FORMS, PRICE_FIELDS, UNDEF_PRICE, ControlKind, valid_control
 from features.corrections.config import CorrectionConfig
 
 REQUIRED = (
@@ -101,6 +101,8 @@ def validate(
     """The bar in `data`, or a human message saying what is malformed and how to fix it."""
     if data.get("control") == ControlKind.EXPIRED:
         return "an expired record is the corrections stage's own (bars.clean), not an input"
+    if "control" in data and not valid_control(data):
+        return f"malformed control record: {CONTROL_FORMS}"
     if "control" in data:
         return (
             "control record (END_OF_INTERVAL) given as a bar: route it with "

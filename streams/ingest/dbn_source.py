@@ -20,11 +20,10 @@ from typing import Any, BinaryIO
 import databento_dbn
 import numpy as np
 
-from features.bars import TruncatedZstd, zstd_decoded
+from features.bars import ZSTD_MAGIC, TruncatedZstd, zstd_decoded
 from streams.ingest.errors import CorruptDbn, InputNotFound, NotDbn
 
 DBN_MAGIC = b"DBN"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DBN_VERSIONS = (1, 2, 3)
 READ_SIZE = 1 << 20
 ZSTD_READ_SIZE = 1 << 16  # OHLCV compresses well: 64 KiB in is megabytes out

@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         tmp.write_text(model_id + "\n")
         os.replace(tmp, path)
     except OSError as exc:  # e.g. the model directory mounted read-only in a forecast pod
+        if tmp.is_file():
+            tmp.unlink()
         print(
             f"barcast promote: cannot write {path} ({exc.strerror}); run it where the model "
             "directory is writable (where checkpoints are put into it)",

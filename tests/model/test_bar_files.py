@@ -144,6 +144,11 @@ def test_a_damaged_file_is_named_and_a_truncated_dbn_is_not_read_in_part(
     whole = csv_to_dbn(sixe_csv, tmp_path / "6e.dbn.zst").read_bytes()
     cut_zst = tmp_path / "cut.dbn.zst"  # databento would read the bars before the cut
     cut_zst.write_bytes(whole[: len(whole) // 2])
-    for path in (cut_csv, not_dbn, cut_dbn, cut_zst):
+    misnamed = tmp_path / "cut-zstd.dbn"  # a zstd file is known by its bytes, not its name
+    misnamed.write_bytes(cut_zst.read_bytes())
+    for path in (cut_csv, not_dbn, cut_dbn, cut_zst, misnamed):
         with pytest.raises(DataError, match=f"--data {path}: .*re-download it"):
             load_bars([BarSource(path)])
+    plain = tmp_path / "plain.dbn.zst"  # an uncompressed DBN under a zstd name reads
+    plain.write_bytes(raw)
+    assert load_bars([BarSource(plain)])[0]

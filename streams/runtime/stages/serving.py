@@ -229,9 +229,9 @@ class Serving:
             self._end_track(key, row)
         incumbent = state.serving
         state.serving, state.verdicts[model_id] = model_id, verdict.value
-        if verdict is Verdict.FORCED and incumbent not in (None, model_id):
+        if verdict is Verdict.FORCED and incumbent is not None and incumbent != model_id:
             # a rollback by hand: a restart must not offer the newer checkpoint back as a canary
-            state.verdicts.setdefault(incumbent, Verdict.REPLACED.value)  # type: ignore[arg-type]
+            state.verdicts.setdefault(incumbent, Verdict.REPLACED.value)
         if state.candidate == model_id:
             state.candidate = None
         self.metrics.canary_verdicts.labels(verdict=verdict.value, reason="").inc()

@@ -34,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from model.checkpoint import CheckpointError
     from model.serving.checkpoints import CheckpointWatcher
+    from streams.broker import BrokerStartError
+    from streams.kafka import BrokerUnavailable
     from streams.tools.backtest.collect import BacktestFailed
     from streams.tools.backtest.harness import run_backtest
     from streams.tools.backtest.html import bp, percent
@@ -54,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, CheckpointError) as exc:
         print(f"barcast backtest: {exc}", file=sys.stderr)
         return exc.exit_code if isinstance(exc, InputError) else ExitCode.USAGE
-    except BacktestFailed as exc:
+    except BrokerUnavailable as exc:
+        print(f"barcast backtest: {exc}", file=sys.stderr)
+        return ExitCode.BROKER_UNAVAILABLE
+    except (BacktestFailed, BrokerStartError) as exc:  # each says where to look
         print(f"barcast backtest: {exc}", file=sys.stderr)
         return ExitCode.AGENT_FAILED
     report = result.report

@@ -51,7 +51,10 @@ def run_backtest(
     replayed = inputs.replay_files(files, work / "inputs")
     with broker(settings, work) as run_settings:
         run_settings = replace(run_settings, role="all", model_dir=checkpoint, work_dir=work)
-        ensure_topics(run_settings, pipeline_topics(run_settings))
+        try:
+            ensure_topics(run_settings, pipeline_topics(run_settings))
+        except RuntimeError as exc:  # the configured broker refused a topic: it says why
+            raise BacktestFailed(str(exc)) from None
         collected = replay_and_collect(run_settings, replayed, meta.config.lookback)
     quantiles = [quantile_name(q) for q in meta.config.quantiles]
     table = score_table(collected.forecasts, collected.clean, meta.config.horizon, quantiles)

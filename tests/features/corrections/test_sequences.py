@@ -144,10 +144,12 @@ def test_a_history_rejects_a_control_record_the_stage_would_not_take() -> None:
         {"control": "bogus", "ts_event": T0},
         {"control": "outage", "ts_event": T0},
         {"control": "roll", "ts_event": T0, "symbol": "6EH4"},
+        {"control": [], "ts_event": T0},
     ]
     outcomes = correct_history([*calm(3), *bad]).outcomes
-    assert statuses_of(outcomes) == ["clean"] * 3 + ["rejected"] * 3
+    assert statuses_of(outcomes) == ["clean"] * 3 + ["rejected"] * 4
     assert {o.reason for o in outcomes[3:]} == {Reason.MALFORMED}
+    assert all("malformed control record: a control record is" in o.message for o in outcomes[3:])
 
 
 def test_bar_that_gives_no_prices_leaves_the_candidate_held() -> None:

@@ -143,6 +143,21 @@ def test_a_damaged_input_is_named_before_any_broker_or_worker_starts(
         assert said in capsys.readouterr().err, name
 
 
+def test_a_configured_broker_that_does_not_answer_is_said_in_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    dbn_files: list[Path],
+) -> None:
+    make_checkpoint(tmp_path / "model")
+    monkeypatch.setenv("BARCAST_BROKER", "127.0.0.1:1")
+    monkeypatch.setenv("BARCAST_CONNECT_TIMEOUT_S", "0.5")
+    data = next(p for p in dbn_files if "esu4-nqu4" in p.name)
+    args = ["backtest", str(data), "--checkpoint", str(tmp_path / "model")]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 3
+    assert "127.0.0.1:1" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 def test_two_runs_give_the_same_report_and_its_figures_follow_from_the_topics(
     broker_settings: Settings, tmp_path: Path, sixe_bars: pd.DataFrame, dbn_files: list[Path]
