@@ -114,7 +114,17 @@ def csv_to_dbn(
     instrument_id: int = SIXE_INSTRUMENT_ID,
 ) -> Path:
     """Convert a bar CSV into a DBN ohlcv-1m file of GLBX.MDP3 with raw-symbol mappings."""
-    records = bars_to_records(read_bar_csv(csv_path), instrument_id)
+    return frame_to_dbn(read_bar_csv(csv_path), out_path, symbol, instrument_id)
+
+
+def frame_to_dbn(
+    frame: pd.DataFrame,
+    out_path: Path,
+    symbol: str = SIXE_SYMBOL,
+    instrument_id: int = SIXE_INSTRUMENT_ID,
+) -> Path:
+    """`csv_to_dbn` of bars already read (as from `read_bar_csv`)."""
+    records = bars_to_records(frame, instrument_id)
     ts = records["ts_event"]
     day = 86_400 * 10**9
     start = int(ts.min()) // day * day

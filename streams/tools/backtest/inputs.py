@@ -9,7 +9,7 @@ from typing import Any
 
 from features.bars import read_bar_csv
 from streams.exit_codes import ExitCode
-from streams.ingest.convert import csv_to_dbn
+from streams.ingest.convert import frame_to_dbn
 from streams.ingest.dbn_source import DbnReader
 from streams.ingest.errors import CorruptDbn, IngestError
 from streams.ingest.replay import check_schema
@@ -57,10 +57,10 @@ def replay_files(files: list[Path], work_dir: Path) -> tuple[Path, ...]:
 
 
 def converted(path: Path, out: Path, symbol: str) -> Path:
-    """`path` read (here, so that an error writing `out` is not taken for a damaged input),
+    """`path` read (apart, so that an error writing `out` is not taken for a damaged input),
     then converted into `out`."""
     try:
-        read_bar_csv(path)
+        frame = read_bar_csv(path)
     except (OSError, EOFError) as exc:  # a damaged or truncated compressed file
         raise InputError(f"{path}: unreadable ({exc}); re-download it", ExitCode.CORRUPT) from None
     except (ValueError, KeyError) as exc:
@@ -68,20 +68,17 @@ def converted(path: Path, out: Path, symbol: str) -> Path:
             f"{path}: not a bar CSV ({type(exc).__name__}: {exc}); pass one with timestamp_utc, "
             f"open, high, low, close and volume columns and at least one bar"
         ) from None
-    return csv_to_dbn(path, out, symbol)
+    return frame_to_dbn(frame, out, symbol)
 
 
 def checked(path: Path) -> Path:
     """`path`, a DBN file replay takes, read to its end (a damaged one would stop the replay
     part way, with the worker already started)."""
     try:
-        reader = DbnReader(path)
-        try:
+        with DbnReader(path) as reader:
             check_schema(reader)
             for _ in reader.segments():
                 pass
-        finally:
-            reader.close()
     except CorruptDbn as exc:  # its own message speaks of a replay that ingested records
         raise InputError(
             f"{exc.path}: {exc.detail} at byte {exc.offset} of the decoded DBN stream; nothing "
