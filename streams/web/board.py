@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -30,6 +30,10 @@ HISTORY_MINUTES = 240
 FAN_EVERY_MINUTES = 30
 SCORE_WINDOW = 600
 MODELS_KEPT = 16
+# Cards drawn per request, at most: a card costs the event loop milliseconds, so a page of a
+# thousand symbols, refreshed every few seconds, would hold the loop most of the time and delay
+# the forecasts it shows.
+MAX_SHOWN = 24
 NS_PER_MS = 1_000_000
 NS_PER_MIN = 60_000_000_000
 PRICE_PREFIX = "price_"
@@ -81,7 +85,9 @@ class BoardView(TypedDict):
     history_minutes: int
     scores_seen: bool
     lag: dict[str, int]  # consumer lag per topic, summed over partitions
-    symbols: list[SymbolView]
+    symbols: list[SymbolView]  # those shown: the ones asked for, or the first by name
+    others: list[str]  # the board's symbols not shown, by name
+    not_found: list[str]  # asked for, but not on the board
 
 
 @dataclass
@@ -173,19 +179,40 @@ class Board:
         board.scores.append(summarize_score(score_value))
         board.observed += 1
 
-    def view(self, lag: Mapping[str, int] | None = None) -> BoardView:
-        now = self.clock()
+    def view(
+        self, lag: Mapping[str, int] | None = None, asked: Sequence[str] | None = None
+    ) -> BoardView:
+        """The view of the symbols `asked` for (none asked: the first by name), MAX_SHOWN at
+        most: `head` and each shown symbol's `symbol_view`."""
+        return self.head(lag, asked) | {
+            "symbols": [self.symbol_view(name) for name in self.shown(asked)]
+        }
+
+    def head(
+        self, lag: Mapping[str, int] | None = None, asked: Sequence[str] | None = None
+    ) -> BoardView:
+        """The view with `symbols` empty, for a caller that views them one at a time."""
+        shown = set(self.shown(asked))
         return {
-            "now_ms": now // NS_PER_MS,
+            "now_ms": self.clock() // NS_PER_MS,
             "quantiles": self.quantiles,
             "history_minutes": HISTORY_MINUTES,
             "scores_seen": self.scores_seen,
             "lag": dict(sorted((lag or {}).items())),
-            "symbols": [
-                self._symbol_view(symbol, board, now)
-                for symbol, board in sorted(self.symbols.items())
-            ],
+            "symbols": [],
+            "others": sorted(name for name in self.symbols if name not in shown),
+            "not_found": [name for name in dict.fromkeys(asked or []) if name not in self.symbols],
         }
+
+    def shown(self, asked: Sequence[str] | None = None) -> list[str]:
+        """The symbols a view shows: those `asked` for that the board holds, in that order, or
+        none asked, the first by name; MAX_SHOWN at most."""
+        names = [n for n in dict.fromkeys(asked) if n in self.symbols] if asked else None
+        return (sorted(self.symbols) if names is None else names)[:MAX_SHOWN]
+
+    def symbol_view(self, symbol: str) -> SymbolView:
+        """One symbol's view, now."""
+        return self._symbol_view(symbol, self.symbols[symbol], self.clock())
 
     def _symbol(self, symbol: str) -> SymbolBoard:
         board = self.symbols.get(symbol)  # not setdefault: a new board each bar costs a burst

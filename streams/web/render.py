@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 from itertools import pairwise
+from urllib.parse import quote
 
 from model.serving.skill import MODEL
 from streams.web import svg
-from streams.web.board import BoardView, Fan, RollingScores, SkillFigure, SymbolView
+from streams.web.board import MAX_SHOWN, BoardView, Fan, RollingScores, SkillFigure, SymbolView
 
 POLL_MS = 2000
 CARDS_PATH = "/api/cards"
@@ -40,7 +41,7 @@ table{border-collapse:collapse} td,th{padding:2px 10px;text-align:right}
 SCRIPT = f"""
 async function refresh() {{
   try {{
-    const response = await fetch("{CARDS_PATH}", {{cache: "no-store"}});
+    const response = await fetch("{CARDS_PATH}" + location.search, {{cache: "no-store"}});
     if (response.ok) {{
       const html = await response.text();
       const cards = document.getElementById("cards");
@@ -56,7 +57,8 @@ setInterval(refresh, {POLL_MS});
 """
 
 
-def page(view: BoardView) -> str:
+def page(view: BoardView, drawn: Sequence[str] | None = None) -> str:
+    """The whole page; `drawn`: as `cards`'s."""
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<title>barcast live forecasts</title>"
@@ -65,17 +67,37 @@ def page(view: BoardView) -> str:
         f"<span>q10&ndash;q90 fans and median, last {view['history_minutes'] // 60} h of "
         f"1-minute closes; <a href='{JSON_PATH}'>JSON</a></span>"
         "<span id='status' class='muted'></span></header>"
-        f"<main id='cards'>{cards(view)}</main>"
+        f"<main id='cards'>{cards(view, drawn)}</main>"
         f"<script>{SCRIPT}</script></body></html>"
     )
 
 
-def cards(view: BoardView) -> str:
-    """The part of the page the script replaces: the lag line and one card per symbol."""
+def cards(view: BoardView, drawn: Sequence[str] | None = None) -> str:
+    """The part of the page the script replaces: the lag line, which symbols are shown, and a
+    card for each; `drawn`: their cards, drawn already (`card`), else drawn now."""
     head = f"<p class='lag'>consumer lag: {lag_text(view['lag'])}</p>"
-    if not view["symbols"]:
+    if drawn is None:
+        drawn = [card(symbol, view["scores_seen"]) for symbol in view["symbols"]]
+    if not drawn and not view["others"]:  # the board holds no symbol yet
         return head + "<p class='muted waiting'>waiting for the first bars&hellip;</p>"
-    return head + "".join(card(symbol, view["scores_seen"]) for symbol in view["symbols"])
+    return head + selection_text(view, len(drawn)) + "".join(drawn)
+
+
+def selection_text(view: BoardView, shown: int) -> str:
+    """Which symbols the page shows, links to the others, and how to choose."""
+    if not view["others"] and not view["not_found"]:
+        return ""
+    parts = [f"showing {shown} of {shown + len(view['others'])} symbols"]
+    if view["not_found"]:
+        missing = ", ".join(escape(name) for name in view["not_found"])
+        parts.append(f"not on this worker: <b class='not-found'>{missing}</b>")
+    if view["others"]:
+        links = " ".join(
+            f"<a href='?symbols={quote(name)}'>{escape(name)}</a>" for name in view["others"]
+        )
+        parts.append(f"others: {links}")
+    choose = f"choose up to {MAX_SHOWN} with <code>?symbols=ESH5,NQH5</code>"
+    return f"<p class='selection'>{'; '.join(parts)} <span class='muted'>({choose})</span></p>"
 
 
 def lag_text(lag: dict[str, int]) -> str:

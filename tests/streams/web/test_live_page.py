@@ -3,24 +3,35 @@ from a real worker on the embedded broker while a file is replayed."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import orjson
 import pandas as pd
 import pytest
+from multidict import MultiDict
 
 from model.serving.scoring import Decided, LabelBar, forecast_fields, score_all
 from model.serving.skill import MIN_SCORED
 from streams.ingest.replay import Replay, ReplayOptions
 from streams.kafka import ensure_topics, pipeline_topics
 from streams.settings import REPO_ROOT, Settings
-from streams.web import render
-from streams.web.board import FAN_EVERY_MINUTES, HISTORY_MINUTES, Board, fan_of
+from streams.web import render, routes
+from streams.web.board import (
+    FAN_EVERY_MINUTES,
+    HISTORY_MINUTES,
+    MAX_SHOWN,
+    Board,
+    BoardView,
+    fan_of,
+)
+from streams.web.routes import drawn_cards
 from tests.browser import Browser
 from tests.checkpoints import make_checkpoint
 from tests.streams.tools.test_backtest import sixe_slice
@@ -177,6 +188,56 @@ def score(ts: int, loss: float, baselines: dict[str, float | None]) -> dict[str,
     }  # fmt: skip
 
 
+def test_a_view_shows_the_symbols_asked_for_or_the_first_by_name_and_names_the_others() -> None:
+    board = Board(clock=lambda: START)
+    names = [f"S{i:03d}" for i in range(MAX_SHOWN + 6)]
+    for name in reversed(names):
+        board.observe_bar(bar(START, 5500.0, name))
+    view = board.view()
+    assert [s["symbol"] for s in view["symbols"]] == names[:MAX_SHOWN]
+    assert view["others"] == names[MAX_SHOWN:] and view["not_found"] == []
+    html = render.cards(view)
+    assert f"showing {MAX_SHOWN} of {len(names)} symbols" in html
+    assert f"<a href='?symbols={names[-1]}'>{names[-1]}</a>" in html
+    asked = board.view(asked=["S029", "NOPE", "S002", "S029"])
+    assert [s["symbol"] for s in asked["symbols"]] == ["S029", "S002"]
+    assert asked["not_found"] == ["NOPE"] and "S029" not in asked["others"]
+    assert "not on this worker: <b class='not-found'>NOPE</b>" in render.cards(asked)
+    many = board.view(asked=list(reversed(names)))
+    assert [s["symbol"] for s in many["symbols"]] == list(reversed(names))[:MAX_SHOWN]
+    assert "waiting for the first bars" in render.cards(Board().view(asked=["NOPE"]))
+
+
+def test_the_cards_are_drawn_one_at_a_time_between_the_loops_other_work() -> None:
+    board = Board(clock=lambda: START)
+    for i in range(5):
+        board.observe_bar(bar(START, 5500.0, f"S{i}"))
+    turns = 0
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def draw() -> tuple[BoardView, list[str]]:
+        other = asyncio.create_task(other_work())
+        await asyncio.sleep(0)
+        drawn = await drawn_cards(board, {}, [])
+        other.cancel()
+        return drawn
+
+    head, drawn = asyncio.run(draw())
+    assert len(drawn) == 5 and turns >= 5
+    assert render.cards(head, drawn) == render.cards(board.view())
+
+
+def test_the_symbols_asked_for_come_from_the_query() -> None:
+    request = SimpleNamespace(query=MultiDict([("symbols", " ESH5, NQH5,"), ("symbols", "6EH5")]))
+    assert routes.asked(request) == ["ESH5", "NQH5", "6EH5"]
+    assert routes.asked(SimpleNamespace(query=MultiDict())) == []
+
+
 def test_the_view_is_json() -> None:
     board = Board(clock=lambda: START)
     board.observe_bar(bar(START, 5500.0))
@@ -213,7 +274,7 @@ def test_the_page_draws_a_fan_in_a_browser_while_a_file_is_replayed(
     replayed = sixe_slice(sixe_bars, tmp_path / "6eh4.dbn.zst")
     with Worker(settings) as worker, Browser(tmp_path / "chromium") as browser:
         url = f"http://127.0.0.1:{worker.settings.web_port}/"
-        browser.open(url)
+        browser.open(url + "?symbols=6EH4,NOPE")  # the refreshes keep the choice
         browser.wait_for("document.querySelector('.waiting') !== null", 30)
         browser.evaluate("window.loadedOnce = true")  # gone if the page reloads
         Replay(settings, ReplayOptions(files=(replayed,), topic=settings.topic_raw)).run()
@@ -223,9 +284,15 @@ def test_the_page_draws_a_fan_in_a_browser_while_a_file_is_replayed(
         # Consumer lag, recorded by the worker every few seconds, reaches the page too.
         browser.wait_for("document.querySelector('.lag-total') !== null", 30)
         dom = browser.evaluate(DOM_SUMMARY)
+        not_found = browser.evaluate("document.querySelector('.not-found').textContent")
         browser.screenshot(SCREENSHOT)
         with urllib.request.urlopen(url + "api/forecasts", timeout=10) as response:
             api = orjson.loads(response.read())
+        with urllib.request.urlopen(url + "api/forecasts?symbols=NOPE", timeout=10) as response:
+            none_shown = orjson.loads(response.read())
+    assert not_found == "NOPE"
+    assert none_shown["symbols"] == [] and none_shown["not_found"] == ["NOPE"]
+    assert none_shown["others"] == ["6EH4"]
     assert dom["loadedOnce"] is True, "the page reloaded instead of updating in place"
     assert dom["title"].startswith("6EH4") and dom["pastFans"] >= 1
     assert dom["closePath"].startswith("M") and dom["closePath"].count("M") == 2
