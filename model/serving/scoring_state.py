@@ -179,11 +179,16 @@ class SymbolScoring:
             self.pending[0].ts_event if self.pending else math.inf,
             self.last_forecast_ts if self.last_forecast_ts is not None else -math.inf,
         )
-        while self.bars and next(iter(self.bars)) <= needed:  # bars are held in ts order
-            del self.bars[next(iter(self.bars))]
-        while len(self.bars) > self.retention:
-            self.dropped_through = next(iter(self.bars))
-            del self.bars[self.dropped_through]
+        # The bars to drop, found in one pass from the front (bars are held in ts order): a
+        # dict's first key is found past the slots of every key deleted before it, so looking
+        # it up again for each bar dropped costs as many steps as bars dropped lately.
+        stale = list(itertools.takewhile(lambda ts: ts <= needed, self.bars))
+        over = len(self.bars) - len(stale) - self.retention
+        if over > 0:
+            stale += itertools.islice(self.bars, len(stale), len(stale) + over)
+            self.dropped_through = stale[-1]
+        for ts in stale:
+            del self.bars[ts]
         if self.outages and needed != -math.inf:  # an outage no label can reach any more
             self.outages = [o for o in self.outages if o[1] > needed]
 
