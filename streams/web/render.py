@@ -53,6 +53,7 @@ async function refresh() {{
     document.getElementById("status").textContent = "worker unreachable";
   }}
 }}
+document.getElementById("json").href = "{JSON_PATH}" + location.search;
 setInterval(refresh, {POLL_MS});
 """
 
@@ -65,7 +66,7 @@ def page(view: BoardView, drawn: Sequence[str] | None = None) -> str:
         f"<style>{STYLE}</style></head><body>"
         "<header><h1>barcast live forecasts</h1>"
         f"<span>q10&ndash;q90 fans and median, last {view['history_minutes'] // 60} h of "
-        f"1-minute closes; <a href='{JSON_PATH}'>JSON</a></span>"
+        f"1-minute closes; <a id='json' href='{JSON_PATH}'>JSON</a></span>"
         "<span id='status' class='muted'></span></header>"
         f"<main id='cards'>{cards(view, drawn)}</main>"
         f"<script>{SCRIPT}</script></body></html>"

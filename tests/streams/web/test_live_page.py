@@ -212,23 +212,26 @@ def test_the_cards_are_drawn_one_at_a_time_between_the_loops_other_work() -> Non
     board = Board(clock=lambda: START)
     for i in range(5):
         board.observe_bar(bar(START, 5500.0, f"S{i}"))
-    turns = 0
-
-    async def other_work() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
+    between: list[int] = []  # cards drawn each time the loop's other work ran
 
     async def draw() -> tuple[BoardView, list[str]]:
+        async def other_work() -> None:
+            while True:
+                between.append(len(drawing.cr_frame.f_locals.get("drawn", [])))
+                if len(between) == 2:
+                    del board.symbols["S3"]  # swept while the page is drawn
+                await asyncio.sleep(0)
+
+        drawing = drawn_cards(board, {}, [])
         other = asyncio.create_task(other_work())
         await asyncio.sleep(0)
-        drawn = await drawn_cards(board, {}, [])
+        drawn = await drawing
         other.cancel()
         return drawn
 
     head, drawn = asyncio.run(draw())
-    assert len(drawn) == 5 and turns >= 5
+    assert between[:5] == [0, 1, 2, 3, 3]  # S3 was gone when its turn came
+    assert len(drawn) == 4 and "data-symbol='S3'" not in "".join(drawn)
     assert render.cards(head, drawn) == render.cards(board.view())
 
 
@@ -285,12 +288,13 @@ def test_the_page_draws_a_fan_in_a_browser_while_a_file_is_replayed(
         browser.wait_for("document.querySelector('.lag-total') !== null", 30)
         dom = browser.evaluate(DOM_SUMMARY)
         not_found = browser.evaluate("document.querySelector('.not-found').textContent")
+        json_link = browser.evaluate("document.getElementById('json').getAttribute('href')")
         browser.screenshot(SCREENSHOT)
         with urllib.request.urlopen(url + "api/forecasts", timeout=10) as response:
             api = orjson.loads(response.read())
         with urllib.request.urlopen(url + "api/forecasts?symbols=NOPE", timeout=10) as response:
             none_shown = orjson.loads(response.read())
-    assert not_found == "NOPE"
+    assert not_found == "NOPE" and json_link == "/api/forecasts?symbols=6EH4,NOPE"
     assert none_shown["symbols"] == [] and none_shown["not_found"] == ["NOPE"]
     assert none_shown["others"] == ["6EH4"]
     assert dom["loadedOnce"] is True, "the page reloaded instead of updating in place"
