@@ -98,7 +98,9 @@ class LiveIngest:
         self._first_connect_ns: int | None = None
         self._settled: int | None = None  # every bar before it published, or an outage
         self._session_start: int | None = None  # the running session's subscription start
-        self._aged_out: int | None = None  # lost from here to the next bar the gateway sends
+        # Lost from here to the next bar the gateway sends; True: through that bar's minute (a
+        # slow reader's skip may end within a minute, an aged-out replay's at its start)
+        self._aged_out: tuple[int, bool] | None = None
 
     def stop(self) -> None:
         """End the session in progress (its queued records are still forwarded) and return
@@ -166,9 +168,10 @@ class LiveIngest:
         )
         return earliest
 
-    def _recover(self, start: int, end: int, why: str) -> None:
-        """A span the gateway will not replay: backfilled, or else recorded as an outage."""
-        self._settled = end
+    def _recover(self, start: int, end: int, why: str, settled: int | None = None) -> None:
+        """A span the gateway will not replay: backfilled, or else recorded as an outage; every
+        bar before `settled` (default: `end`) is then published or inside it."""
+        self._settled = end if settled is None else settled
         if self.options.backfill and self._backfill(start, end):
             return
         self._sink.send_outage(start, end)
@@ -296,8 +299,9 @@ class LiveIngest:
             if record.code in LOST_ERROR_CODES:
                 # Skipped (aged out of the replay, or for reading too slowly): lost from where
                 # it stands to its next bar.
-                newest = self._published.newest
-                self._aged_out = max(self._session_start or 0, newest or 0) or None
+                start = max(self._session_start or 0, self._published.newest or 0) or None
+                slow = record.code == databento_dbn.ErrorCode.SKIPPED_RECORDS_AFTER_SLOW_READING
+                self._aged_out = None if start is None else (start, slow)
 
     def _system(self, record: databento_dbn.SystemMsg) -> None:
         if record.is_heartbeat():
@@ -316,9 +320,12 @@ class LiveIngest:
 
     def _bar(self, record: databento_dbn.OHLCVMsg) -> None:
         aged_out = self._aged_out
-        if aged_out is not None and record.ts_event > aged_out:
+        if aged_out is not None and record.ts_event > aged_out[0]:
             self._aged_out = None
-            self._recover(aged_out, record.ts_event, "the gateway skipped them")
+            # Through this bar's minute, its bars still to come published all the same (one
+            # sent again is dropped as a repeat)
+            end = record.ts_event + (interval_ns(self.options.schema) if aged_out[1] else 0)
+            self._recover(aged_out[0], end, "the gateway skipped them", settled=record.ts_event)
         if not self._published.add(int(record.rtype), record.instrument_id, record.ts_event):
             self.stats.resent += 1
             return

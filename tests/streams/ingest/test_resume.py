@@ -118,9 +118,11 @@ def outage_controls(partitions: dict[int, list[Message]]) -> dict[int, list[dict
     }
 
 
-def assert_outage_between(partitions: dict[int, list[Message]], start: int, end: int) -> None:
+def assert_outage_between(
+    partitions: dict[int, list[Message]], start: int, end: int, resumed: int | None = None
+) -> None:
     """One OUTAGE record on every partition, after every bar before the span and before every
-    bar after it, and no bar inside it."""
+    bar after it, and no bar inside it but those of the minute the gateway `resumed` in."""
     for messages in partitions.values():
         values = [orjson.loads(m.value) for m in messages]
         kinds = [v.get("control") for v in values]
@@ -129,7 +131,7 @@ def assert_outage_between(partitions: dict[int, list[Message]], start: int, end:
         assert values[at] == {"control": "outage", "ts_event": start, "end": end}
         bars = [(i, v["ts_event"]) for i, v in enumerate(values) if "symbol" in v]
         assert all(ts <= start for i, ts in bars if i < at)
-        assert all(ts >= end for i, ts in bars if i > at)
+        assert all(ts >= (end if resumed is None else resumed) for i, ts in bars if i > at)
 
 
 @pytest.mark.integration
@@ -181,25 +183,32 @@ def test_minutes_the_gateways_replay_aged_out_are_an_outage(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("skipped", [9, 8])  # up to a minute's end, and within a minute
 def test_bars_the_gateway_skips_for_a_slow_reader_are_an_outage(
-    broker_settings: Settings, dbn_files: list[Path]
+    broker_settings: Settings, dbn_files: list[Path], skipped: int
 ) -> None:
     """The gateway skips records a slow client has not read, says
-    SKIPPED_RECORDS_AFTER_SLOW_READING and goes on: the skipped span is an outage."""
+    SKIPPED_RECORDS_AFTER_SLOW_READING and goes on: the skipped span is an outage, through the
+    end of the minute it resumes in."""
     path = esu4_nqu4(dbn_files)
     rows = file_rows(path)
-    gateway = LiveGateway(path, KEY, slow_skip=(23, 9))
+    gateway = LiveGateway(path, KEY, slow_skip=(23, skipped))
     with gateway:
         cut_minute, _ = sent_before_the_cut(gateway, 23)
-        lost = {(gateway.symbols[b.instrument_id], b.ts_event) for b in gateway.bars[23:32]}
-        end = gateway.bars[32].ts_event
+        skips = gateway.bars[23 : 23 + skipped]
+        lost = {(gateway.symbols[b.instrument_id], b.ts_event) for b in skips}
+        resumed = gateway.bars[23 + skipped].ts_event
         stats = ingest_live(
-            broker_settings, gateway, lambda s: s.outages >= 1 and s.bars >= len(rows) - 9
+            broker_settings,
+            gateway,
+            lambda s: s.outages >= 1 and s.bars >= len(rows) - skipped,
         )
-    assert (stats.bars, stats.outages, stats.reconnects) == (len(rows) - 9, 1, 0)
+    assert (stats.bars, stats.outages, stats.reconnects) == (len(rows) - skipped, 1, 0)
     bars, partitions = raw_topic(broker_settings)
     assert_each_once(bars, set(rows) - lost)
-    assert_outage_between(partitions, cut_minute, end)
+    assert_outage_between(partitions, cut_minute, resumed + MINUTE_NS, resumed)
+    # what each case is: a skip of 8 ends within the minute the gateway resumes in
+    assert (max(b.ts_event for b in skips) == resumed) == (skipped == 8)
 
 
 @pytest.mark.integration
