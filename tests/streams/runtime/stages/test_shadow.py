@@ -28,7 +28,7 @@ from streams.runtime.stages.scores import Scores, Scoring
 from streams.runtime.stages.windows import slide
 from streams.runtime.stores import WindowStore
 from streams.settings import Settings
-from tests.checkpoints import make_checkpoint
+from tests.checkpoints import make_checkpoint, torch_threads_of_a_worker
 from tests.streams.runtime.test_stores import MemoryChangelogs, flush
 
 pytestmark = pytest.mark.usefixtures("worker_threads")  # one torch thread on two cores
@@ -48,7 +48,10 @@ def history(sixe_bars: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -
     directory = tmp_path_factory.mktemp("shadow") / "ck"
     make_checkpoint(directory)
     engine = ForecastEngine(directory)
-    published, scores = served_history(values, engine, mode=ServeMode.AUTO, window=100)
+    # A module's fixture is set up before the tests' `worker_threads`: the worker's threads
+    # here too, or a machine whose torch defaults to more rounds these forecasts otherwise.
+    with torch_threads_of_a_worker():
+        published, scores = served_history(values, engine, mode=ServeMode.AUTO, window=100)
     return values, directory, published, scores
 
 
