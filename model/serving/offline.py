@@ -204,7 +204,11 @@ class _SymbolReplay:
         out = {}
         for d, record in zip(decided, score_all(decided), strict=True):
             pending, baselines = self.shadow.decided(d)
-            self.calibration.update(record)
-            self.shadow.scored(record, pending, score_all(baselines), self.mode)
+            calibrating = self.config.enabled
+            if calibrating:
+                self.calibration.update(record)
+            self.shadow.scored(
+                record, pending, score_all(baselines), self.mode, calibrating=calibrating
+            )
             out[(record["symbol"], record["ts_event"])] = record
         return out

@@ -161,7 +161,13 @@ class SymbolShadow:
         return entry, shadows
 
     def scored(
-        self, record: ScoreValue, entry: Pending | None, shadows: list[ScoreValue], mode: ServeMode
+        self,
+        record: ScoreValue,
+        entry: Pending | None,
+        shadows: list[ScoreValue],
+        mode: ServeMode,
+        *,
+        calibrating: bool,
     ) -> None:
         """The model's score `record` (of a forecast `decided` returned `entry` for) with its
         baselines' `shadows`: the record names its source and carries their pinball, their
@@ -170,9 +176,11 @@ class SymbolShadow:
         record["source"] = entry.source if entry is not None else MODEL
         canary = by_name.pop(CANARY, None)
         if canary is not None and self.canary is not None:
-            self._canary_scored(record, canary)
+            self._canary_scored(record, canary, calibrating)
+        # Not calibrating, no score is queued: calibrations restored from a run with it on
+        # would hold every later one, never applied, in a state written after each score.
         for name, shadow in by_name.items():
-            if name in self.calibrations:  # calibration on
+            if calibrating and name in self.calibrations:
                 self.calibrations[name].update(shadow)
         if record["unscored"] is not None:
             record["baselines"] = None
@@ -191,14 +199,15 @@ class SymbolShadow:
         self.window.append(np.column_stack(losses))
         self.choice.revisit(self.window, mode, record["ts_event"], len(record["horizons"]))
 
-    def _canary_scored(self, record: ScoreValue, canary: ScoreValue) -> None:
+    def _canary_scored(self, record: ScoreValue, canary: ScoreValue, calibrating: bool) -> None:
         """A canary's score beside the model's: into its calibration, its record and the pairs
         its verdict is taken on."""
         track = self.canary
         assert track is not None
         if canary["ts_event"] < track.since:
             return  # of the canary a newer one replaced: its pending forecasts outlive its track
-        track.calibration.update(canary)
+        if calibrating:
+            track.calibration.update(canary)
         if canary["unscored"] is None and record["unscored"] is None:
             model, own = mean_losses(record["pinball"]), mean_losses(canary["pinball"])  # type: ignore[arg-type]
             inside = canary["inside"] or []

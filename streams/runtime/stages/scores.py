@@ -280,13 +280,13 @@ class Scoring:
         ):
             # The state was written when it decided, and a checkpoint settles before encoding.
             self.scores.states[key].rolling.add(record, increments)
-            calibration = self.calibrations.read(key)
-            calibration.update(record)
-            if self.config.enabled:
+            if self.config.enabled:  # else a restored calibration would queue every score
+                calibration = self.calibrations.read(key)
+                calibration.update(record)
                 self.calibrations.write(key, partition, offset, calibration)
             if shadows is not None:
                 shadow, (pending, records) = self.shadows.read(key), shadows[i]  # type: ignore[union-attr]
-                shadow.scored(record, pending, records, self.mode)
+                shadow.scored(record, pending, records, self.mode, calibrating=self.config.enabled)
                 self.shadows.write(key, partition, offset, shadow)  # type: ignore[union-attr]
             out.values.append(record)
             value, ms = encode_score(record), record["ts_event"] / 1e6

@@ -92,6 +92,40 @@ def test_a_replaced_canarys_pending_forecasts_count_for_neither_canary() -> None
     bars = tuple(LabelBar(m * MINUTE, 100.0 + 0.1 * m, False) for m in range(1, h + 1))
     record, _ = score_decided([Decided(forecast, bars)])[0]
     entry, shadows = shadow.decided(Decided(forecast, bars))
-    shadow.scored(record, entry, score_all(shadows), ServeMode.MODEL)
+    shadow.scored(record, entry, score_all(shadows), ServeMode.MODEL, calibrating=True)
     assert shadow.canary is not None and shadow.canary.model_id == "c2"
     assert shadow.canary.scored == [] and "canary" not in record
+
+
+def test_with_calibration_off_restored_calibrations_take_no_score() -> None:
+    """BARCAST_ONLINE_CALIBRATION turned off across a restart: the baselines' and the canary's
+    calibrations restored from the run with it on take no score (nothing would apply them, and
+    the state is written after every score)."""
+    h, on, off = 3, CalibrationConfig(enabled=True), CalibrationConfig(enabled=False)
+    quantiles = {"q10": [-0.01] * h, "q50": [0.0] * h, "q90": [0.01] * h}
+    raw = {"volatility_scale": tuple(quantiles.values()), "tod_ewma": tuple(quantiles.values())}
+
+    def value(ts: int, model_id: str) -> dict:
+        base = {"symbol": "ES", "ts_event": ts, "close": 100.0, "horizons": [1, 2, 3]}
+        return base | quantiles | {"model_id": model_id}
+
+    shadow = SymbolShadow()
+    shadow.serve("a")
+    shadow.forecast(value(0, "a"), raw, on, ServeMode.MODEL)
+    shadow.canary_forecast(value(0, "c"), on)
+    shadow = SymbolShadow.from_bytes(shadow.to_bytes())  # the restart, with calibration off
+    for minute in range(1, 40):
+        ts = minute * MINUTE
+        _, pending = shadow.forecast(value(ts, "a"), raw, off, ServeMode.MODEL)
+        _, canary = shadow.canary_forecast(value(ts, "c"), off)
+        pending.quantiles[CANARY] = canary
+        shadow.pending.append(pending)
+        forecast = ForecastFields("ES", ts, 100.0, (1, 2, 3), "a", *map(tuple, quantiles.values()))
+        bars = tuple(LabelBar(ts + m * MINUTE, 100.0, False) for m in range(1, h + 1))
+        record, _ = score_decided([Decided(forecast, bars)])[0]
+        entry, shadows = shadow.decided(Decided(forecast, bars))
+        shadow.scored(record, entry, score_all(shadows), ServeMode.MODEL, calibrating=False)
+    assert set(shadow.calibrations) == {"volatility_scale", "tod_ewma"}
+    assert shadow.canary is not None and shadow.canary.calibration.model_id == CANARY
+    assert [len(c.waiting) for c in shadow.calibrations.values()] == [0, 0]
+    assert shadow.canary.calibration.waiting == [] and len(shadow.canary.scored) == 39

@@ -246,6 +246,30 @@ def test_a_restore_as_of_a_checkpoint_replays_the_same_bytes() -> None:
     assert by_key(outputs + replayed) == uninterrupted
 
 
+def test_a_restart_with_calibration_off_queues_no_score_in_the_restored_calibrations() -> None:
+    """BARCAST_ONLINE_CALIBRATION turned off across a restart: the calibrations restored from
+    the run with it on take no score, which nothing would ever apply."""
+    stream, _ = events(0)
+    drained, at = drained_at(stream, 400)
+    io = MemoryChangelogs()
+    stage = scoring(io)
+    list(run(stage, drained[:at]))
+
+    async def restart_with_calibration_off() -> Scoring:
+        await asyncio.gather(*(flush(store) for store in stage.stores))
+        restored = scoring(io, enabled=False)
+        for store in restored.stores:
+            await store.restore(0, 400)
+        return restored
+
+    off = asyncio.run(restart_with_calibration_off())
+    restored = [off.calibrations.read(key) for key in (b"ESU4", b"6EH4")]
+    assert all(state.model_id is not None for state in restored)  # calibrating when stopped
+    waiting = [len(state.waiting) for state in restored]
+    assert sum(kind == "score" for kind, _ in run(off, drained[at:])) > 400
+    assert [len(state.waiting) for state in restored] == waiting
+
+
 def test_with_scoring_off_forecasts_pass_untouched_and_nothing_is_stored_or_scored() -> None:
     stream, _ = events(lag=0)
     stores = scoring(MemoryChangelogs())
