@@ -16,8 +16,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+from databento_dbn import SType
 
 from streams.exit_codes import ExitCode
+from streams.ingest.dbn_source import OHLCV_SCHEMAS
 from streams.ingest.errors import AuthFailed, BrokerDown, IngestError
 from streams.ingest.live_options import LiveOptions
 from streams.ingest.replay_cli import parse_symbols, parse_time, run_standalone
@@ -32,10 +34,21 @@ NOW = "now"
 log = logging.getLogger("barcast.live")
 
 
+def symbology_types() -> list[str]:
+    """The input symbology types Databento names (`databento_dbn.SType`)."""
+    return sorted(str(getattr(SType, name)) for name in dir(SType) if name.isupper())
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="GLBX.MDP3", help="default: GLBX.MDP3")
-    parser.add_argument("--schema", default="ohlcv-1m", help="default: ohlcv-1m")
-    parser.add_argument("--stype-in", default="parent", help="default: parent")
+    # Checked here, before Kafka and the gateway: Databento would refuse a name it does not
+    # know with a traceback, and stream a schema that is not bars, which ingest would drop.
+    parser.add_argument(
+        "--schema", default="ohlcv-1m", choices=OHLCV_SCHEMAS, help="default: ohlcv-1m"
+    )
+    parser.add_argument(
+        "--stype-in", default="parent", choices=symbology_types(), help="default: parent"
+    )
     parser.add_argument(
         "--symbols",
         type=parse_symbols,

@@ -150,6 +150,23 @@ def test_forced_disconnect_loses_and_doubles_nothing(
         assert by_key[(partition, schema.CONTROL_KEY)] == minutes
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--schema", "trades"), ("--schema", "ohlcv-5m"), ("--stype-in", "parnet")],
+)
+def test_a_schema_or_symbology_ingest_cannot_take_is_a_usage_error(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before Kafka and the gateway: Databento streams a schema of other records, which
+    ingest would drop without a word, and raises on a name it does not know."""
+    with pytest.raises(SystemExit) as exited:
+        live_cli.main(["--symbols", "ES.FUT", option, value])
+    _, err = capsys.readouterr()
+    assert exited.value.code == ExitCode.USAGE
+    assert f"argument {option}: invalid choice: '{value}'" in err
+    assert "ohlcv-1m" in err or "parent" in err  # the choices are named
+
+
 @pytest.mark.integration
 def test_rejected_key_exits_with_auth_code_and_never_prints_the_key(
     broker_settings: Settings,
