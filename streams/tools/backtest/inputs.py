@@ -68,6 +68,8 @@ def converted(path: Path, out: Path, symbol: str) -> Path:
             f"{path}: not a bar CSV ({type(exc).__name__}: {exc}); pass one with timestamp_utc, "
             f"open, high, low, close and volume columns and at least one bar"
         ) from None
+    if frame.empty:
+        raise InputError(f"{path}: holds no bar, only a header; pass a bar CSV with bars")
     return frame_to_dbn(frame, out, symbol)
 
 

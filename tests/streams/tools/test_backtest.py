@@ -125,13 +125,15 @@ def test_a_directory_named_work_in_out_that_no_backtest_made_is_kept(
 def test_a_damaged_input_is_named_before_any_broker_or_worker_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], dbn_files: list[Path]
 ) -> None:
-    """An empty CSV, a truncated gzip, a file that is no DBN, a truncated DBN: each named with
-    its exit code (2, 7, 5, 7), before the replay (no broker: BARCAST_BROKER is not reached)."""
+    """An empty CSV, one of a header alone, a truncated gzip, a file that is no DBN, a truncated
+    DBN: each named with its exit code (2, 2, 7, 5, 7), before the replay (no broker:
+    BARCAST_BROKER is not reached)."""
     make_checkpoint(tmp_path / "model")
     gz = gzip.compress(b"timestamp_utc,open,high,low,close,volume\n" * 1000)
     dbn = next(p for p in dbn_files if "esu4-nqu4" in p.name).read_bytes()
     cases = {
         "empty.csv": (b"", 2, "not a bar CSV"),
+        "header.csv": (b"timestamp_utc,open,high,low,close,volume\n", 2, "holds no bar"),
         "cut.csv.gz": (gz[: len(gz) // 2], 7, "unreadable"),
         "x.parquet": (b"PAR1" * 10, 5, "not a DBN file"),
         "cut.dbn.zst": (dbn[: len(dbn) // 2], 7, "nothing was replayed"),
