@@ -45,9 +45,12 @@ OHLCV_FIELDS: list[tuple[str, str]] = [
     ("volume", "<u8"),
 ]
 OHLCV_DTYPE = np.dtype(OHLCV_FIELDS)
-# ohlcv-deprecated (17) is how DBN v1 files from before the 1s/1m/1h/1d split tag their bars.
-OHLCV_RTYPES = (17, 32, 33, 34, 35, 36)
+# ohlcv-deprecated (17) is how DBN v1 files from before the 1s/1m/1h/1d split tag their bars;
+# the reader gives them their file schema's rtype, the one the rest of barcast takes.
+DEPRECATED_RTYPE = 17
+OHLCV_RTYPES = (DEPRECATED_RTYPE, 32, 33, 34, 35, 36)
 OHLCV_SCHEMAS = ("ohlcv-1s", "ohlcv-1m", "ohlcv-1h", "ohlcv-1d", "ohlcv-eod")
+SCHEMA_RTYPES = dict(zip(OHLCV_SCHEMAS, OHLCV_RTYPES[1:], strict=True))
 _IS_OHLCV = np.zeros(256, dtype=bool)
 _IS_OHLCV[list(OHLCV_RTYPES)] = True
 
@@ -143,7 +146,7 @@ class DbnReader:
                 if good:
                     pos += good * size
                     self.offset += good * size
-                    yield bars[:good]
+                    yield self._upgraded(bars[:good])
                     continue
             run = pos
             while pos < end:
@@ -161,6 +164,17 @@ class DbnReader:
             self.offset += pos - run
             yield records
         return pos
+
+    def _upgraded(self, bars: np.ndarray) -> np.ndarray:
+        """`bars`, those tagged ohlcv-deprecated given the rtype of the file's schema (a file of
+        several schemas names no interval: its deprecated bars stay as they are)."""
+        rtype = SCHEMA_RTYPES.get(self.schema or "")
+        deprecated = bars["rtype"] == DEPRECATED_RTYPE
+        if rtype is None or not deprecated.any():
+            return bars
+        bars = bars.copy()
+        bars["rtype"][deprecated] = rtype
+        return bars
 
     def _decode(self, raw: bytes) -> list[Any]:
         try:

@@ -74,6 +74,24 @@ def test_reads_dbn_v1_v2_v3_plain_and_zstd(tmp_path: Path, version: int, suffix:
     assert reader.metadata.mappings["ESU4"][0]["symbol"] == "7"
 
 
+@pytest.mark.parametrize(
+    ("schema", "rtype"),
+    [(databento_dbn.Schema.OHLCV_1M, 33), (databento_dbn.Schema.OHLCV_1H, 34)],
+)
+def test_a_v1_files_deprecated_bars_take_their_schemas_rtype(
+    tmp_path: Path, schema: databento_dbn.Schema, rtype: int
+) -> None:
+    """DBN v1 tagged bars ohlcv-deprecated (17) before the split by interval; the corrections
+    stage, like Databento's current decoders, takes only the split rtypes."""
+    records = sample_records(20)
+    records["rtype"] = 17
+    metadata = ohlcv_metadata({"ESU4": 7, "NQU4": 8}, T0, T0 + 86_400 * 10**9, schema, 1)
+    bars, _, _ = read_all(write_dbn(tmp_path / "v1.dbn", metadata, records))
+    assert set(bars["rtype"]) == {rtype}
+    for name, _ in OHLCV_FIELDS:
+        assert name == "rtype" or np.array_equal(bars[name], records[name]), name
+
+
 def test_matches_databento_python_on_a_written_file(tmp_path: Path) -> None:
     records = sample_records(20)
     path = write_dbn(tmp_path / "bars.dbn.zst", sample_metadata(), records)
