@@ -115,7 +115,7 @@ class LiveIngest:
         failures = 0
         while not self._stop.is_set():
             start = self._start()
-            bars_before = self.stats.bars
+            heard_before = self._heard()
             try:
                 self._session(start)
                 reason = "the gateway closed the session"
@@ -123,7 +123,7 @@ class LiveIngest:
                 reason = str(exc)
             if self._stop.is_set():
                 break
-            if self.stats.bars > bars_before:
+            if self._heard() > heard_before:  # a session that ran: not a failed attempt
                 backoff, failures = self.options.backoff_s, 0
             failures += 1
             if self.options.max_retries is not None and failures > self.options.max_retries:
@@ -141,6 +141,12 @@ class LiveIngest:
             )
             self._stop.wait(backoff)
             backoff = min(backoff * 2, self.options.max_backoff_s)
+
+    def _heard(self) -> int:
+        """The records that show a session ran: bars, and the heartbeats and END_OF_INTERVALs
+        a session without bars gets (a weekend, a holiday, a halt)."""
+        stats = self.stats
+        return stats.bars + stats.resent + stats.heartbeats + stats.controls
 
     def _resume_from(self) -> int | None:
         resume = self._published.newest

@@ -92,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-retries",
         type=int,
         default=None,
-        help="give up after N failed reconnects in a row (default: never)",
+        help="give up after N failed reconnects in a row; a session that got bars, heartbeats "
+        "or END_OF_INTERVALs did not fail (default: never)",
     )
 
 

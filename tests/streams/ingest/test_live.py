@@ -20,6 +20,7 @@ from features.bars import is_control
 from streams import schema
 from streams.exit_codes import ExitCode
 from streams.ingest import live_cli
+from streams.ingest.errors import GatewayUnavailable
 from streams.ingest.live import LiveIngest
 from streams.ingest.live_options import LiveOptions, LiveStats
 from streams.ingest.producer import BarProducer
@@ -148,6 +149,28 @@ def test_forced_disconnect_loses_and_doubles_nothing(
     assert all(m.key == schema.CONTROL_KEY for m in controls)
     for partition in range(broker_settings.partitions):
         assert by_key[(partition, schema.CONTROL_KEY)] == minutes
+
+
+def test_max_retries_counts_failed_sessions_in_a_row_not_quiet_ones() -> None:
+    """--max-retries 2: sessions that ran without a bar (heartbeats, END_OF_INTERVALs: a
+    weekend, a halt) are not failures; two reconnects in a row that heard nothing are."""
+    options = LiveOptions(
+        "GLBX.MDP3", "ohlcv-1m", "parent", ("ES.FUT",), max_retries=2, backoff_s=0.0
+    )
+    ingest = LiveIngest(options, "db-" + "k" * 29, sink=None)  # type: ignore[arg-type]
+    heard = iter([("heartbeats", 600), ("controls", 3), ("heartbeats", 1), ("", 0), ("", 0)])
+    sessions: list[int | None] = []
+
+    def session(start: int | None) -> None:
+        sessions.append(start)
+        name, count = next(heard)
+        if name:
+            setattr(ingest.stats, name, getattr(ingest.stats, name) + count)
+
+    ingest._session = session  # type: ignore[method-assign]
+    with pytest.raises(GatewayUnavailable, match="gave up after 3 attempts"):
+        ingest.run()
+    assert len(sessions) == 5 and ingest.stats.reconnects == 4
 
 
 @pytest.mark.parametrize(
