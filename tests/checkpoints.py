@@ -40,6 +40,7 @@ def make_checkpoint(
     symbols: tuple[str, ...] = ("6EH4", "ESU4", "NQU4"),
     median_shift: float | None = None,
     encoder: str = "window",
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9),
 ) -> str:
     """Write a randomly initialised TFT checkpoint; returns its model id. With `median_shift`,
     its head is a new model's instead (Gaussian quantiles of its volatility scale whatever the
@@ -55,6 +56,7 @@ def make_checkpoint(
         dropout=0.0,
         zero_median=median_shift is None or median_shift == 0,
         encoder=encoder,
+        quantiles=quantiles,
     )
     if median_shift is None:
         model = untrained_model(config)

@@ -12,18 +12,34 @@ module holds what a score is; a symbol's state over time is `model.serving.scori
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import orjson
 
 from features.bars import PRICE_SCALE
+from model.checkpoint import CheckpointError
 from model.covariates import NS_PER_MIN
 from model.metrics import pinball_losses
 
 QUANTILES = {"q10": 0.1, "q50": 0.5, "q90": 0.9}  # the `forecasts` value's quantile fields
 LOWER, UPPER = "q10", "q90"  # the 80 % interval
+
+
+def check_quantiles(path: Path, quantiles: Sequence[float]) -> None:
+    """Refuse a checkpoint whose model forecasts other quantiles than a `forecasts` value holds
+    (the calibration, the baselines and the scores take those)."""
+    served = tuple(QUANTILES.values())
+    if tuple(quantiles) != served:
+        raise CheckpointError(
+            f"{path}: its model forecasts the quantiles {tuple(quantiles)}, and the worker "
+            f"publishes {served} (q10, q50, q90); serve a checkpoint trained with those"
+        )
+
+
 _LOWER, _UPPER = list(QUANTILES).index(LOWER), list(QUANTILES).index(UPPER)
 
 

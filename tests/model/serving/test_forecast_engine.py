@@ -155,6 +155,17 @@ def test_a_checkpoint_for_another_feature_set_is_refused(tmp_path: Path) -> None
         ForecastEngine(tmp_path / "old")
 
 
+@pytest.mark.parametrize("quantiles", [(0.05, 0.1, 0.5, 0.9, 0.95), (0.25, 0.5, 0.75)])
+def test_a_checkpoint_of_other_quantiles_is_refused(
+    tmp_path: Path, quantiles: tuple[float, ...]
+) -> None:
+    """It trains and evaluates, but the calibration and the baselines take q10, q50 and q90:
+    served, it would fail on its first forecast."""
+    make_checkpoint(tmp_path / "other", quantiles=quantiles)
+    with pytest.raises(CheckpointError, match=r"quantiles \(.*\), and the worker publishes"):
+        ForecastEngine(tmp_path / "other")
+
+
 @pytest.mark.parametrize("count", [180, 230])  # behind and ahead of the cached window's 200
 def test_a_window_that_restarted_over_other_bars_is_not_served_from_the_cache(
     tmp_path: Path, feature_rows, count: int
