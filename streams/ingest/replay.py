@@ -143,21 +143,10 @@ class Replay:
 
     def run(self) -> ReplaySummary:
         started = time.monotonic()
-        readers: list[DbnReader] = []
         sink: BarProducer | None = None
         try:
             symbols = SymbolFilter(self.options.symbols)
-            for path in self.options.files:
-                readers.append(DbnReader(path))
-                check_schema(readers[-1])
-            book = SymbolBook()
-            complete = True  # every bar file names its instruments in its metadata
-            for reader in readers:
-                named = book.add_metadata(reader.metadata)
-                if reader.schema == DEFINITION_SCHEMA:
-                    self._read_file(reader, book, symbols, None)
-                else:
-                    complete = complete and named
+            book, complete, bar_files = self._read_headers(symbols)
             names = [str(p) for p in self.options.files]
             if symbols.active and complete:
                 check_filter(symbols, book, names)
@@ -166,9 +155,10 @@ class Replay:
             self._continuity = Continuity(
                 book, self.settings.key_by, self.settings.follow, self._published_leads(sink)
             )
-            with self._progress_bar(sum(r.file_size for r in readers)) as progress:
-                for reader in readers:
-                    if reader.schema != DEFINITION_SCHEMA:
+            with self._progress_bar(sum(size for _, size in bar_files)) as progress:
+                # One file open at a time: years of daily files outnumber a process's files.
+                for path, _ in bar_files:
+                    with DbnReader(path) as reader:
                         self._read_file(reader, book, symbols, sink, progress)
             if symbols.active and not complete:
                 check_filter(symbols, book, names)
@@ -178,8 +168,6 @@ class Replay:
                 # so the next run's bars decide what this one's last bars left open.
                 sink.send_control(time.time_ns())
         finally:
-            for reader in readers:
-                reader.close()
             if sink is not None:
                 self.summary.produced = self.summary.encoded - sink.flush()
             self.summary.seconds = time.monotonic() - started
@@ -187,6 +175,24 @@ class Replay:
         if sink is not None:
             sink.check()
         return self.summary
+
+    def _read_headers(
+        self, symbols: SymbolFilter
+    ) -> tuple[SymbolBook, bool, list[tuple[Path, int]]]:
+        """Every file's header checked and its symbology in a book, definition files read
+        whole; whether every bar file names its instruments in its metadata, and the bar files
+        with their sizes (the progress bar's total)."""
+        book, complete, bar_files = SymbolBook(), True, []
+        for path in self.options.files:
+            with DbnReader(path) as reader:
+                check_schema(reader)
+                named = book.add_metadata(reader.metadata)
+                if reader.schema == DEFINITION_SCHEMA:
+                    self._read_file(reader, book, symbols, None)
+                else:
+                    complete = complete and named
+                    bar_files.append((Path(path), reader.file_size))
+        return book, complete, bar_files
 
     def _published_leads(self, sink: BarProducer | None) -> dict[str, Lead]:
         """Following the lead into a topic that holds bars (a replay of the day after the last

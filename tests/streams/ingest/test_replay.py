@@ -18,6 +18,7 @@ import pytest
 from streams import schema
 from streams.broker import free_port
 from streams.exit_codes import ExitCode
+from streams.ingest import replay as replay_module
 from streams.ingest import replay_cli
 from streams.ingest.convert import ohlcv_metadata, write_dbn
 from streams.ingest.replay import Pacer
@@ -79,6 +80,33 @@ def test_dry_run_accounts_for_every_record_by_reason(
         "not_lead": 0,
     }  # fmt: skip
     assert (summary["read"], summary["encoded"], summary["produced"]) == (40, 5, 0)
+
+
+def test_files_are_read_one_at_a_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Years of daily files outnumber the files a process may hold open: each is opened for
+    its header, then again for its records, and closed in between."""
+    open_now, most = [0], [0]
+
+    class Counted(replay_module.DbnReader):
+        def __init__(self, path: Path | str) -> None:
+            super().__init__(path)
+            open_now[0] += 1
+            most[0] = max(most[0], open_now[0])
+
+        def close(self) -> None:
+            open_now[0] -= 1
+            super().close()
+
+    monkeypatch.setattr(replay_module, "DbnReader", Counted)
+    days = [
+        write_dbn(tmp_path / f"day{i}.dbn.zst", sample_metadata(), sample_records(10))
+        for i in range(5)
+    ]
+    code, summary, _ = replay(capsys, *days, "--dry-run")
+    assert code == ExitCode.OK and summary["read"] == 50
+    assert most[0] == 1 and open_now[0] == 0
 
 
 @pytest.mark.integration
