@@ -87,7 +87,7 @@ class FeaturesValue(TypedDict):
 class ControlRecord(TypedDict):
     control: str
     ts_event: int
-    end: NotRequired[int]  # of an outage: the first ts_event delivered after it
+    end: NotRequired[int]  # of an outage: bars before it may be missing (see docs/topics.md)
     symbol: NotRequired[str]  # of a roll: the continuous symbol, its key; of an expiry: its key
     ratio: NotRequired[float]  # of a roll: new contract's price / old contract's
     raw_symbols: NotRequired[list[str]]  # of a roll: [old, new]

@@ -62,7 +62,8 @@ class Calibrated(NamedTuple):
 class WaitingBar(NamedTuple):
     """A bar not yet in its symbol's scoring state; `requested`: its forecast is to come. Or,
     with `control`, a ROLL or OUTAGE record for the state, in its place among the bars (its
-    `bar` only orders it: just before the first bar it concerns)."""
+    `bar` only orders it: a ROLL's just before the first bar it concerns, an OUTAGE's just
+    after its start)."""
 
     bar: LabelBar
     partition: int
@@ -130,8 +131,10 @@ class Scoring:
         if control.kind == ControlKind.ROLL:
             keys, before = {decoded["symbol"].encode()}, control.ts_event
         elif control.kind == ControlKind.OUTAGE:
+            # Just after its start, not before its end: bars of the minute before the end may
+            # still come after the record (a gateway that skipped part of a minute)
             waiting = {k for k, bars in self.waiting.items() if bars[-1].partition == partition}
-            keys, before = set(self.scores.keys_in(partition)) | waiting, decoded["end"]
+            keys, before = set(self.scores.keys_in(partition)) | waiting, decoded["ts_event"] + 1
         else:
             return
         marker = LabelBar(before - 1, 0.0, False)

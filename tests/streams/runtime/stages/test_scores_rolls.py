@@ -118,3 +118,22 @@ def test_the_stage_applies_a_roll_after_a_forecast_still_in_the_model() -> None:
     assert record["realized"] == pytest.approx([np.log(1.01), np.log(1.01), np.log(1.02)])
     state = stage.scores.read(b"6E.c.0")
     assert (state.rolled_at, state.outages) == (minute(2), [(minute(4), minute(6))])
+
+
+def test_a_bar_of_the_minute_an_outage_ends_in_is_scored_in_its_place() -> None:
+    """A gateway that skipped records of a slow reader resumed within minute 2: the outage
+    [minute 1, minute 3) comes before that minute's bar. The bar, and then its forecast, go
+    into the states at once, each stamped with its own offset, not the outage's."""
+    stage, out = scoring(MemoryChangelogs()), Scores()
+    first = row(minute(0), 1.0, 0)
+    stage.bar(first, request(first), None)
+    stage.forecasts([request(first)], [forecast(minute(0), 1.0)], None, out)
+    stage.settle(out)
+    stage.control(outage_control(minute(1), minute(3), 1))
+    resumed = row(minute(2), 1.0, 2)
+    stage.bar(resumed, request(resumed), None)
+    stage.forecasts([request(resumed)], [forecast(minute(2), 1.0)], None, out)
+    assert stage.calibrations.changed.get(b"6E.c.0") == (0, 2)
+    stage.settle(out)
+    state = stage.scores.read(b"6E.c.0")
+    assert (state.last_forecast_ts, state.outages) == (minute(2), [(minute(1), minute(3))])
