@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from model.checkpoint import CONFIG, WEIGHTS, CheckpointError
+from model.serving.scoring import check_quantiles
 
 if TYPE_CHECKING:
     from model.serving.forecast_engine import ForecastEngine, Served, ServingSettings
@@ -106,7 +107,8 @@ def load_engine(
 ) -> tuple[ForecastEngine, Served]:
     """The checkpoint at `path` validated and on the device (blocking), with the engine to
     swap it into (`engine`, or a new one); one of another lookback than the worker's windows
-    (`lookback`, None before any) refused: CheckpointError."""
+    (`lookback`, None before any), or of other quantiles than it publishes, refused:
+    CheckpointError."""
     from model.serving.forecast_engine import ForecastEngine
 
     if engine is None:
@@ -114,6 +116,7 @@ def load_engine(
         served = engine.served
     else:
         served = engine.prepare(path)
+    check_quantiles(path, served.forecaster.config.quantiles)
     served_lookback = served.forecaster.config.lookback
     if lookback is not None and served_lookback != lookback:
         raise CheckpointError(

@@ -36,7 +36,6 @@ from model.serving.programs import (
     owned_copy,
     owned_rows,
 )
-from model.serving.scoring import check_quantiles
 from model.serving.streaming import Dims, SymbolStream, advance, continues
 from model.tft import StaticContext, TemporalFusionTransformer
 
@@ -143,10 +142,9 @@ class ForecastEngine:
         return cls(path, settings.device, padded, settings.explain, threads)
 
     def prepare(self, path: Path) -> Served:
-        """Load a checkpoint onto our device, refusing another feature set or quantiles."""
+        """Load and validate a checkpoint (refusing another feature set) onto our device."""
         fingerprint = feature_engine.FINGERPRINT
         forecaster = Forecaster(path, device=self.device_setting, expected_fingerprint=fingerprint)
-        check_quantiles(path, forecaster.meta.config.quantiles)
         rows = (FORWARD_ROWS, ENCODE_ROWS) if self.padded else (1, 1)
         programs = chunk_programs(forecaster.model, forecaster.device, forecaster.precision, *rows)
         meta = forecaster.meta

@@ -13,6 +13,7 @@ import torch
 from features import engine as feature_engine
 from model.calibration import FastBlend
 from model.checkpoint import CheckpointError
+from model.serving.checkpoints import load_engine
 from model.serving.forecast_engine import ForecastEngine, WindowRequest
 from model.serving.programs import owned_rows
 from streams.settings import Settings
@@ -159,11 +160,12 @@ def test_a_checkpoint_for_another_feature_set_is_refused(tmp_path: Path) -> None
 def test_a_checkpoint_of_other_quantiles_is_refused(
     tmp_path: Path, quantiles: tuple[float, ...]
 ) -> None:
-    """It trains and evaluates, but the calibration and the baselines take q10, q50 and q90:
-    served, it would fail on its first forecast."""
+    """It trains and evaluates (`barcast evaluate` loads it), but the worker's calibration and
+    baselines take q10, q50 and q90: served, it would fail on its first forecast."""
     make_checkpoint(tmp_path / "other", quantiles=quantiles)
+    assert ForecastEngine(tmp_path / "other").quantiles == quantiles
     with pytest.raises(CheckpointError, match=r"quantiles \(.*\), and the worker publishes"):
-        ForecastEngine(tmp_path / "other")
+        load_engine(tmp_path / "other", Settings(), None, None)
 
 
 @pytest.mark.parametrize("count", [180, 230])  # behind and ahead of the cached window's 200
