@@ -143,10 +143,11 @@ class LiveIngest:
             backoff = min(backoff * 2, self.options.max_backoff_s)
 
     def _heard(self) -> int:
-        """The records that show a session ran: bars, and the heartbeats and END_OF_INTERVALs
-        a session without bars gets (a weekend, a holiday, a halt)."""
+        """The records that show a session ran: new bars, and the heartbeats and END_OF_INTERVALs
+        a session without bars gets (a weekend, a holiday, a halt); not bars sent again, which
+        every resubscription's replay starts with."""
         stats = self.stats
-        return stats.bars + stats.resent + stats.heartbeats + stats.controls
+        return stats.bars + stats.heartbeats + stats.controls
 
     def _resume_from(self) -> int | None:
         resume = self._published.newest

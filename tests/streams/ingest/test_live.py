@@ -153,12 +153,13 @@ def test_forced_disconnect_loses_and_doubles_nothing(
 
 def test_max_retries_counts_failed_sessions_in_a_row_not_quiet_ones() -> None:
     """--max-retries 2: sessions that ran without a bar (heartbeats, END_OF_INTERVALs: a
-    weekend, a halt) are not failures; two reconnects in a row that heard nothing are."""
+    weekend, a halt) are not failures; two reconnects in a row that heard nothing new are."""
     options = LiveOptions(
         "GLBX.MDP3", "ohlcv-1m", "parent", ("ES.FUT",), max_retries=2, backoff_s=0.0
     )
     ingest = LiveIngest(options, "db-" + "k" * 29, sink=None)  # type: ignore[arg-type]
-    heard = iter([("heartbeats", 600), ("controls", 3), ("heartbeats", 1), ("", 0), ("", 0)])
+    # the last two: a session that heard only bars sent again, then one that heard nothing
+    heard = iter([("heartbeats", 600), ("controls", 3), ("heartbeats", 1), ("resent", 5), ("", 0)])
     sessions: list[int | None] = []
 
     def session(start: int | None) -> None:
