@@ -19,8 +19,8 @@ class CorrectionConfig:
     scale_tolerance: how far (in decades) a price may sit from an exact power of ten of the
         reference and still be taken for a fixed-point scale error.
     spike_z: robust z-score (vs the rolling median/MAD of log returns) a move must reach.
-    spike_min_move: absolute log move a price must reach too, so quiet-market MADs of one tick
-        do not flag ordinary news bars.
+    spike_min_move: absolute log move a price must reach too (> 0), so quiet-market MADs of
+        one tick do not flag ordinary news bars.
     spike_confirm: fraction of a suspicious move that later trades must retrace toward the
         suspicious price for the market to confirm it.
     spike_window: accepted close-to-close log returns kept for the robust statistics.
@@ -59,7 +59,7 @@ class CorrectionConfig:
             "max_fill": self.max_fill >= 0,
             "scale_tolerance": 0.0 < self.scale_tolerance < 0.5,
             "spike_z": self.spike_z > 0.0,
-            "spike_min_move": self.spike_min_move >= 0.0,
+            "spike_min_move": self.spike_min_move > 0.0,  # a move of 0 is no move to confirm
             "spike_confirm": 0.0 < self.spike_confirm <= 1.0,
             "spike_window": self.spike_window >= 2,
             "hold_timeout_s": self.hold_timeout_s >= 0.0,

@@ -188,9 +188,12 @@ def test_allow_negative_must_be_a_set() -> None:
         CorrectionConfig(allow_negative="ESH4-ESM4")  # type: ignore[arg-type]
 
 
-def test_invalid_thresholds_name_the_field() -> None:
-    with pytest.raises(ValueError, match="spike_z=0"):
-        CorrectionConfig(spike_z=0)
+@pytest.mark.parametrize(("field", "value"), [("spike_z", 0), ("spike_min_move", 0.0)])
+def test_invalid_thresholds_name_the_field(field: str, value: float) -> None:
+    """A minimum move of 0 would make a price at the reference close a move to confirm, which
+    the confirmation divides by."""
+    with pytest.raises(ValueError, match=f"{field}={value!r}"):
+        CorrectionConfig(**{field: value})
 
 
 # --- fixed-point scale errors ----------------------------------------------------------------
