@@ -196,6 +196,21 @@ def test_invalid_thresholds_name_the_field(field: str, value: float) -> None:
         CorrectionConfig(**{field: value})
 
 
+@pytest.mark.parametrize("first", [[BASE] * 4, [BASE, BASE + TICK, BASE, BASE + TICK]])
+def test_a_spike_after_a_flat_first_bar_is_rejected(first: list[int]) -> None:
+    """The tick learned from a flat first bar is its price (the gcd of its prices): as the
+    scale's floor it would let a 50 % print pass as clean."""
+    spike = BASE * 3 // 2
+    history = correct_history(
+        [bar(0, *first), bar(1, BASE, spike, BASE, spike), bar(2, *[BASE] * 4)]
+    )
+    assert [(o.status, o.reason) for o in history.outcomes] == [
+        (Status.CLEAN, None),
+        (Status.REJECTED, Reason.SPIKE),
+        (Status.CLEAN, None),
+    ]
+
+
 # --- fixed-point scale errors ----------------------------------------------------------------
 
 
