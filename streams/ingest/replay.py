@@ -2,8 +2,9 @@
 with a reason, so `read == produced + sum(skipped)` when nothing failed.
 
 Files are checked before anything is sent (exists, is DBN, supported schema, symbol filter
-matches), streamed in the order given, and each file's records keep their order; with the
-symbol as the key, that is per-instrument order on the topic.
+matches), then opened again one at a time and streamed in the order given (a file changed in
+between fails where it changed); each file's records keep their order; with the symbol as the
+key, that is per-instrument order on the topic.
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ class Replay:
             self._continuity = Continuity(
                 book, self.settings.key_by, self.settings.follow, self._published_leads(sink)
             )
-            with self._progress_bar(sum(size for _, size in bar_files)) as progress:
+            # the definition files, read already, count in the total as in the bar's progress
+            total = self.summary.bytes + sum(size for _, size in bar_files)
+            with self._progress_bar(total) as progress:
                 # One file open at a time: years of daily files outnumber a process's files.
                 for path, _ in bar_files:
                     with DbnReader(path) as reader:

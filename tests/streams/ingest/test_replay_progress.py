@@ -24,10 +24,10 @@ def bar_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_dbn(path, sample_metadata(), sample_records(20_000))
 
 
-def dry_run(path: Path, stream: io.StringIO) -> str:
-    options = ReplayOptions(files=(path,), topic="bars.raw", dry_run=True)
+def dry_run(path: Path, stream: io.StringIO, *before: Path) -> str:
+    options = ReplayOptions(files=(*before, path), topic="bars.raw", dry_run=True)
     summary = Replay(Settings.from_env(), options, progress=stream).run()
-    assert summary.read == 20_000
+    assert summary.encoded == 20_000
     return stream.getvalue()
 
 
@@ -37,6 +37,12 @@ def test_on_a_terminal_the_bar_shows_records_rate_and_eta(bar_file: Path) -> Non
     assert "\r" in drawn and final.startswith("replay: 100%"), drawn
     assert "20,000 records" in final and "B/s" in final, final
     assert "<00:00" in final, f"no ETA in {final!r}"
+
+
+def test_a_definition_file_counts_in_the_total(bar_file: Path, dbn_files: list[Path]) -> None:
+    definitions = next(p for p in dbn_files if "definition" in p.name)
+    final = dry_run(bar_file, Terminal(), definitions).rsplit("\r", 1)[-1]
+    assert final.startswith("replay: 100%"), final
 
 
 def test_a_log_or_pipe_gets_no_frames(bar_file: Path) -> None:
