@@ -31,9 +31,10 @@ Outcomes: `clean` (unchanged), `corrected` (with `Change(rule, field, old, new)`
   max/min of the four prices (the narrowest consistent envelope; an inverted pair is swapped).
 - spikes: a price whose log move from the last accepted close is at least `spike_min_move`
   (0.5 %) and `spike_z` (10) robust z-scores (median/MAD of the last `spike_window` close-to-
-  close log returns, floored at one tick) is a candidate. It stands if later trades went at
-  least `spike_confirm` (1/4) of the way from the reference toward it: for an open, high or low
-  the bar's own close counts; for a close only the next bar does. A real fast market moves and
+  close log returns, floored at one tick, or at `spike_min_move` if a tick learned from few
+  prices is coarser) is a candidate. It stands if later trades went at least `spike_confirm`
+  (1/4) of the way from the reference toward it: for an open, high or low the bar's own close
+  counts; for a close only the next bar does. A real fast market moves and
   stays (the next bar trades near the new level: confirmed, accepted); a bad print reverts (the
   next bar trades back at the old level: rejected `spike`). A spike lasting two or more bars is
   indistinguishable from a real move and is accepted.

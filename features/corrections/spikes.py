@@ -42,10 +42,10 @@ def suspicious(
     m = config.spike_min_move
     center = median(returns) if returns else 0.0
     spread = MAD_TO_SIGMA * median([abs(r - center) for r in returns]) if returns else 0.0
-    # One tick floors the scale, but never above a move of spike_min_move at spike_z: a tick
-    # learned from few prices (the gcd of a flat first bar's is the price) would otherwise
-    # ask a move of ten times the price, and no spike would be one.
-    scale = max(spread, min(tick / ref, m / config.spike_z), 1e-12)
+    # One tick floors the scale, but never above spike_min_move: a tick learned from few prices
+    # (the gcd of a flat first bar's is the price) would otherwise ask a move of ten times the
+    # price, and no spike would be one; a coarse real tick (corn's, oats') stays the floor.
+    scale = max(spread, min(tick / ref, m), 1e-12)
     moves = []
     for index, price in enumerate(prices):
         move = math.log(price / ref)

@@ -211,6 +211,16 @@ def test_a_spike_after_a_flat_first_bar_is_rejected(first: list[int]) -> None:
     ]
 
 
+def test_a_coarse_real_tick_stays_the_floor() -> None:
+    """Corn at 400 cents trades in quarters, 6 bp: a wick of nine ticks in a quiet market is
+    under ten ticks, an ordinary bar, though it passes the minimum move."""
+    price, tick = 400_000_000_000, 250_000_000
+    bars = [bar(0, price, price + tick, price, price)]  # the tick learned: one quarter
+    bars += [bar(m, *[price] * 4) for m in range(1, 61)]
+    bars += [bar(61, price, price + 9 * tick, price, price), bar(62, *[price] * 4)]
+    assert {o.status for o in correct_history(bars).outcomes} == {Status.CLEAN}
+
+
 # --- fixed-point scale errors ----------------------------------------------------------------
 
 
