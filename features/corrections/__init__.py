@@ -26,7 +26,8 @@ Outcomes: `clean` (unchanged), `corrected` (with `Change(rule, field, old, new)`
 - scale errors: a price a power of ten (10^1..10^9, within `scale_tolerance` decades) off the
   symbol's last accepted close (the bar's median before the first one) is rescaled. A price
   divided by 10^k lost up to 10^k units, so it is restored only if 10^k <= the symbol's tick
-  (learned as the gcd of accepted prices): always within one tick; otherwise `scale_error`.
+  (learned as the gcd of accepted prices; one coarser than 1 % of the price is the gcd of too
+  few prices, no tick): always within one tick; otherwise `scale_error`.
 - envelope: high < max(open, close), low > min(open, close) or high < low → high/low become
   max/min of the four prices (the narrowest consistent envelope; an inverted pair is swapped).
 - spikes: a price whose log move from the last accepted close is at least `spike_min_move`

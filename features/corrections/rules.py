@@ -12,6 +12,9 @@ from features.corrections.outcome import Change, Reason, Rule
 OPEN, HIGH, LOW, CLOSE = range(4)
 MAX_DECADES = 9  # DBN prices have 9 decimals: a scale slip cannot exceed 10^9
 BAND = 3  # prices within a factor 3 of the anchor cannot be a power-of-ten slip
+# A price grid coarser than this fraction of the price is no tick but the gcd of too few prices
+# (a flat first bar's is its price): a restore checked against it would be checked against none.
+MAX_TICK = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +126,8 @@ def _rescale(
         else:
             new = price * 10**-k
             # A price divided by 10^k lost up to 10^k units: within one tick only if 10^k <= tick.
-            grid = tick or math.gcd(anchor, *(p for p in fixed if p is not None and p != price))
+            others = math.gcd(anchor, *(p for p in fixed if p is not None and p != price))
+            grid = next((g for g in (tick, others) if 0 < g <= MAX_TICK * anchor), 0)
             if 10**-k > grid:
                 return Rejection(
                     Reason.SCALE_ERROR,

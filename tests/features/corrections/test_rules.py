@@ -224,6 +224,16 @@ def test_a_coarse_real_tick_stays_the_floor() -> None:
 # --- fixed-point scale errors ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("first", [[BASE + 7 * TICK] * 4, [BASE + 7 * TICK, BASE + 8 * TICK] * 2])
+def test_a_close_that_lost_digits_after_a_flat_first_bar_is_refused(first: list[int]) -> None:
+    """The tick learned from a flat first bar is its price: a close divided by 10^6 that lost
+    seven ticks would be restored against it, seven ticks off, not refused."""
+    price = BASE + 7 * TICK
+    bars = [bar(0, *first), bar(1, price, price, price - TICK, price // 10**6)]
+    outcome = correct_history(bars).outcomes[1]
+    assert (outcome.status, outcome.reason) == (Status.REJECTED, Reason.SCALE_ERROR)
+
+
 @pytest.mark.parametrize("k", [1, 4, 9])
 def test_whole_bar_scaled_up_is_restored_exactly(k: int) -> None:
     good = flat(3, BASE + 3 * TICK)
