@@ -79,6 +79,8 @@ class Rolling:
         if n > len(self.sums):
             grown = np.zeros((n - len(self.sums), ROLLING_WIDTH))
             self.sums = np.concatenate([self.sums, grown])
+        elif n < len(self.sums):  # a model of fewer horizons: the others are forecast no more
+            self.sums = self.sums[:n].copy()
         rows = self.sums[:n]  # a view: updated in place
         rows *= 1.0 - 1.0 / self.window
         rows += increments
@@ -189,8 +191,11 @@ class SymbolScoring:
             self.dropped_through = stale[-1]
         for ts in stale:
             del self.bars[ts]
-        if self.outages and needed != -math.inf:  # an outage no label can reach any more
-            self.outages = [o for o in self.outages if o[1] > needed]
+        # An outage no label can reach any more: one before the oldest forecast still to come,
+        # or, with none seen yet, before the bars dropped (a forecast that old is late).
+        reach = self.dropped_through if needed == -math.inf else needed
+        if self.outages and reach is not None:
+            self.outages = [o for o in self.outages if o[1] > reach]
 
     def to_bytes(self) -> bytes:
         """STATE_FORMAT: a JSON header, then every float as a little-endian double (each

@@ -26,6 +26,7 @@ from model.serving.scoring import (
     forecast_fields,
     label_minutes,
     score_all,
+    score_increments,
     score_offline,
 )
 from model.serving.scoring_state import (
@@ -266,6 +267,20 @@ def test_rolling_figures_are_exponentially_weighted_means() -> None:
     assert figures[(4, "q90")] == pytest.approx(weights @ q90 / weights.sum(), rel=1e-9)
     two = pooled_figures([rolling, rolling])
     assert two[(4, "coverage")] == pytest.approx(figures[(4, "coverage")], rel=1e-12)
+
+
+def test_rolling_figures_keep_only_the_horizons_still_forecast() -> None:
+    """After a model of fewer horizons, the horizons it does not forecast leave the figures
+    (their means would otherwise stay frozen at the old model's); the others go on."""
+    bars, forecasts = random_history("X", seed=7)
+    scored = [r for r in score_offline(forecasts, bars).values() if r["unscored"] is None]
+    short = [score_increments(r)[:3] for r in scored]
+    rolling, alone = Rolling(window=20), Rolling(window=20)
+    for record, three in zip(scored, short, strict=True):
+        rolling.add(record, None if len(alone.sums) == 0 else three)
+        alone.add(record, three)
+    assert len(rolling.sums) == 3 and np.array_equal(rolling.sums, alone.sums)
+    assert set(pooled_figures([rolling])) == set(pooled_figures([alone]))
 
 
 def test_metrics_export_the_pooled_figures() -> None:

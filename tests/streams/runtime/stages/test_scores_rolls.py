@@ -47,6 +47,20 @@ def test_a_label_over_an_outage_is_unscored_with_reason_outage(lost: bool) -> No
     assert record["unscored"] == ("outage" if lost else "session_break")
 
 
+def test_an_outage_no_forecast_can_reach_is_let_go_even_before_any_forecast() -> None:
+    """A symbol not forecast yet holds its bars up to its retention; an outage older than them
+    is let go (a forecast that old is late), one a forecast can still reach is kept."""
+    state = SymbolScoring(retention=5)
+    state.outage(minute(1), minute(2))
+    state.outage(minute(8), minute(9))
+    for k in (0, 2, 3, 4, 5, 6, 7, 9):
+        state.add_bar(LabelBar(minute(k), 1.0, False))
+    assert state.outages == [(minute(8), minute(9))]
+    state.add_forecast(forecast(minute(7), 1.0))
+    [decided] = state.add_bar(LabelBar(minute(10), 1.0, False))
+    assert score_all([decided])[0]["unscored"] == "outage"
+
+
 def test_a_roll_rescales_the_closes_held_so_a_label_across_it_is_the_markets_move() -> None:
     """Old contract at 1.00 then 1.01; the new one trades 2 % over it: 1.0302 at minute 2."""
     state = SymbolScoring()
