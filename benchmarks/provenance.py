@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ def run_metadata() -> dict[str, Any]:
     import numpy
     import torch
 
-    dirty = _git("diff", "--name-only", "HEAD").splitlines()
+    # Modified, staged and untracked alike: a new module not yet added runs too.
+    dirty = [line.split(maxsplit=1)[-1] for line in _git("status", "--porcelain").splitlines()]
     return {
         "commit": _git("rev-parse", "HEAD"),
+        "command": sys.orig_argv,
         "dirty": bool(dirty),
         # The checkout is shared: which files differed tells whether they could matter.
         "dirty_paths": dirty,
