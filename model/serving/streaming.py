@@ -215,7 +215,8 @@ def _items(
             values = request.values[lookback - 1 - (request.count - row)]
             is_last = row == request.count
             items[k].append(_Item(k, row, values, not carry and row == first, j if is_last else -1))
-        last[request.symbol] = (request.count, request.values[-1])
+        if incremental:  # else each window is streamed anew, whatever came before in the batch
+            last[request.symbol] = (request.count, request.values[-1])
     return items
 
 
@@ -258,10 +259,13 @@ def advance(
         now = [items[k] for items in per_symbol if len(items) > k]
         at = torch.tensor([i.symbol for i in now])
         flat_at = torch.tensor([start[i.symbol] + k for i in now])
-        restart = torch.tensor([i.restart for i in now])[:, None, None]
+        restart = torch.tensor([i.restart for i in now], device=h.device)[:, None, None]
         h_in = torch.where(restart, initial_h[at, None], h[at])
         c_in = torch.where(restart, initial_c[at, None], c[at])
-        h[at], c[at], key, value = step(encoded[flat_at], h_in, c_in, enrichment[at])
+        # under autocast (CUDA's bf16) the step's outputs are of a lower precision than the
+        # streams kept; widening them is exact
+        outputs = step(encoded[flat_at], h_in, c_in, enrichment[at])
+        h[at], c[at], key, value = (t.to(carried.dtype) for t in outputs)
         slots = torch.tensor([(i.row - 1) % lookback for i in now])
         keys[at, slots], values[at, slots] = key[:, 0], value[:, 0]
         forecast = [i for i in now if i.request >= 0]
