@@ -118,6 +118,8 @@ def main() -> None:
     )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: the script's options")
     args = parser.parse_args()
+    if args.pairs < 3:
+        parser.error(f"--pairs {args.pairs}: a comparison needs at least 3 pairs to tell a median")
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
     name = args.benchmark.removesuffix(".py")
     meta = run_metadata()

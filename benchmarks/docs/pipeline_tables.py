@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from benchmarks.docs.cells import Row, mark
+from benchmarks.pipeline.report import GOALS, goals_met, paired_median
 
 
 def ms(value: float | None) -> str:
@@ -18,8 +19,14 @@ def times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}x"
 
 
+def paired(r: dict[str, Any], name: str) -> str:
+    """The median of a cost's per-pair ratios, to the digit that can decide its goal."""
+    value = paired_median(r, name)
+    return "—" if value is None else f"{value:.3f}x"
+
+
 def pipeline_headline_row(r: dict[str, Any]) -> Row:
-    m, t, live, goals, met = r["model"], r["throughput"], r["latency"], r["goals"], r["goals_met"]
+    m, t, live, goals, met = r["model"], r["throughput"], r["latency"], GOALS, goals_met(r)
     bursts = [b["ms"] for b in r["bursts"]["batched"] if not b.get("warm_up")]
     engine, memory, second = r["inference_anchor"], r["worker_memory"], r["secondary"]
     speedups = f"{second['engine_batching_speedup']:.1f}x unpadded, "
@@ -53,7 +60,7 @@ def pipeline_headline_row(r: dict[str, Any]) -> Row:
 
 def pipeline_cost_row(r: dict[str, Any]) -> Row:
     """Scoring, calibration and explanations, each against the defaults restarted alike."""
-    goals, met = r["goals"], r["goals_met"]
+    goals, met = GOALS, goals_met(r)
     return (
         "`pipeline`: the same burst, each variant in a restarted worker: scoring and "
         "online calibration off (`BARCAST_ONLINE_SCORING=false`), calibration off alone, "
@@ -61,10 +68,11 @@ def pipeline_cost_row(r: dict[str, Any]) -> Row:
         "the defaults and scoring off alternated over `--pairs` restarts each "
         f"({sum(name.startswith('defaults_') for name in r.get('restarts', {}))})",
         "the defaults (scoring and calibration on, no explanations) in a worker restarted "
-        "the same way, same run; it and scoring off alternated, medians compared",
+        f"the same way, same run; it and scoring off {order(r)}, medians compared",
         f"defaults restarted {ms(r.get('burst_1000_restarted_ms'))}; "
         f"scoring and calibration off {ms(r.get('burst_1000_noscoring_ms'))}: with them "
-        f"**{times(r.get('scoring_cost'))}** (per pair of restarts "
+        f"**{times(r.get('scoring_cost'))}** (median of the pairs "
+        f"{paired(r, 'scoring_cost')}; per pair of restarts "
         f"{'/'.join(map(str, r.get('scoring_cost_per_pair', []))) or '—'}; the worker's and "
         f"the broker's CPU {times(r.get('scoring_cpu_cost'))}); calibration off alone "
         f"{ms(r.get('burst_1000_nocalibration_ms'))}; explanations on "
@@ -78,7 +86,7 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
     """The shadow baselines and a canary, each against the defaults restarted alike: a
     pipeline run of its own (pipeline_trust.json), with the load it ran under, since its
     headline figures are not the quiet run's (pipeline.json)."""
-    goals, met, load = r["goals"], r["goals_met"], r["provenance"]
+    goals, met, load = GOALS, goals_met(r), r["provenance"]
     checks = []
     for name, what in (("shadow_cost", "shadow baselines"), ("canary_over_model_share", "canary")):
         unit = "x" if name == "shadow_cost" else "x the model's share"
@@ -90,14 +98,15 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
             "`pipeline`: the same burst with the shadow baselines off "
             "(`BARCAST_SHADOW_BASELINES=false`, `BARCAST_SERVE=model`), and with a canary of the "
             "product's size forecasting beside the model (its forecasts made in the quiet after "
-            "the burst), each in a restarted worker alternated with the defaults over "
-            f"`--pairs` restarts; the product model of the run (hidden "
+            f"the burst), each in a restarted worker with the defaults over `--pairs` "
+            f"restarts, {order(r)}; the product model of the run (hidden "
             f"{model['hidden']}, {model['heads']} heads, {model['weights']} weights)",
             "the defaults (shadow baselines on, `BARCAST_SERVE=auto`, no canary) restarted the "
             "same way, same run; the model's share of the burst: the engine alone on its windows "
             f"(load average {load['loadavg'][0]} to {load['loadavg_end'][0]} on the 2 cores)",
             f"shadow baselines off {ms(r.get('burst_1000_noshadow_ms'))}: with them "
-            f"**{times(r.get('shadow_cost'))}** (per pair of restarts "
+            f"**{times(r.get('shadow_cost'))}** (median of the pairs "
+            f"{paired(r, 'shadow_cost')}; per pair of restarts "
             f"{'/'.join(map(str, r.get('shadow_cost_per_pair', []))) or '—'}; the worker's and "
             f"the broker's CPU {times(r.get('shadow_cpu_cost'))}); a canary beside "
             f"{ms(r.get('burst_1000_canary_ms'))}: **+{ms(r.get('canary_cost_ms'))}**, "
@@ -106,6 +115,13 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
             "; ".join(checks),
         )
     ]
+
+
+def order(r: dict[str, Any]) -> str:
+    """How the paired restarts were ordered: a run from before the order alternated says so."""
+    if r.get("order") == "alternating":
+        return "alternated, the order reversed every other pair"
+    return "alternated, the defaults first in every pair (drift falls on the variants)"
 
 
 def quiet_cpu(r: dict[str, Any]) -> str:
@@ -139,12 +155,13 @@ def pipeline_rows(r: dict[str, Any]) -> list[Row]:
 
 def trust_headline(r: dict[str, Any]) -> str:
     """The README's line on what live trust costs (pipeline_trust.json)."""
-    goals, met = r["goals"], r["goals_met"]
+    goals, met = GOALS, goals_met(r)
     verdict = {n: "not run" if met.get(n) is None else mark(met[n]) for n in goals}
     return (
         f"Their cost in a 1,000-symbol burst (`benchmarks/results/pipeline_trust.json`, at "
         f"{r['provenance']['commit'][:7]}): the shadow baselines **{times(r.get('shadow_cost'))}"
-        f"** the burst without them (goal <= {goals['shadow_cost']}x "
+        f"** the burst without them, the median of its pairs "
+        f"{paired(r, 'shadow_cost')} (goal <= {goals['shadow_cost']}x "
         f"{verdict['shadow_cost']}); a canary **+{ms(r.get('canary_cost_ms'))}**, "
         f"{times(r.get('canary_over_model_share'))} the model's share of the burst, its "
         f"forecasts made in the quiet after it (goal <= {goals['canary_over_model_share']}x "

@@ -83,22 +83,28 @@ def walk_forward_section(protocol: Path, folds: bool) -> str:
         run = "" if len(entry["folds"]) == of else f", on its {len(entry['folds'])} run so far"
         lines.append(f"- {group} ({of} folds{run}): {checks(entry.get('acceptance', {}))}")
     if "compared" in results:
-        lines.append(f"- {pair_line(results['compared'])}")
+        lines.append(f"- {pair_line(results['compared'], results['folds'])}")
     return "\n".join(lines)
 
 
-def pair_line(c: dict[str, Any]) -> str:
-    """The two groups' TFTs on the same windows (`figures.compared`)."""
+def pair_line(c: dict[str, Any], folds: dict[str, Any]) -> str:
+    """The two groups' TFTs on the same windows (`figures.compared`), pooled and pair by pair."""
     first, second = c["groups"]
     if not c["pairs"]:
         return f"{first} against {second}: no pair of folds run yet."
     lo, hi = c["bootstrap_ci95"]
     waiting = f"; waiting: {', '.join(c['waiting'])}" if c["waiting"] else ""
+
+    def tft(name: str) -> float:
+        return folds[name]["offline"]["comparison"]["tft_mean_pinball"]
+
+    won = [a for a, b in c["pairs"] if tft(a) < tft(b)]
     return (
         f"{first} against {second}, the TFTs on the same {c['n_windows']:,} windows of "
         f"{len(c['pairs'])} pairs of folds: {c['relative_gain']:+.2%} mean pinball "
         f"({c['mean_pinball'][0]:.4f} against {c['mean_pinball'][1]:.4f} bp), difference "
-        f"{c['difference_bp']:+.4f} bp, 95 % interval [{lo:+.4f}, {hi:+.4f}]{waiting}."
+        f"{c['difference_bp']:+.4f} bp, 95 % interval [{lo:+.4f}, {hi:+.4f}]; {first} the "
+        f"better in {len(won)} of the {len(c['pairs'])} pairs{waiting}."
     )
 
 

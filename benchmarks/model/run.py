@@ -4,14 +4,14 @@ Both models get the same hidden size, heads, LSTM layers, lookback, horizon, 3 q
 227 historical + 10 static (a symbol embedding + 9 reals) + 10 known-future inputs.
 
 They are not the same architecture. Their variable selection differs: barcast's per-variable
-networks are `var_dim` (8) wide end to end, the variables are weighted in that space and
+networks are `var_dim` wide end to end, the variables are weighted in that space and
 projected to `hidden` once (one `(V * var_dim, hidden)` matmul), the selection weights come from
 a GRN over the raw values; pytorch-forecasting scales each variable to `hidden_continuous_size`
 and its own GRN outputs `hidden` wide, the variables are weighted at `hidden` width, the weights
 come from a GRN over the flattened embeddings. So two anchors:
 
 - `ptf`: pytorch-forecasting at the same sizes (`hidden_continuous_size` = `var_dim`): more
-  parameters than barcast (2.16M vs 1.55M at hidden 128);
+  parameters than barcast (both counts in the results file);
 - `ptf_matched`: the same with `hidden_continuous_size` shrunk to the value whose parameter
   count is nearest barcast's (everything else unchanged).
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 # At the product model (trained); the latency goals at the live pace of (b), 64 symbols.
 GOALS = {
-    "burst_1000_ms": 700.0,
+    "burst_1000_ms": 300.0,  # issue #44's (the first pipeline issue's was 700 ms)
     "batching_speedup": 10.0,
     "latency_p50_ms": 30.0,
     "latency_p99_ms": 100.0,
@@ -143,43 +143,57 @@ def results(
 ) -> dict[str, Any]:
     head = headline(args, measured, anchor)
     nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
-    return head | {
-        "goals": GOALS,
-        "goals_met": goals_met(head),
-        "secondary": {
-            "burst_1000_random_ms": Bursts(measured.bursts).median("random"),
-            "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
-            "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
-            "engine_batching_speedup_padded": ratio(nobatch_engine[1], anchor["inference_1000_ms"]),
-        },
-        "worker_memory": measured.memory,
-        "throughput": measured.e2e,
-        "latency": measured.live,
-        "bursts": measured.bursts,
-        "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
-        "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
-        "errors": measured.errors,
-        "encoders": measured.encoders,
-        "duplicate_forecasts": len(duplicates),
-        "duplicate_examples": duplicates[:10],
-        "reference_statuses": ref.statuses,
-        "model": {
-            "hidden": config.hidden,
-            "heads": config.heads,
-            "lstm_layers": config.lstm_layers,
-            "var_dim": config.var_dim,
-            "lookback": config.lookback,
+    return (
+        head
+        | {
+            "goals": GOALS,
+            "goals_met": goals_met(head),
+            "order": "alternating",  # the paired variants forward in one pair, reversed in the next
+            "secondary": {
+                "burst_1000_random_ms": Bursts(measured.bursts).median("random"),
+                "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
+                "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
+                "engine_batching_speedup_padded": ratio(
+                    nobatch_engine[1], anchor["inference_1000_ms"]
+                ),
+            },
+            "worker_memory": measured.memory,
+            "throughput": measured.e2e,
+            "latency": measured.live,
+            "bursts": measured.bursts,
+            "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
+            "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
+            "errors": measured.errors,
+            "encoders": measured.encoders,
+            "duplicate_forecasts": len(duplicates),
+            "duplicate_examples": duplicates[:10],
+            "reference_statuses": ref.statuses,
+            "model": {
+                "hidden": config.hidden,
+                "heads": config.heads,
+                "lstm_layers": config.lstm_layers,
+                "var_dim": config.var_dim,
+                "lookback": config.lookback,
+            }
+            | weights,
         }
-        | weights,
-    }
+    )
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
 
 
+def paired_median(headline: dict[str, Any], name: str) -> float | None:
+    """The median of a cost's per-pair ratios (`per_pair`), where the run has them."""
+    pairs = [x for x in headline.get(f"{name}_per_pair") or [] if x is not None]
+    return statistics.median(pairs) if pairs else None
+
+
 def goals_met(headline: dict[str, Any]) -> dict[str, bool | None]:
-    """Each goal against its figure; None where the run did not measure it."""
+    """Each goal against its figure; None where the run did not measure it. A cost measured
+    over pairs of restarts meets its goal only if the median of the pairs' own ratios does too:
+    a ratio of medians alone can clear it on the luck of one pair."""
     at_most = {
         "burst_1000_ms",
         "latency_p50_ms",
@@ -188,14 +202,17 @@ def goals_met(headline: dict[str, Any]) -> dict[str, bool | None]:
         "shadow_cost",
         "canary_over_model_share",
     }
-    return {
-        name: None
-        if headline[name] is None
-        else headline[name] <= goal
-        if name in at_most
-        else headline[name] >= goal
-        for name, goal in GOALS.items()
-    }
+    met: dict[str, bool | None] = {}
+    for name, goal in GOALS.items():
+        value = headline[name]
+        if value is None:
+            met[name] = None
+        elif name in at_most:
+            paired = paired_median(headline, name)
+            met[name] = value <= goal and (paired is None or paired <= goal)
+        else:
+            met[name] = value >= goal
+    return met
 
 
 def table(result: dict, more: list[tuple[str, Any, str]]) -> str:

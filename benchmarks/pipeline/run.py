@@ -225,7 +225,9 @@ def restarted_workers(
         "explain": ("(i) explanations on", {"explain": True}),
     }  # fmt: skip
     # The cost ratios compare restarted workers only, each alternated with the defaults.
-    paired = list(PAIRED) * args.pairs
+    # Forward in one pair, reversed in the next: drift over the run (the broker filling,
+    # others' load) does not always fall on the variants after the defaults.
+    paired = [v for k in range(args.pairs) for v in (PAIRED[:: -1 if k % 2 else 1])]
     first, rest = paired[: len(PAIRED)], paired[len(PAIRED) :]
     order = ["nobatch", "full", *first, "nocalibration", "explain", *rest]
     for run, name in enumerate([v for v in order if v in args.variants]):

@@ -27,6 +27,7 @@ import math
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -116,6 +117,30 @@ def run_barcast(
     return seconds
 
 
+def alternated(
+    base: Settings,
+    folder: Path,
+    sides: dict[str, Callable[[Settings], float]],
+    repeats: int,
+    records: int,
+) -> dict[str, list[float]]:
+    """Each side's seconds over `repeats` pairs of runs, which side first alternating."""
+    runs: dict[str, list[float]] = {side: [] for side in sides}
+    for round_ in range(repeats):
+        for side in sorted(sides, reverse=round_ % 2 == 1):
+            # A fresh broker per run: Tansu keeps every message in memory and slows as it
+            # fills, which would penalize whichever side runs second.
+            with EmbeddedBroker(folder) as broker:
+                settings = replace(base, broker=broker.bootstrap, connect_timeout_s=30.0)
+                runs[side].append(sides[side](settings))
+        print(
+            f"round {round_ + 1}: "
+            + ", ".join(f"{side} {records / runs[side][-1]:,.0f}/s" for side in sides),
+            flush=True,
+        )
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -132,23 +157,11 @@ def main() -> None:
         # Without Kafka: what decoding, symbol mapping and encoding alone sustain.
         encode_only = statistics.median(run_barcast(base, "unused", path, records, dry_run=True)
                                         for _ in range(args.repeats))  # fmt: skip
-        runs: dict[str, list[float]] = {"anchor": [], "barcast": []}
         sides = {
             "anchor": lambda settings: run_anchor(settings, "bench.anchor", messages),
             "barcast": lambda settings: run_barcast(settings, "bench.barcast", path, records),
         }
-        for round_ in range(args.repeats):
-            for side in sorted(sides, reverse=round_ % 2 == 1):
-                # A fresh broker per run: Tansu keeps every message in memory and slows as it
-                # fills, which would penalize whichever side runs second.
-                with EmbeddedBroker(folder) as broker:
-                    settings = replace(base, broker=broker.bootstrap, connect_timeout_s=30.0)
-                    runs[side].append(sides[side](settings))
-            print(
-                f"round {round_ + 1}: anchor {records / runs['anchor'][-1]:,.0f}/s, "
-                f"barcast {records / runs['barcast'][-1]:,.0f}/s",
-                flush=True,
-            )
+        runs = alternated(base, folder, sides, args.repeats, records)
         file_bytes = path.stat().st_size
 
     anchor, barcast = runs["anchor"], runs["barcast"]

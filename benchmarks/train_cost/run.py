@@ -1,6 +1,6 @@
 """What `barcast train` costs for one product over a span of FirstRate 1-minute bars.
 
-The default recipe (`TrainConfig()` and `TFTConfig()`: every window each epoch, batch 64, the
+The default recipe (`TrainConfig()` and `TFTConfig()`: every window each epoch, its batch size, the
 product's model) on `--symbol`'s day files from `--start` to `--end`: bars read, the
 corrections, the feature panel (float32) and its bytes, the split's windows, then training
 for `--epochs` of the recipe's epochs (each the recipe's full epoch unless `--steps` caps it).

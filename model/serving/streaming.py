@@ -262,8 +262,7 @@ def advance(
         restart = torch.tensor([i.restart for i in now], device=h.device)[:, None, None]
         h_in = torch.where(restart, initial_h[at, None], h[at])
         c_in = torch.where(restart, initial_c[at, None], c[at])
-        # under autocast (CUDA's bf16) the step's outputs are of a lower precision than the
-        # streams kept; widening them is exact
+        # under autocast (CUDA's bf16) the outputs are narrower than the streams: widened, exactly
         outputs = step(encoded[flat_at], h_in, c_in, enrichment[at])
         h[at], c[at], key, value = (t.to(carried.dtype) for t in outputs)
         slots = torch.tensor([(i.row - 1) % lookback for i in now])
