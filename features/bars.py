@@ -16,6 +16,9 @@ import numpy as np
 import pandas as pd
 import zstandard
 
+TS_MIN = 946_684_800 * 10**9  # 2000-01-01: no CME bar in DBN is older
+TS_MAX = 4_102_444_800 * 10**9  # 2100-01-01
+TS_RANGE = "ts_event {ts} is outside 2000-01-01..2100-01-01; it must be UTC nanoseconds"
 PRICE_SCALE = 1e-9
 UNDEF_PRICE = 2**63 - 1
 FIXED_PER_UNIT = round(1 / PRICE_SCALE)
@@ -43,6 +46,8 @@ def valid_control(value: dict[str, Any]) -> bool:
     kind, ts, end = value.get("control"), value.get("ts_event"), value.get("end")
     if not isinstance(kind, str) or kind not in CONTROL_KINDS or type(ts) is not int:
         return False
+    if not TS_MIN <= ts < TS_MAX:
+        return False
     if kind == ControlKind.OUTAGE:
         return type(end) is int and end > ts
     if kind == ControlKind.ROLL:
@@ -67,13 +72,16 @@ CONTROL_FORMS = (
     'a control record is {"control": "end_of_interval", "ts_event": <int>}, {"control": '
     '"outage", "ts_event": <int>, "end": <int, later>} or {"control": "roll", "ts_event": '
     '<int>, "symbol": <str>, "raw_symbols": [<old>, <new>], "ratio": <float, positive>}, or '
-    '{"control": "expired", "ts_event": <int>, "symbol": <str>, "last_ts": <int, earlier>}'
+    '{"control": "expired", "ts_event": <int>, "symbol": <str>, "last_ts": <int, earlier>}; '
+    "ts_event in UTC nanoseconds from 2000 to 2100"
 )
 
 
 def to_fixed(prices: np.ndarray) -> np.ndarray:
-    """Float prices as DBN fixed-point int64, `round(price * 1e9)`; NaN becomes UNDEF_PRICE."""
-    undefined = np.isnan(prices)
+    """Float prices as DBN fixed-point int64, `round(price * 1e9)`; NaN, an infinity or a price
+    beyond int64's fixed point (which would wrap to a negative one) becomes UNDEF_PRICE."""
+    with np.errstate(invalid="ignore"):
+        undefined = ~(np.abs(prices) < 2.0**63 / FIXED_PER_UNIT)
     fixed = np.rint(np.where(undefined, 0.0, prices) * FIXED_PER_UNIT).astype(np.int64)
     fixed[undefined] = UNDEF_PRICE
     return fixed

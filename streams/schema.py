@@ -18,7 +18,15 @@ from typing import Any, NotRequired, TypedDict, cast
 import numpy as np
 import orjson
 
-from features.bars import CONTROL_FORMS, PRICE_FIELDS, ControlKind, valid_control
+from features.bars import (
+    CONTROL_FORMS,
+    PRICE_FIELDS,
+    TS_MAX,
+    TS_MIN,
+    TS_RANGE,
+    ControlKind,
+    valid_control,
+)
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -254,6 +262,15 @@ def _wrong_fields(value: dict[str, Any], fields: Mapping[str, tuple[type, ...]])
     return [name for name, kinds in fields.items() if type(value.get(name)) not in kinds]
 
 
+def _check_symbol_and_time(value: dict[str, Any]) -> None:
+    """ValueError unless the symbol can key a state (no NUL: the stores key a symbol's parts
+    as symbol, NUL, part) and ts_event is a time the bars and the calendars can hold."""
+    if "\0" in value["symbol"]:
+        raise ValueError(f"symbol {value['symbol']!r} holds a NUL character; no symbol does")
+    if not TS_MIN <= value["ts_event"] < TS_MAX:
+        raise ValueError(TS_RANGE.format(ts=value["ts_event"]))
+
+
 def encode_control(record: ControlRecord) -> bytes:
     return orjson.dumps(record)
 
@@ -292,6 +309,7 @@ def decode_clean(data: bytes) -> CleanBarValue:
     value = _object(data, "bars.clean")
     if _wrong_fields(value, CLEAN_FIELDS):
         raise ValueError("not a bars.clean bar (JSON with int ts_event and prices, volume, symbol)")
+    _check_symbol_and_time(value)
     return cast(CleanBarValue, value)
 
 
@@ -320,6 +338,7 @@ def decode_features(data: bytes) -> FeaturesValue:
         raise ValueError(
             f"field(s) {', '.join(wrong)} missing or not of the type the features stage writes"
         )
+    _check_symbol_and_time(value)
     return cast(FeaturesValue, value)
 
 

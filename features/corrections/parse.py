@@ -10,7 +10,16 @@ from typing import Any
 import orjson
 from databento_dbn import RType
 
-from features.bars import CONTROL_FORMS, PRICE_FIELDS, UNDEF_PRICE, ControlKind, valid_control
+from features.bars import (
+    CONTROL_FORMS,
+    PRICE_FIELDS,
+    TS_MAX,
+    TS_MIN,
+    TS_RANGE,
+    UNDEF_PRICE,
+    ControlKind,
+    valid_control,
+)
 from features.corrections.config import CorrectionConfig
 
 REQUIRED = (
@@ -27,8 +36,6 @@ REQUIRED_SET = frozenset(REQUIRED)
 # Fields kept if present, in this order (bars.clean carries them on): the contract of a bar keyed
 # by a continuous symbol.
 KEPT = (*REQUIRED[:2], "raw_symbol", *REQUIRED[2:])
-TS_MIN = 946_684_800 * 10**9  # 2000-01-01: no CME bar in DBN is older
-TS_MAX = 4_102_444_800 * 10**9  # 2100-01-01
 INT64_MIN = -(2**63)
 MINUTE_NS = 60 * 10**9
 RTYPE_OHLCV_1M = int(RType.OHLCV_1M)
@@ -105,8 +112,9 @@ def validate(
         return f"malformed control record: {CONTROL_FORMS}"
     if "control" in data:
         return (
-            "control record (END_OF_INTERVAL) given as a bar: route it with "
-            "features.bars.is_control() and call corrections.flush() instead"
+            f"a {data['control']} control record taken as a bar: a control record carries the "
+            "control headers, and a roll is keyed by its symbol, on that symbol's partition "
+            "(streams.ingest.producer sends them so)"
         )
     if not data.keys() >= REQUIRED_SET:
         missing = [name for name in REQUIRED if name not in data]
@@ -155,6 +163,8 @@ def _field_problem(
         return f"field {name!r} must be {FIELD_TYPES[name].__name__}, got {got}"
     if not symbol:
         return "field 'symbol' is empty; it must hold the raw symbol (e.g. 'ESH4')"
+    if "\0" in symbol:  # the stores key a symbol's parts as symbol, NUL, part
+        return f"field 'symbol' {symbol!r} holds a NUL character; no symbol does"
     if len(symbol) > STR_LIMITS["symbol"] or len(source) > STR_LIMITS["source"]:
         name = "symbol" if len(symbol) > STR_LIMITS["symbol"] else "source"
         return f"field {name!r} has {len(data[name])} characters; at most {STR_LIMITS[name]}"
@@ -168,7 +178,7 @@ def _field_problem(
     if rtype not in OHLCV_RTYPES:
         return f"rtype {rtype} is not an OHLCV record type ({sorted(OHLCV_RTYPES)})"
     if not TS_MIN <= ts < TS_MAX:
-        return f"ts_event {ts} is outside 2000-01-01..2100-01-01; it must be UTC nanoseconds"
+        return TS_RANGE.format(ts=ts)
     if now_ns is not None and ts > now_ns + config.max_future_ns:
         return f"ts_event {ts} is {(ts - now_ns) / 3.6e12:.1f} h in the future"
     interval = INTERVAL_NS.get(rtype)

@@ -52,6 +52,17 @@ Runs = dict[tuple[str, int], list[Row]]  # by topic partition
 log = logging.getLogger("barcast.runtime")
 
 
+def producer_options(settings: Settings) -> dict[str, Any]:
+    """The worker's producer: acks from all replicas, no linger, and record batches no larger
+    than a record may be (a broker's `message.max.bytes` bounds the whole batch)."""
+    return aiokafka_config(settings) | {
+        "acks": "all",
+        "linger_ms": 0,
+        "max_batch_size": min(BATCH_BYTES, settings.max_record_bytes),
+        "max_request_size": settings.max_record_bytes,
+    }
+
+
 class BatchProducer:
     """An aiokafka producer (acks from all replicas), started on first use."""
 
@@ -63,13 +74,7 @@ class BatchProducer:
     async def started(self) -> Any:
         async with self.lock:  # agents checkpoint concurrently: start one
             if self.producer is None:
-                producer = AIOKafkaProducer(
-                    **aiokafka_config(self.settings),
-                    acks="all",
-                    linger_ms=0,
-                    max_batch_size=BATCH_BYTES,
-                    max_request_size=self.settings.max_record_bytes,
-                )
+                producer = AIOKafkaProducer(**producer_options(self.settings))
                 await producer.start()
                 self.producer = producer
         return self.producer

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from streams.exit_codes import ExitCode
-from streams.runtime.records import Control, Out, Record, control_of
+from streams.runtime.records import Control, Out, Record, control_of, misrouted
 from streams.schema import DLQ_MESSAGE, DLQ_REASON, DeadLetterHeaders, encode_dlq_headers
 
 if TYPE_CHECKING:
@@ -93,7 +93,11 @@ def readable(
     for record in records:
         control = control_of(record)
         if control is not None:
-            items.append(control)
+            why = misrouted(control)
+            if why is None:
+                items.append(control)
+            else:
+                items.append(record_dead_letter(dlq_topic, record, DeadLetterReason.MALFORMED, why))
             continue
         if record.value is None:  # a tombstone: no reader's error would say so
             items.append(tombstone_letter(dlq_topic, record, what))

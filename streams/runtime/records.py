@@ -72,6 +72,18 @@ def control_of(record: Record) -> Control | None:
     return Control(*source, record.value, record.headers, decoded["ts_event"], decoded)
 
 
+def misrouted(control: Control) -> str | None:
+    """Why a ROLL or EXPIRED record cannot be taken: it is keyed by its symbol, on that symbol's
+    partition, where the symbol's states are (None: it can be)."""
+    symbol = control.decoded.get("symbol")
+    if symbol is None or control.key == symbol.encode():
+        return None
+    return (
+        f"a {control.kind} record is keyed by its symbol ({symbol!r}), on that symbol's "
+        f"partition; this one is keyed {control.key!r}: send it as BarProducer.send_roll does"
+    )
+
+
 def stage_control(
     topic: str, partition: int, offset: int, key: bytes, record: schema.ControlRecord
 ) -> Control:

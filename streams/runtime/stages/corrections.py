@@ -17,7 +17,15 @@ import orjson
 
 from features import corrections as rules
 from streams.runtime.policy import dead_letter
-from streams.runtime.records import CleanBar, Control, Out, Record, control_of, stage_control
+from streams.runtime.records import (
+    CleanBar,
+    Control,
+    Out,
+    Record,
+    control_of,
+    misrouted,
+    stage_control,
+)
 from streams.runtime.stores import StateStore
 from streams.schema import ControlKind, Headers, bar_headers, expired, roll
 
@@ -52,8 +60,9 @@ class Corrections:
         out = Cleaned(now_ns, bar_headers(now_ns))
         for record in records:
             control = control_of(record)
-            # A bar, or a record only claiming to be a control one (an EXPIRED is this stage's)
-            if control is None or control.kind == ControlKind.EXPIRED:
+            # A bar, or a record only claiming to be a control one: an EXPIRED is this stage's,
+            # and a ROLL not keyed by its symbol would roll another symbol's state
+            if control is None or control.kind == ControlKind.EXPIRED or misrouted(control):
                 self._bar(record, out)
             else:
                 self._control(control, out)
@@ -72,7 +81,9 @@ class Corrections:
             key=key,
             expired_ts=self.store.gone.get(key),
         )
-        if state.last_ts < 0:  # no bar of the key yet: nothing to keep (nor to write over a note)
+        # No bar of the key yet: nothing to keep (nor to write over a note), unless a state of
+        # no bar an older barcast stored was changed in this batch (an OUTAGE marked it).
+        if state.last_ts < 0 and key not in self.store.changed:
             self.store.states.pop(key, None)
         else:
             self.store.write(key, record.partition, record.offset, state)

@@ -89,7 +89,12 @@ Bars = list[tuple[CleanBar, int, list[float] | None]]
 def read_clean_bar(r: Record) -> CleanBar:
     """A `bars.clean` record as the stage's input; ValueError if it is not one."""
     bar, received = schema.decode_clean(r.value), schema.decode_received_ns(r.headers)
-    return CleanBar(r.topic, r.key or b"", r.partition, r.offset, r.timestamp_ms, bar, received)
+    if r.key != bar["symbol"].encode():  # the states are the key's
+        raise ValueError(
+            f"keyed {r.key!r}, but its symbol is {bar['symbol']!r}: a bars.clean record is keyed "
+            "by its symbol"
+        )
+    return CleanBar(r.topic, r.key, r.partition, r.offset, r.timestamp_ms, bar, received)
 
 
 COUNTS = ("bars", "refused", "malformed")  # Featured's counts

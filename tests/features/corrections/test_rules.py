@@ -70,6 +70,7 @@ def test_dict_input_is_not_modified() -> None:
         ({**flat(0), "volume": True}, "'volume' must be int"),
         ({**flat(0), "volume": -1}, "'volume'=-1 is outside"),
         ({**flat(0), "symbol": ""}, "'symbol' is empty"),
+        ({**flat(0), "symbol": "ES\0\1"}, "NUL character"),
         ({**flat(0), "instrument_id": 2**32}, "'instrument_id'"),
         ({**flat(0), "open": 2**63}, "int64 fixed-point"),
         ({**flat(0), "rtype": 1}, "not an OHLCV record type"),

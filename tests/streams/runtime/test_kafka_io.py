@@ -280,3 +280,12 @@ def test_a_fake_consumer_answers_what_the_reads_call() -> None:
 
     names = [n for n in vars(Consumer) if not n.startswith("_") and callable(vars(Consumer)[n])]
     assert all(hasattr(Real, n) for n in names)
+
+
+@pytest.mark.parametrize("limit", [65_536, 1_000_000])
+def test_a_record_batch_is_no_larger_than_a_record_may_be(limit: int) -> None:
+    """A broker's `message.max.bytes` bounds a whole record batch: with
+    BARCAST_MAX_RECORD_BYTES set to it, every batch the worker sends must fit too."""
+    options = kafka_io.producer_options(Settings(max_record_bytes=limit))
+    assert options["max_batch_size"] <= limit == options["max_request_size"]
+    assert (options["acks"], options["linger_ms"]) == ("all", 0)

@@ -4,6 +4,7 @@ the checked path to the private consumer attribute barcast sets."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib.metadata import version
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 from features.corrections import CorrectionConfig, CorrectionStats, Status, SymbolState, correct
 from features.corrections import Reason as Rejected
 from features.engine import FINGERPRINT, N_FEATURES
+from streams import schema
 from streams.exit_codes import ExitCode
 from streams.internals import InternalsMoved, live_fetcher
 from streams.metrics import Metrics
@@ -263,3 +265,51 @@ def test_a_tombstone_on_bars_raw_is_a_dead_letter_of_empty_bytes() -> None:
     (letter,) = cleaned.outputs
     assert (letter.topic, letter.value) == ("bars.dlq", b"")
     assert headers(letter)[NULL_VALUE_HEADER] == b"true"
+
+
+@pytest.mark.parametrize(
+    "control",
+    [
+        schema.roll(BAR["ts_event"], "6EH4", "6EH4", "6EM4", 1.01),
+        schema.expired(BAR["ts_event"], "6EH4", BAR["ts_event"] - 60 * 10**9),
+    ],
+)
+@pytest.mark.parametrize("key", [schema.CONTROL_KEY, b"6EM4"])
+def test_a_roll_or_expiry_keyed_other_than_by_its_symbol_is_a_dead_letter(
+    control: schema.ControlRecord, key: bytes
+) -> None:
+    """Taken, it would roll or drop the states of whatever its key names, on whatever partition
+    it landed: the key is where a symbol's states are."""
+    record = Record("bars.clean", 0, 3, 0.0, key, schema.encode(control), schema.CONTROL_HEADERS)
+    (letter,) = readable([record], "bars.dlq", features.read_clean_bar, "not a bar: ")
+    assert isinstance(letter, Out) and letter.value == record.value
+    assert headers(letter)[DLQ_REASON] == DeadLetterReason.MALFORMED.encode()
+    assert b"keyed by its symbol" in headers(letter)[DLQ_MESSAGE]
+    changelog = Changelog("corrections-state", None)  # type: ignore[arg-type]  # never flushed
+    store = StateStore(changelog, SymbolState.from_bytes, SymbolState.to_bytes, SymbolState)
+    stage = Corrections(store, CorrectionConfig(), ("bars.raw", "bars.clean", "bars.dlq"))
+    (letter,) = stage.run([replace(record, topic="bars.raw")], 0).outputs
+    assert letter.topic == "bars.dlq"
+    assert headers(letter)[DLQ_REASON] == DeadLetterReason.MALFORMED.encode()
+    assert not store.states and not store.changed
+
+
+def test_a_clean_bar_keyed_other_than_by_its_symbol_is_refused() -> None:
+    value = orjson.dumps({**BAR, "status": "clean"})
+    assert features.read_clean_bar(Record("bars.clean", 0, 1, 0.0, b"6EH4", value, [])).value
+    for key in (None, b"6EM4"):
+        with pytest.raises(ValueError, match="keyed"):
+            features.read_clean_bar(Record("bars.clean", 0, 1, 0.0, key, value, []))
+
+
+def test_a_state_of_no_bar_changed_in_the_batch_outlives_a_rejected_bar_of_its_key() -> None:
+    """An older barcast stored states of no bar; one an OUTAGE marked changed in this batch is
+    still written at the commit when a rejected bar of its key comes after it."""
+    changelog = Changelog("corrections-state", None)  # type: ignore[arg-type]  # never flushed
+    store = StateStore(changelog, SymbolState.from_bytes, SymbolState.to_bytes, SymbolState)
+    store.write(b"6EH4", 1, 3, SymbolState())  # as an OUTAGE marks it
+    stage = Corrections(store, CorrectionConfig(), ("bars.raw", "bars.clean", "bars.dlq"))
+    (letter,) = stage.run([Record("bars.raw", 1, 4, 0.0, b"6EH4", b"not a bar", [])], 0).outputs
+    assert letter.topic == "bars.dlq"
+    store.put_changed()
+    assert list(store.states) == [b"6EH4"] and not store.changed
