@@ -95,8 +95,13 @@ def _resolve_daylight_saving(
             f"{where}: {local[skipped][0]} does not exist in US/Eastern (the clock skipped that "
             "hour as daylight saving started); correct or remove the bars stamped in it"
         )
-    stepped_back = np.cumsum(np.r_[False, np.diff(local.as_unit("ns").asi8) <= 0]) > 0
-    if not stepped_back.any():
+    # Among the repeated hour's bars alone, in file order: the first pass is EDT, and EST begins
+    # where the clock steps back (a repeated bar elsewhere in the file says nothing of it).
+    rows = np.flatnonzero(unresolved)
+    back = np.cumsum(np.r_[False, np.diff(local.as_unit("ns").asi8[rows]) <= 0]) > 0
+    stepped_back = np.zeros(len(local), dtype=bool)
+    stepped_back[rows] = back
+    if not back.any():
         raise ValueError(
             f"{where}: {local[unresolved][0]} falls in the hour the clock repeats as daylight "
             "saving ends, and the file never steps back to repeat it, so EDT and EST cannot be "

@@ -17,10 +17,9 @@ import bisect
 import datetime as dt
 import hashlib
 import time
-import warnings
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,11 +28,8 @@ import pandas as pd
 
 from features.bars import (
     PRICE_FIELDS,
-    ZSTD_MAGIC,
     engine_columns,
-    read_bar_csv,
     to_fixed,
-    zstd_decoded,
 )
 from features.corrections import (
     CorrectionConfig,
@@ -43,18 +39,13 @@ from features.corrections import (
     correct_steps,
 )
 from features.firstrate import day_files, eastern_date, eastern_midnight, read_day
+from model.bar_formats import DBN_SUFFIXES, DataError, read_frame
 from model.checkpoint import file_sha256
 
-CSV_SUFFIXES = (".csv", ".csv.gz")
-DBN_SUFFIXES = (".dbn", ".dbn.zst")
 NS_PER_DAY = 86_400 * 10**9
 CHUNK_NS = 7 * NS_PER_DAY  # the span of bars corrected per step of the stream
 COLUMN_BATCH = 65_536  # clean bars converted to arrays at a time
 COLUMNS = ("ts_event", *PRICE_FIELDS, "volume", "symbol")
-
-
-class DataError(ValueError):
-    """Training or evaluation data barcast cannot use; the message says what to change."""
 
 
 @dataclass(frozen=True)
@@ -228,71 +219,6 @@ def standard(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
-def read_frame(path: Path) -> pd.DataFrame:
-    """Raw bars of one file: columns ts_event (int64 ns, bar open), open..close, volume, symbol.
-
-    CSV: the 6EH4 layout (timestamp_utc = bar close, so ts_event = timestamp - 1 min), symbol
-    from the file name (`6EH4.XCME_1min_bars...` -> `6EH4`).
-    DBN: OHLCV-1m records read with `databento.DBNStore.from_file`.
-    """
-    name = path.name.lower()
-    if not path.exists():
-        raise DataError(f"--data {path}: no such file or folder")
-    if name.endswith(CSV_SUFFIXES):
-        return _read_csv(path)
-    if name.endswith(DBN_SUFFIXES):
-        return _read_dbn(path)
-    raise DataError(
-        f"--data {path}: unknown format; use a CSV ({', '.join(CSV_SUFFIXES)}) with columns "
-        f"timestamp_utc,open,high,low,close,volume, a DBN file ({', '.join(DBN_SUFFIXES)}) or "
-        "SYMBOL=FOLDER for a folder of FirstRate day files"
-    )
-
-
-def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        frame = read_bar_csv(path)
-    except (KeyError, ValueError) as exc:
-        raise DataError(
-            f"--data {path}: not a bar CSV with columns timestamp_utc,open,high,"
-            f"low,close,volume ({exc})"
-        ) from None
-    except (OSError, EOFError) as exc:  # a damaged or truncated compressed file
-        raise DataError(f"--data {path}: unreadable ({exc}); re-download it") from None
-    frame["symbol"] = path.name.split(".")[0]
-    return frame
-
-
-def _read_dbn(path: Path) -> pd.DataFrame:
-    import databento
-    from databento.common.error import BentoDeprecationWarning, BentoError, BentoWarning
-    from databento_dbn import DBNError
-    from zstandard import ZstdError
-
-    try:
-        with path.open("rb") as f:  # databento reads a zstd file cut short without a word
-            if f.read(4) == ZSTD_MAGIC:
-                f.seek(0)
-                for _ in zstd_decoded(partial(f.read, 1 << 20)):
-                    pass
-        store = databento.DBNStore.from_file(path)
-        schema = str(store.schema)
-        if schema == "ohlcv-1m":
-            with warnings.catch_warnings():  # databento 0.88 uses a keyword pandas 3.1 deprecates
-                warnings.filterwarnings("ignore", message="The inplace keyword")
-                # databento only warns of a file that ends inside a record: its bars would be cut
-                warnings.filterwarnings("error", category=BentoWarning)
-                warnings.filterwarnings("default", category=BentoDeprecationWarning)
-                frame = store.to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
-    except (BentoError, BentoWarning, DBNError, ZstdError, ValueError, OSError, EOFError) as exc:
-        raise DataError(f"--data {path}: not a readable DBN file ({exc}); re-download it") from None
-    if schema != "ohlcv-1m":
-        raise DataError(f"--data {path}: DBN schema is {schema}; barcast trains on ohlcv-1m")
-    frame = frame.reset_index()
-    frame["ts_event"] = frame["ts_event"].astype("int64")
-    return frame
-
-
 def open_source(source: BarSource) -> _Reader:
     if source.start is not None and source.end is not None and source.start >= source.end:
         raise DataError(
@@ -352,14 +278,17 @@ def load_bars(
 
     `sources`: `BarSource`s, or paths/`SYMBOL=PATH` strings (read whole). Returns the clean
     bars of every symbol and a report: the sources and their ranges, per-file sha256 (each day
-    file read, for a folder), the corrections counters (`clean`, `corrected.*`, `rejected.*`,
-    `synthetic`, ...), bars per symbol, and the seconds spent reading and correcting.
+    file read, for a folder), the bars of calendar spreads skipped (a '-' in the symbol: their
+    prices cross zero, no level a return is taken of), the corrections counters (`clean`,
+    `corrected.*`, `rejected.*`, `synthetic`, ...), bars per symbol, and the seconds spent
+    reading and correcting.
     """
     if not sources:
         raise DataError("no --data given")
     given = [s if isinstance(s, BarSource) else BarSource.parse(s) for s in sources]
     readers = [open_source(s) for s in given]
     started, reading, raw = time.perf_counter(), [0.0], [0]
+    spreads: Counter[str] = Counter()  # a calendar spread's price is no level a return is taken of
 
     def raw_bars() -> Iterator[dict[str, Any]]:
         chunks = raw_chunks(readers)
@@ -370,7 +299,11 @@ def load_bars(
             if frame is None:
                 return
             raw[0] += len(frame)
-            yield from bars_from_frame(frame, source="training")
+            for bar in bars_from_frame(frame, source="training"):
+                if "-" in bar["symbol"]:
+                    spreads[bar["symbol"]] += 1
+                else:
+                    yield bar
 
     stats, clean = CorrectionStats(), _CleanColumns()
     states: dict[str, SymbolState] = {}
@@ -379,11 +312,15 @@ def load_bars(
     bars = clean.bars()
     if not bars:
         what = "no bar in its range" if raw[0] == 0 else "no bar survived the corrections"
+        if spreads:
+            what += f" ({sum(spreads.values()):,} bars of calendar spreads skipped: train on "
+            what += "outright contracts)"
         raise DataError(f"--data {' '.join(str(s) for s in given)}: {what}")
     report = {
         "sources": [s.describe() for s in given],
         "files": {path: digest for r in readers for path, digest in r.files.items()},
         "raw_bars": raw[0],
+        "spread_bars_skipped": dict(spreads),
         "corrections": stats.as_dict(),
         "bars_per_symbol": {b.symbol: len(b) for b in bars},
         "seconds": {

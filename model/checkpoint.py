@@ -127,6 +127,20 @@ def untrained_meta(
     )
 
 
+def durable_replace(tmp: Path, path: Path) -> None:
+    """Move the written file `tmp` over `path`: its bytes onto the disk first, then the rename,
+    then the folder's entry, so that a power loss leaves the old file or the whole new one,
+    never an empty one (a rename can reach the disk before the data it names)."""
+    with tmp.open("rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
 def save(directory: Path, model: TemporalFusionTransformer, meta: CheckpointMeta) -> str:
     """Write weights, then config (each atomically); returns the model id."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -137,7 +151,7 @@ def save(directory: Path, model: TemporalFusionTransformer, meta: CheckpointMeta
     tmp = weights.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={"format": FORMAT})
     tmp.chmod(0o644)  # safetensors creates it owner-only; workers may run as another user
-    os.replace(tmp, weights)
+    durable_replace(tmp, weights)
     digest = file_sha256(weights)
     values = meta.to_dict() | {
         "weights": {
@@ -150,7 +164,7 @@ def save(directory: Path, model: TemporalFusionTransformer, meta: CheckpointMeta
     }
     tmp = directory / (CONFIG + ".tmp")
     tmp.write_text(json.dumps(values, indent=1))
-    os.replace(tmp, directory / CONFIG)
+    durable_replace(tmp, directory / CONFIG)
     return digest[:16]
 
 

@@ -202,12 +202,15 @@ def fit_inputs(panel: Panel, c: TFTConfig, cfg: TrainConfig) -> TrainingInputs:
 def run_identity(
     inputs: TrainingInputs, cfg: TrainConfig, feature_fingerprint: str, data_report: dict[str, Any]
 ) -> dict[str, Any]:
-    """What names the run in its saved state: a resume must match it."""
+    """What names the run in its saved state: a resume must match it. The data's by content
+    and by name: the same files given as another product would train its embedding instead."""
     return {
         "model": inputs.config.to_dict(),
         "train": asdict(replace(cfg, progress=True)),
         "features": feature_fingerprint,
         "data": data_report.get("fingerprint"),
+        "sources": data_report.get("sources"),
+        "products": list(inputs.vocab.roots),
         "split": inputs.split.to_dict(),
         "windows": inputs.windows,
     }

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +21,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from model.checkpoint import durable_replace
 from model.guards import TrainingError
 
 STATE_FILE = "training_state.safetensors"
@@ -90,13 +90,18 @@ class TrainingState:
         )
         if size < needed:  # the seed report's 16-byte checkpoints
             raise TrainingError(f"{tmp}: {size} bytes written for {needed} bytes of tensors")
-        os.replace(tmp, self.path)
+        durable_replace(tmp, self.path)
 
     def load(self, loop: Loop) -> None:
         """Restore `loop` (built as for a new run) to the saved epoch's end."""
-        with safe_open(str(self.path), framework="pt") as f:
-            header = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (no __iter__)
+        try:
+            with safe_open(str(self.path), framework="pt") as f:
+                header = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (no __iter__)
+        except (SafetensorError, OSError) as exc:  # cut short, or another file by its name
+            raise TrainingError(
+                f"{self.path}: unreadable ({exc}); delete it and train without --resume"
+            ) from None
         if header.get("format") != FORMAT or header.get("version") != str(VERSION):
             raise TrainingError(
                 f"{self.path}: not a training state this barcast reads (format "

@@ -43,6 +43,17 @@ def test_the_repeated_fall_back_hour_is_edt_then_est(tmp_path: Path) -> None:
     assert ts[0] == utc("2010-11-07 04:58") and ts[-1] == utc("2010-11-07 07:01")
 
 
+def test_a_repeated_bar_before_the_repeated_hour_does_not_shift_it(tmp_path: Path) -> None:
+    """A vendor's duplicate at 00:30 is a step back too, but not the clock's: the hour's first
+    pass stays EDT, and the duplicate is the corrections' to judge."""
+    times = [*minutes("00:28", "00:31"), "00:30", *minutes("00:31", "01:59")]
+    frame, _ = read_day(write_day(tmp_path, "2010-11-07", times + minutes("01:00", "02:01")))
+    ts = frame["ts_event"].to_numpy()
+    assert ts[times.index("01:00")] == utc("2010-11-07 05:00")
+    assert ts[len(times)] == utc("2010-11-07 06:00") and ts[-1] == utc("2010-11-07 07:01")
+    assert len(set(ts.tolist())) == len(ts) - 2  # 00:30 and 00:31 each twice, nothing else
+
+
 def test_the_skipped_spring_hour_joins_the_minutes_around_it(tmp_path: Path) -> None:
     """2011-03-13: 01:59 EST is followed by 03:00 EDT, one minute later."""
     frame, _ = read_day(write_day(tmp_path, "2011-03-13", ["01:58", "01:59", "03:00", "03:01"]))

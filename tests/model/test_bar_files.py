@@ -152,3 +152,19 @@ def test_a_damaged_file_is_named_and_a_truncated_dbn_is_not_read_in_part(
     plain = tmp_path / "plain.dbn.zst"  # an uncompressed DBN under a zstd name reads
     plain.write_bytes(raw)
     assert load_bars([BarSource(plain)])[0]
+
+
+def test_calendar_spreads_are_skipped_and_counted(sixe_csv: Path, tmp_path: Path) -> None:
+    """A parent symbol's DBN download holds its calendar spreads too: their prices cross zero,
+    no level a return is taken of; they are counted in the report, never trained on."""
+    with gzip.open(sixe_csv, "rt") as f:
+        header, *rows = f.read().splitlines()[:121]
+    outright = tmp_path / "6EH4.part.csv"
+    outright.write_text("\n".join([header, *rows]) + "\n")
+    spread = tmp_path / "6EH4-6EM4.part.csv"  # its prices around zero, some negative
+    lines = [",".join([r.split(",")[0], "0.25", "0.5", "-0.25", "-0.125", "3"]) for r in rows]
+    spread.write_text("\n".join([header, *lines]) + "\n")
+    (six_e,), report = load_bars([outright, spread])
+    assert six_e.symbol == "6EH4" and report["spread_bars_skipped"] == {"6EH4-6EM4": 120}
+    with pytest.raises(DataError, match="120 bars of calendar spreads skipped"):
+        load_bars([spread])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import struct
 from dataclasses import replace
@@ -22,7 +23,7 @@ from model.config import TFTConfig
 from model.covariates import SymbolVocab
 from model.normalization import Normalizer
 from model.tft import TemporalFusionTransformer
-from tests.checkpoints import untrained_model
+from tests.checkpoints import make_checkpoint, untrained_model
 
 torch.set_num_threads(1)
 
@@ -202,3 +203,32 @@ def test_the_fast_blend_is_kept_and_applied_and_a_bad_one_refused(tmp_path: Path
     (tmp_path / checkpoint.CONFIG).write_text(json.dumps(config))
     with pytest.raises(checkpoint.CheckpointError, match="not a positive half-life and a share"):
         checkpoint.load(tmp_path)
+
+
+def test_a_file_is_on_disk_before_it_replaces_the_one_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power loss leaves the old checkpoint or the whole new one: each file's bytes are
+    synced before the rename that puts it in place, and the folder after it."""
+    events: list[tuple[str, str]] = []
+    replace_file = os.replace
+
+    def sync(fd: int) -> None:
+        events.append(("sync", os.readlink(f"/proc/self/fd/{fd}")))
+
+    def replace_logged(tmp: Path, path: Path) -> None:
+        events.append(("replace", str(path)))
+        replace_file(tmp, path)
+
+    monkeypatch.setattr(os, "fsync", sync)
+    monkeypatch.setattr(os, "replace", replace_logged)
+    make_checkpoint(tmp_path)
+    weights, config = (str(tmp_path / name) for name in (checkpoint.WEIGHTS, checkpoint.CONFIG))
+    assert events == [
+        ("sync", weights[: -len(".safetensors")] + ".tmp"),
+        ("replace", weights),
+        ("sync", str(tmp_path)),
+        ("sync", config + ".tmp"),
+        ("replace", config),
+        ("sync", str(tmp_path)),
+    ]

@@ -98,8 +98,20 @@ def test_a_resume_needs_the_same_run_and_an_unfinished_one(
     with pytest.raises(TrainingError, match="holds no unfinished run"):
         train_on_panel(panel, tmp_path, TINY, RUN, "synthetic", {}, resume=True)
     interrupted(panel, tmp_path, 2, monkeypatch)
-    for changed, what in ((replace(RUN, lr=1e-3), "train"), (RUN, "features")):
+    renamed = {"sources": [{"data": "MES=/data/dailydata"}]}  # the same files as another product
+    for changed, what in ((replace(RUN, lr=1e-3), "train"), (RUN, "features"), (RUN, "sources")):
         fingerprint = "other" if what == "features" else "synthetic"
+        report = renamed if what == "sources" else {}
         with pytest.raises(TrainingError, match=f"belongs to another run \\({what} differ"):
-            train_on_panel(panel, tmp_path, TINY, changed, fingerprint, {}, resume=True)
+            train_on_panel(panel, tmp_path, TINY, changed, fingerprint, report, resume=True)
     assert (tmp_path / STATE_FILE).exists()  # a refused resume leaves the state as it was
+
+
+def test_a_damaged_state_is_refused_saying_what_to_do(
+    panel: Panel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interrupted(panel, tmp_path, 2, monkeypatch)
+    state = tmp_path / STATE_FILE
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a write cut short
+    with pytest.raises(TrainingError, match=r"unreadable .*delete it and train without --resume"):
+        train_on_panel(panel, tmp_path, TINY, RUN, "synthetic", {}, resume=True)
