@@ -27,7 +27,7 @@ class MicroBatcher(Generic[T]):
     max_delay_s: float
     clock: Callable[[], float] = time.monotonic
     _queue: deque[Queued[T]] = field(default_factory=deque)
-    _flush_now: bool = False
+    _flushing: int = 0  # of the oldest items, how many waited when their minute completed
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -44,13 +44,13 @@ class MicroBatcher(Generic[T]):
     def flush_now(self) -> None:
         """The minute is complete (END_OF_INTERVAL): whatever waits goes out at once; bars
         that arrive later belong to the next minute and wait as usual."""
-        self._flush_now = bool(self._queue)
+        self._flushing = len(self._queue)
 
     def due(self) -> bool:
         if not self._queue:
             return False
         return (
-            self._flush_now
+            self._flushing > 0
             or len(self._queue) >= self.max_batch
             or self.clock() - self._queue[0].since >= self.max_delay_s
         )
@@ -59,7 +59,7 @@ class MicroBatcher(Generic[T]):
         """How long the oldest item may still wait; None when nothing waits."""
         if not self._queue:
             return None
-        if self._flush_now or len(self._queue) >= self.max_batch:
+        if self._flushing > 0 or len(self._queue) >= self.max_batch:
             return 0.0
         return max(0.0, self._queue[0].since + self.max_delay_s - self.clock())
 
@@ -67,6 +67,5 @@ class MicroBatcher(Generic[T]):
         """Up to `max_batch` items, oldest first."""
         count = min(self.max_batch, len(self._queue))
         batch = [self._queue.popleft().item for _ in range(count)]
-        if not self._queue:
-            self._flush_now = False
+        self._flushing = max(0, self._flushing - count)
         return batch

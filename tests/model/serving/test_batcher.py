@@ -54,6 +54,20 @@ def test_end_of_interval_flushes_at_once_and_resets() -> None:
     assert not batcher.due()
 
 
+def test_only_the_completed_minutes_bars_go_at_once() -> None:
+    """More waited than a batch holds when the minute completed: those go batch by batch at
+    once, and the next minute's bars queued behind them wait as usual."""
+    batcher: MicroBatcher[int] = MicroBatcher(max_batch=2, max_delay_s=60.0, clock=Clock())
+    for i in range(3):
+        batcher.add(i)
+    batcher.flush_now()
+    assert batcher.take() == [0, 1]
+    for i in (3, 4):  # the next minute's
+        batcher.add(i)
+    assert batcher.due() and batcher.take() == [2, 3]
+    assert not batcher.due() and batcher.seconds_until_due() == 60.0
+
+
 @pytest.mark.parametrize(("max_batch", "delay"), [(0, 0.005), (8, -1.0)])
 def test_rejects_settings_that_cannot_work(max_batch: int, delay: float) -> None:
     with pytest.raises(ValueError, match="BARCAST_MAX_"):
