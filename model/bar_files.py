@@ -278,16 +278,16 @@ def load_bars(
 
     `sources`: `BarSource`s, or paths/`SYMBOL=PATH` strings (read whole). Returns the clean
     bars of every symbol and a report: the sources and their ranges, per-file sha256 (each day
-    file read, for a folder), the bars of calendar spreads skipped (a '-' in the symbol: their
-    prices cross zero, no level a return is taken of), the corrections counters (`clean`,
-    `corrected.*`, `rejected.*`, `synthetic`, ...), bars per symbol, and the seconds spent
-    reading and correcting.
+    file read, for a folder), the bars whose volume was missing (read as 0), the bars of
+    calendar spreads skipped (a '-' in the symbol: their prices cross zero, no level a return
+    is taken of), the corrections counters (`clean`, `corrected.*`, `rejected.*`,
+    `synthetic`, ...), bars per symbol, and the seconds spent reading and correcting.
     """
     if not sources:
         raise DataError("no --data given")
     given = [s if isinstance(s, BarSource) else BarSource.parse(s) for s in sources]
     readers = [open_source(s) for s in given]
-    started, reading, raw = time.perf_counter(), [0.0], [0]
+    started, reading, raw, no_volume = time.perf_counter(), [0.0], [0], [0]
     spreads: Counter[str] = Counter()  # a calendar spread's price is no level a return is taken of
 
     def raw_bars() -> Iterator[dict[str, Any]]:
@@ -299,6 +299,7 @@ def load_bars(
             if frame is None:
                 return
             raw[0] += len(frame)
+            no_volume[0] += int(frame["volume"].isna().sum())  # read as 0: said, not hidden
             for bar in bars_from_frame(frame, source="training"):
                 if "-" in bar["symbol"]:
                     spreads[bar["symbol"]] += 1
@@ -321,6 +322,7 @@ def load_bars(
         "files": {path: digest for r in readers for path, digest in r.files.items()},
         "raw_bars": raw[0],
         "spread_bars_skipped": dict(spreads),
+        "volume_missing_read_as_zero": no_volume[0],
         "corrections": stats.as_dict(),
         "bars_per_symbol": {b.symbol: len(b) for b in bars},
         "seconds": {

@@ -154,7 +154,9 @@ def test_a_damaged_file_is_named_and_a_truncated_dbn_is_not_read_in_part(
     assert load_bars([BarSource(plain)])[0]
 
 
-def test_calendar_spreads_are_skipped_and_counted(sixe_csv: Path, tmp_path: Path) -> None:
+def test_calendar_spreads_are_skipped_and_missing_volumes_counted(
+    sixe_csv: Path, tmp_path: Path
+) -> None:
     """A parent symbol's DBN download holds its calendar spreads too: their prices cross zero,
     no level a return is taken of; they are counted in the report, never trained on."""
     with gzip.open(sixe_csv, "rt") as f:
@@ -164,7 +166,10 @@ def test_calendar_spreads_are_skipped_and_counted(sixe_csv: Path, tmp_path: Path
     spread = tmp_path / "6EH4-6EM4.part.csv"  # its prices around zero, some negative
     lines = [",".join([r.split(",")[0], "0.25", "0.5", "-0.25", "-0.125", "3"]) for r in rows]
     spread.write_text("\n".join([header, *lines]) + "\n")
+    rows[5] = rows[5].rsplit(",", 1)[0] + ","  # a bar without its volume: read as 0, and said
+    outright.write_text("\n".join([header, *rows]) + "\n")
     (six_e,), report = load_bars([outright, spread])
     assert six_e.symbol == "6EH4" and report["spread_bars_skipped"] == {"6EH4-6EM4": 120}
+    assert report["volume_missing_read_as_zero"] == 1 and six_e.volume[5] == 0
     with pytest.raises(DataError, match="120 bars of calendar spreads skipped"):
         load_bars([spread])
