@@ -15,6 +15,10 @@ def ms(value: float | None) -> str:
     return "not run" if value is None else f"{value:,.0f} ms"
 
 
+def signed_ms(value: float | None) -> str:
+    return "not run" if value is None else f"{value:+,.0f} ms"
+
+
 def times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}x"
 
@@ -109,7 +113,7 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
             f"{paired(r, 'shadow_cost')}; per pair of restarts "
             f"{'/'.join(map(str, r.get('shadow_cost_per_pair', []))) or '—'}; the worker's and "
             f"the broker's CPU {times(r.get('shadow_cpu_cost'))}); a canary beside "
-            f"{ms(r.get('burst_1000_canary_ms'))}: **+{ms(r.get('canary_cost_ms'))}**, "
+            f"{ms(r.get('burst_1000_canary_ms'))}: **{signed_ms(r.get('canary_cost_ms'))}**, "
             f"{times(r.get('canary_over_model_share'))} the model's share ({ms(share)})"
             + quiet_cpu(r),
             "; ".join(checks),
@@ -162,7 +166,7 @@ def trust_headline(r: dict[str, Any]) -> str:
         f"{r['provenance']['commit'][:7]}): the shadow baselines **{times(r.get('shadow_cost'))}"
         f"** the burst without them, the median of its pairs "
         f"{paired(r, 'shadow_cost')} (goal <= {goals['shadow_cost']}x "
-        f"{verdict['shadow_cost']}); a canary **+{ms(r.get('canary_cost_ms'))}**, "
+        f"{verdict['shadow_cost']}); a canary **{signed_ms(r.get('canary_cost_ms'))}**, "
         f"{times(r.get('canary_over_model_share'))} the model's share of the burst, its "
         f"forecasts made in the quiet after it (goal <= {goals['canary_over_model_share']}x "
         f"{verdict['canary_over_model_share']}){quiet_cpu(r)} "
