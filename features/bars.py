@@ -50,6 +50,8 @@ def valid_control(value: dict[str, Any]) -> bool:
         return False
     if kind == ControlKind.OUTAGE:
         return type(end) is int and end > ts
+    if "\0" in str(value.get("symbol", "")):  # it keys the symbol's states (its parts after a NUL)
+        return False
     if kind == ControlKind.ROLL:
         raws, ratio = value.get("raw_symbols"), value.get("ratio")
         return (
@@ -73,7 +75,7 @@ CONTROL_FORMS = (
     '"outage", "ts_event": <int>, "end": <int, later>} or {"control": "roll", "ts_event": '
     '<int>, "symbol": <str>, "raw_symbols": [<old>, <new>], "ratio": <float, positive>}, or '
     '{"control": "expired", "ts_event": <int>, "symbol": <str>, "last_ts": <int, earlier>}; '
-    "ts_event in UTC nanoseconds from 2000 to 2100"
+    "ts_event in UTC nanoseconds from 2000 to 2100, a symbol without a NUL character"
 )
 
 

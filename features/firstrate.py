@@ -96,12 +96,14 @@ def _resolve_daylight_saving(
             "hour as daylight saving started); correct or remove the bars stamped in it"
         )
     # Among the repeated hour's bars alone, in file order: the first pass is EDT, and EST begins
-    # where the clock steps back (a repeated bar elsewhere in the file says nothing of it).
+    # where the clock steps back, the largest step back (a vendor's repeated bar, in the hour or
+    # elsewhere in the file, steps back less, or not within the hour).
     rows = np.flatnonzero(unresolved)
-    back = np.cumsum(np.r_[False, np.diff(local.as_unit("ns").asi8[rows]) <= 0]) > 0
+    steps = np.diff(local.as_unit("ns").asi8[rows])
     stepped_back = np.zeros(len(local), dtype=bool)
-    stepped_back[rows] = back
-    if not back.any():
+    if len(steps) and steps.min() <= 0:
+        stepped_back[rows[int(np.argmin(steps)) + 1 :]] = True
+    if not stepped_back.any():
         raise ValueError(
             f"{where}: {local[unresolved][0]} falls in the hour the clock repeats as daylight "
             "saving ends, and the file never steps back to repeat it, so EDT and EST cannot be "

@@ -29,7 +29,7 @@ from model.guards import TrainingError
 
 STATE_FILE = "training_state.safetensors"
 FORMAT = "barcast-training-state"
-VERSION = 1
+VERSION = 2  # 2: the run's identity names its sources and products
 
 
 @dataclass

@@ -26,7 +26,13 @@ def encoders_table(results: Path = RESULTS) -> str:
     lines = [
         f"Both encoders in one run (`--variants encoders`, at {tree_at(p)}, {p['cpu_model']}, "
         f"{e['inference_threads']} inference thread, load average {p['loadavg'][0]:.2f} to "
-        f"{p['loadavg_end'][0]:.2f}); medians over the restarts.",
+        f"{p['loadavg_end'][0]:.2f}); medians over the restarts, "
+        + (
+            "which encoder ran first alternating from pair to pair."
+            if e.get("order") == "alternating"
+            else "the window encoder first in every pair "
+            "(drift over the run falls on the stream encoder)."
+        ),
         "",
         "| encoder | 1,000-symbol burst | engine alone | beside a busy loop | burst / engine "
         "| worker CPU / burst | worker p50 / p99 | client p50 / p99 | held per symbol "

@@ -25,8 +25,8 @@ def times(value: float | None) -> str:
 
 def paired(r: dict[str, Any], name: str) -> str:
     """The median of a cost's per-pair ratios, to the digit that can decide its goal."""
-    value = paired_median(r, name)
-    return "—" if value is None else f"{value:.3f}x"
+    value, pairs = paired_median(r, name), r.get(f"{name}_per_pair") or []
+    return "no pair" if value is None else f"the median of its {len(pairs)} pairs {value:.3f}x"
 
 
 def pipeline_headline_row(r: dict[str, Any]) -> Row:
@@ -75,8 +75,7 @@ def pipeline_cost_row(r: dict[str, Any]) -> Row:
         f"the same way, same run; it and scoring off {order(r)}, medians compared",
         f"defaults restarted {ms(r.get('burst_1000_restarted_ms'))}; "
         f"scoring and calibration off {ms(r.get('burst_1000_noscoring_ms'))}: with them "
-        f"**{times(r.get('scoring_cost'))}** (median of the pairs "
-        f"{paired(r, 'scoring_cost')}; per pair of restarts "
+        f"**{times(r.get('scoring_cost'))}** ({paired(r, 'scoring_cost')}; per pair of restarts "
         f"{'/'.join(map(str, r.get('scoring_cost_per_pair', []))) or '—'}; the worker's and "
         f"the broker's CPU {times(r.get('scoring_cpu_cost'))}); calibration off alone "
         f"{ms(r.get('burst_1000_nocalibration_ms'))}; explanations on "
@@ -109,8 +108,7 @@ def pipeline_trust_rows(r: dict[str, Any]) -> list[Row]:
             "same way, same run; the model's share of the burst: the engine alone on its windows "
             f"(load average {load['loadavg'][0]} to {load['loadavg_end'][0]} on the 2 cores)",
             f"shadow baselines off {ms(r.get('burst_1000_noshadow_ms'))}: with them "
-            f"**{times(r.get('shadow_cost'))}** (median of the pairs "
-            f"{paired(r, 'shadow_cost')}; per pair of restarts "
+            f"**{times(r.get('shadow_cost'))}** ({paired(r, 'shadow_cost')}; per pair of restarts "
             f"{'/'.join(map(str, r.get('shadow_cost_per_pair', []))) or '—'}; the worker's and "
             f"the broker's CPU {times(r.get('shadow_cpu_cost'))}); a canary beside "
             f"{ms(r.get('burst_1000_canary_ms'))}: **{signed_ms(r.get('canary_cost_ms'))}**, "
@@ -164,8 +162,7 @@ def trust_headline(r: dict[str, Any]) -> str:
     return (
         f"Their cost in a 1,000-symbol burst (`benchmarks/results/pipeline_trust.json`, at "
         f"{r['provenance']['commit'][:7]}): the shadow baselines **{times(r.get('shadow_cost'))}"
-        f"** the burst without them, the median of its pairs "
-        f"{paired(r, 'shadow_cost')} (goal <= {goals['shadow_cost']}x "
+        f"** the burst without them, {paired(r, 'shadow_cost')} (goal <= {goals['shadow_cost']}x "
         f"{verdict['shadow_cost']}); a canary **{signed_ms(r.get('canary_cost_ms'))}**, "
         f"{times(r.get('canary_over_model_share'))} the model's share of the burst, its "
         f"forecasts made in the quiet after it (goal <= {goals['canary_over_model_share']}x "

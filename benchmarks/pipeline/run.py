@@ -337,7 +337,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="batched bursts")
     parser.add_argument("--variant-repeats", type=int, default=2, help="bursts per variant")
     parser.add_argument(
-        "--pairs", type=int, default=2, help="restarts of each of (c'), (h), (j), (k), alternated"
+        "--pairs", type=int, default=3, help="restarts of each of (c'), (h), (j), (k), alternated"
     )
     parser.add_argument("--random-hidden", type=int, default=64, help="secondary model")
     parser.add_argument("--random-heads", type=int, default=4)
@@ -367,6 +367,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.minutes < 140:
         parser.error("--minutes must be >= 140: the first forecast needs ~133 bars")
+    if args.pairs < 3:
+        parser.error(f"--pairs {args.pairs}: a paired cost needs at least 3 pairs to tell a median")
     result = run(args)
     print()
     print(table(result, table_rows(result["encoders"])))

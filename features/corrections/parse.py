@@ -111,10 +111,10 @@ def validate(
     if "control" in data and not valid_control(data):
         return f"malformed control record: {CONTROL_FORMS}"
     if "control" in data:
+        keyed = ", keyed by its symbol" if data["control"] == ControlKind.ROLL else ""
         return (
-            f"a {data['control']} control record taken as a bar: a control record carries the "
-            "control headers, and a roll is keyed by its symbol, on that symbol's partition "
-            "(streams.ingest.producer sends them so)"
+            f"a {data['control']} control record taken as a bar: send it with the control "
+            f"headers{keyed}, as streams.ingest.producer does"
         )
     if not data.keys() >= REQUIRED_SET:
         missing = [name for name in REQUIRED if name not in data]

@@ -191,10 +191,13 @@ class SymbolScoring:
             self.dropped_through = stale[-1]
         for ts in stale:
             del self.bars[ts]
-        # An outage no label can reach any more: one before the oldest forecast still to come,
-        # or, with none seen yet, before the bars dropped (a forecast that old is late).
-        reach = self.dropped_through if needed == -math.inf else needed
-        if self.outages and reach is not None:
+        # An outage no label can reach any more: one before the oldest forecast pending, or
+        # with none pending, before the newest forecast seen and before the bars dropped (a
+        # forecast still to come is later than the one, and late if not later than the other).
+        reach = needed
+        if not self.pending and self.dropped_through is not None:
+            reach = max(needed, self.dropped_through)
+        if self.outages and reach != -math.inf:
             self.outages = [o for o in self.outages if o[1] > reach]
 
     def to_bytes(self) -> bytes:

@@ -47,9 +47,11 @@ def producer_config(
     """The producer configuration replay and live ingest use (and the benchmark's baseline):
     a message not delivered in `timeout_s` fails; None: it is retried until delivered."""
     timeout_ms = 0 if timeout_s is None else int(timeout_s * 1000)
-    return confluent_config(
-        settings, **PRODUCER_TUNING, **{"linger.ms": linger_ms, "message.timeout.ms": timeout_ms}
-    )
+    # a broker's message.max.bytes bounds a whole record batch, not one record
+    limit = min(PRODUCER_TUNING["batch.size"], settings.max_record_bytes)
+    sizes = {"batch.size": limit, "message.max.bytes": limit}
+    timing = {"linger.ms": linger_ms, "message.timeout.ms": timeout_ms}
+    return confluent_config(settings, **(PRODUCER_TUNING | sizes | timing))
 
 
 class BarProducer:

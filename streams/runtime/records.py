@@ -78,9 +78,11 @@ def misrouted(control: Control) -> str | None:
     symbol = control.decoded.get("symbol")
     if symbol is None or control.key == symbol.encode():
         return None
+    roll = control.kind == schema.ControlKind.ROLL
+    sender = "BarProducer.send_roll" if roll else "the corrections stage"
     return (
         f"a {control.kind} record is keyed by its symbol ({symbol!r}), on that symbol's "
-        f"partition; this one is keyed {control.key!r}: send it as BarProducer.send_roll does"
+        f"partition; this one is keyed {control.key!r}: send it as {sender} does"
     )
 
 

@@ -10,9 +10,9 @@ or was refused, and records the promotion in its state (a restart keeps it).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from model.checkpoint import durable_replace
 from model.serving.checkpoints import PROMOTE, CheckpointWatcher, model_id_of
 from streams.exit_codes import ExitCode
 from streams.settings import Settings
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     tmp = path.with_suffix(".tmp")
     try:
         tmp.write_text(model_id + "\n")
-        os.replace(tmp, path)
+        durable_replace(tmp, path)
     except OSError as exc:  # e.g. the model directory mounted read-only in a forecast pod
         if tmp.is_file():
             tmp.unlink()

@@ -76,7 +76,9 @@ def test_model_anchors_state_their_design_and_the_matched_one_matches() -> None:
     matched = anchors["ptf_matched"]
     # the nearest count: within 5 %, or as near as its smallest width comes (at hidden 32 its
     # other networks alone outnumber barcast's)
-    assert 0.95 <= matched["params_over_barcast"] <= 1.05 or matched["hidden_continuous_size"] == 1
+    assert 0.95 <= matched["params_over_barcast"] <= 1.05 or (
+        matched["hidden_continuous_size"] == 1 and matched["params_over_barcast"] <= 1.25
+    )
     assert all(a["design"] for a in anchors.values())
 
 

@@ -43,15 +43,19 @@ def test_the_repeated_fall_back_hour_is_edt_then_est(tmp_path: Path) -> None:
     assert ts[0] == utc("2010-11-07 04:58") and ts[-1] == utc("2010-11-07 07:01")
 
 
-def test_a_repeated_bar_before_the_repeated_hour_does_not_shift_it(tmp_path: Path) -> None:
-    """A vendor's duplicate at 00:30 is a step back too, but not the clock's: the hour's first
-    pass stays EDT, and the duplicate is the corrections' to judge."""
-    times = [*minutes("00:28", "00:31"), "00:30", *minutes("00:31", "01:59")]
+@pytest.mark.parametrize("repeated", ["00:30", "01:10"])
+def test_a_repeated_bar_does_not_shift_the_repeated_hour(tmp_path: Path, repeated: str) -> None:
+    """A vendor's bar sent again (before the hour, or in its first pass) steps back too, but
+    less than the clock does: the hour's first pass stays EDT, and the repeat is the
+    corrections' to judge."""
+    at = minutes("00:28", "01:59").index(repeated) + 1
+    first = minutes("00:28", "01:59")
+    times = [*first[:at], repeated, *first[at:]]
     frame, _ = read_day(write_day(tmp_path, "2010-11-07", times + minutes("01:00", "02:01")))
     ts = frame["ts_event"].to_numpy()
-    assert ts[times.index("01:00")] == utc("2010-11-07 05:00")
+    assert ts[times.index("01:30")] == utc("2010-11-07 05:30")
     assert ts[len(times)] == utc("2010-11-07 06:00") and ts[-1] == utc("2010-11-07 07:01")
-    assert len(set(ts.tolist())) == len(ts) - 2  # 00:30 and 00:31 each twice, nothing else
+    assert len(set(ts.tolist())) == len(ts) - 1  # the repeat, nothing else
 
 
 def test_the_skipped_spring_hour_joins_the_minutes_around_it(tmp_path: Path) -> None:

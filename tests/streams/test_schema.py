@@ -150,6 +150,7 @@ def test_keys_and_headers_round_trip() -> None:
         (s.decode_control, b"[1]", "JSON object"),
         (s.decode_raw, b"{bad", "is JSON"),
         (s.decode_control, b'{"control": "end_of_interval", "ts_event": 5}', "2000 to 2100"),
+        (s.decode_control, s.encode(s.expired(RAW["ts_event"], "ES\0x", 1)), "without a NUL"),
         (s.decode_clean, orjson.dumps({**RAW, "close": 1.1}), "not a bars.clean bar"),
         (s.decode_clean, orjson.dumps({**RAW, "ts_event": 2**63}), "outside 2000-01-01"),
         (s.decode_clean, orjson.dumps({**RAW, "symbol": "ES\0x"}), "NUL"),

@@ -10,7 +10,8 @@ import pytest
 
 from streams import schema
 from streams.ingest.errors import DeliveryFailed
-from streams.ingest.producer import BarProducer
+from streams.ingest.producer import BarProducer, producer_config
+from streams.settings import Settings
 
 
 class FullQueue:
@@ -73,3 +74,11 @@ def test_a_stop_while_the_queue_stays_full_fails_the_message_instead_of_waiting(
     assert queue.produced == [] and sink.failed == 3
     with pytest.raises(DeliveryFailed, match=r"3 of 3 messages were not delivered.*broker down"):
         sink.check()
+
+
+@pytest.mark.parametrize("limit", [65_536, 4_000_000])
+def test_a_batch_is_no_larger_than_a_record_may_be(limit: int) -> None:
+    """A broker's message.max.bytes bounds a whole record batch: replay's and live ingest's
+    batches stay within BARCAST_MAX_RECORD_BYTES, as the worker's do."""
+    config = producer_config(Settings(max_record_bytes=limit), linger_ms=5.0)
+    assert config["batch.size"] == config["message.max.bytes"] == min(limit, 1_000_000)

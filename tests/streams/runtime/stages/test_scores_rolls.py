@@ -61,6 +61,20 @@ def test_an_outage_no_forecast_can_reach_is_let_go_even_before_any_forecast() ->
     assert score_all([decided])[0]["unscored"] == "outage"
 
 
+def test_outages_are_let_go_once_a_symbol_is_forecast_no_more() -> None:
+    """Forecast once and then never again (its rows refused, say): the outages after it go
+    once its bars leave the retention, as before any forecast."""
+    state = SymbolScoring(retention=5)
+    state.add_bar(LabelBar(minute(0), 1.0, False))
+    state.add_forecast(forecast(minute(0), 1.0))
+    for k in range(1, 40):
+        if k % 10 == 5:
+            state.outage(minute(k), minute(k + 1))
+        else:
+            state.add_bar(LabelBar(minute(k), 1.0, False))
+    assert state.outages == [(minute(35), minute(36))] and not state.pending
+
+
 def test_a_roll_rescales_the_closes_held_so_a_label_across_it_is_the_markets_move() -> None:
     """Old contract at 1.00 then 1.01; the new one trades 2 % over it: 1.0302 at minute 2."""
     state = SymbolScoring()
