@@ -37,6 +37,7 @@ from features.corrections import (
     SymbolState,
     bars_from_frame,
     correct_steps,
+    is_calendar_spread,
 )
 from features.firstrate import day_files, eastern_date, eastern_midnight, read_day
 from model.bar_formats import DBN_SUFFIXES, DataError, read_frame
@@ -279,7 +280,7 @@ def load_bars(
     `sources`: `BarSource`s, or paths/`SYMBOL=PATH` strings (read whole). Returns the clean
     bars of every symbol and a report: the sources and their ranges, per-file sha256 (each day
     file read, for a folder), the bars whose volume was missing (read as 0), the bars of
-    calendar spreads skipped (a '-' in the symbol: their prices cross zero, no level a return
+    calendar spreads skipped (`is_calendar_spread`: their prices cross zero, no level a return
     is taken of), the corrections counters (`clean`, `corrected.*`, `rejected.*`,
     `synthetic`, ...), bars per symbol, and the seconds spent reading and correcting.
     """
@@ -301,7 +302,7 @@ def load_bars(
             raw[0] += len(frame)
             no_volume[0] += int(frame["volume"].isna().sum())  # read as 0: said, not hidden
             for bar in bars_from_frame(frame, source="training"):
-                if "-" in bar["symbol"]:
+                if is_calendar_spread(bar["symbol"]):
                     spreads[bar["symbol"]] += 1
                 else:
                     yield bar

@@ -64,7 +64,7 @@ open over the last close), so no return, spike test or gap fill sees the calenda
 held candidate is decided by the bar's prices brought back to the old contract (`Step.roll`).
 """
 
-from features.corrections.config import CorrectionConfig
+from features.corrections.config import CorrectionConfig, is_calendar_spread
 from features.corrections.history import (
     History,
     bars_from_frame,
@@ -106,6 +106,7 @@ __all__ = [
     "correct_steps",
     "expect_roll",
     "flush",
+    "is_calendar_spread",
     "outage",
     "take_control",
 ]

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+
+# Two or more futures contracts (root, month code, year) joined by '-': a CME calendar spread's
+# raw symbol (ESH4-ESM4). BTC-PERP has a '-' and is no spread.
+_CONTRACT = r"[A-Z0-9]{1,6}[FGHJKMNQUVXZ]\d{1,2}"
+CALENDAR_SPREAD = re.compile(rf"{_CONTRACT}(?:-{_CONTRACT})+")
+
+
+def is_calendar_spread(symbol: str) -> bool:
+    """Whether `symbol` is a calendar spread's raw symbol: its price is a difference of two
+    contracts', at or below zero at times."""
+    return CALENDAR_SPREAD.fullmatch(symbol) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +27,7 @@ class CorrectionConfig:
         (the daily CME maintenance hour, weekends): reported, never filled.
     allow_negative: symbols whose prices may be zero or negative (rule nonpositive_price off;
         the scale and spike rules, defined on log prices, are off for them too).
-    spreads_allow_negative: treat raw symbols with a '-' (CME calendar spreads) as listed.
+    spreads_allow_negative: treat CME calendar spreads (`is_calendar_spread`) as listed.
     scale_tolerance: how far (in decades) a price may sit from an exact power of ten of the
         reference and still be taken for a fixed-point scale error.
     spike_z: robust z-score (vs the rolling median/MAD of log returns) a move must reach.
@@ -85,4 +97,5 @@ class CorrectionConfig:
         object.__setattr__(self, "spike_band", band)
 
     def allows_negative(self, symbol: str) -> bool:
-        return symbol in self.allow_negative or (self.spreads_allow_negative and "-" in symbol)
+        listed = symbol in self.allow_negative
+        return listed or (self.spreads_allow_negative and is_calendar_spread(symbol))

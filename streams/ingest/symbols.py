@@ -28,6 +28,7 @@ import databento_dbn
 import numpy as np
 import orjson
 
+from features.corrections import is_calendar_spread
 from streams.ingest.errors import UnknownSymbol
 
 PARENT_SUFFIX = ".FUT"
@@ -55,7 +56,7 @@ class Definition:
 def is_spread(symbol: str, definition: Definition | None = None) -> bool:
     if definition is not None and definition.instrument_class in SPREAD_CLASSES:
         return True
-    return "-" in symbol
+    return is_calendar_spread(symbol)
 
 
 def root_matches(root: str, symbol: str, definition: Definition | None = None) -> bool:

@@ -176,6 +176,13 @@ def test_negative_prices_pass_where_allowed(symbol: str, config: CorrectionConfi
     assert statuses(correct_history(values, config)) == ["clean", "clean"]
 
 
+def test_a_symbol_with_a_dash_is_no_spread_unless_its_legs_are_contracts() -> None:
+    """BTC-PERP is a perpetual: a negative price of it is a fault, not a spread's."""
+    assert CONFIG.allows_negative("ESZ24-ESH25") and CONFIG.allows_negative("CLF5-CLG5-CLH5")
+    values = [bar(0, -TICK, TICK, -2 * TICK, 0, symbol="BTC-PERP")]
+    assert statuses(correct_history(values, CONFIG)) == ["rejected"]
+
+
 def test_symbol_no_longer_allowed_negative_is_judged_without_its_negative_reference() -> None:
     allowed = CorrectionConfig(allow_negative=frozenset({"6EH4"}))
     state, stats = SymbolState(), CorrectionStats()
