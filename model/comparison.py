@@ -20,7 +20,8 @@ def window_losses(
 
 
 def compare(loss: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The TFT against the baseline with the lowest mean pinball: relative gain, a moving-block
+    """The TFT against the baseline with the lowest mean pinball on these windows (chosen after
+    the fact: conservative for a claim that the TFT is better): relative gain, a circular block
     bootstrap interval and the Diebold-Mariano test (HLN, a day of HAC lags) of the per-window
     difference (bp; > 0: TFT better); and the model confidence set over every forecaster."""
     best = min((k for k in loss if k != "tft"), key=lambda k: loss[k].mean())

@@ -4,16 +4,20 @@ Window losses are serially dependent: neighbouring windows share most of their l
 volatility clusters for hours and returns to the next day's same minutes. So every figure here
 treats a day of consecutive windows as the unit of dependence:
 
-- `block_bootstrap`: a moving-block bootstrap (Künsch 1989) of the mean difference, blocks of
-  a trading day of windows, so the interval is not the far too narrow one an i.i.d. bootstrap
-  would give;
+- `block_bootstrap`: a circular block bootstrap (Politis & Romano 1992) of the mean
+  difference, blocks of a trading day of windows, so the interval is not the far too narrow
+  one an i.i.d. bootstrap would give; circular, so that the first and last windows weigh in a
+  replicate as much as the others and the interval is centred on the sample mean;
 - `diebold_mariano`: the Diebold-Mariano test of equal mean loss with a Newey-West (Bartlett)
   long-run variance over a trading day of lags and the Harvey-Leybourne-Newbold small-sample
   correction, against Student's t;
 - `model_confidence_set`: the model confidence set of Hansen, Lunde & Nason (2011) over every
   forecaster, by the T_max statistic with the same block bootstrap.
 
-The series is a symbol's windows in time order (several symbols' follow one another).
+The series is a symbol's windows in time order (several symbols' follow one another). Over
+fewer than `MIN_BLOCKS` days of windows, a day-long block leaves too few blocks for either the
+bootstrap or the long-run variance to be right (both come out too narrow): the figures are
+reported, flagged `too_short`, and the bootstrap's `excludes_zero` is None, deciding nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ REPLICATES = 2000
 HAC_LAGS = 1380  # Newey-West lags: a trading day of windows
 MCS_ALPHA = 0.1  # the set holds the best forecaster with probability 90 %
 MCS_REPLICATES = 1000
+MIN_BLOCKS = 20  # days of windows a comparison needs before its interval or test decides
 
 
 def block_bootstrap(
@@ -37,27 +42,32 @@ def block_bootstrap(
     n = len(diff)
     if n == 0:
         raise ValueError("no window to compare")
+    short = n < MIN_BLOCKS * block
     block = max(1, min(block, n))
     means = block_means(diff[:, None], block, replicates, seed)[:, 0]
     lo, hi = np.quantile(means, [0.025, 0.975])
     return {
         "mean": float(diff.mean()),
         "ci95": [float(lo), float(hi)],
-        "excludes_zero": bool(lo > 0 or hi < 0),
+        "excludes_zero": None if short else bool(lo > 0 or hi < 0),
+        "too_short": short,
+        "method": "circular block",
         "block": block,
         "replicates": replicates,
     }
 
 
 def block_means(values: np.ndarray, block: int, replicates: int, seed: int) -> np.ndarray:
-    """`(replicates, m)` column means of `values` `(n, m)` resampled as moving blocks of `block`
-    rows, the same blocks for every column, joined and cut at n rows."""
+    """`(replicates, m)` column means of `values` `(n, m)` resampled as circular blocks of
+    `block` rows (a block starting near the end wraps to the start), the same blocks for every
+    column, joined and cut at n rows."""
     n = len(values)
     rng = np.random.default_rng(seed)
     k = -(-n // block)
-    starts = rng.integers(0, n - block + 1, size=(replicates, k))
+    starts = rng.integers(0, n, size=(replicates, k))
     # Block sums from prefix sums: memory replicates x k x m, not replicates x n.
-    prefix = np.concatenate([np.zeros((1, values.shape[1])), np.cumsum(values, axis=0)])
+    wrapped = np.concatenate([values, values[: block - 1]])
+    prefix = np.concatenate([np.zeros((1, values.shape[1])), np.cumsum(wrapped, axis=0)])
     lengths = np.full(k, block)
     lengths[-1] = n - (k - 1) * block  # the last block is cut where n windows are reached
     return (prefix[starts + lengths] - prefix[starts]).sum(axis=1) / n
@@ -94,6 +104,7 @@ def diebold_mariano(diff: np.ndarray, lags: int = HAC_LAGS) -> dict[str, Any]:
         "mean": mean,
         "statistic": statistic,
         "p_value": student_t_two_sided(statistic, n - 1),
+        "too_short": n < MIN_BLOCKS * h,
         "hac_lags": lags,
         "hln_factor": factor,
         "n": n,

@@ -49,7 +49,12 @@ def verdict(report: dict[str, Any]) -> str:
     e = report["evaluation"]
     c, m = e["comparison"], e["model"]
     gain, interval = c["relative_gain"], c["gain_bootstrap"]
-    milestone = gain > 0 and interval["excludes_zero"]
+    milestone = gain > 0 and interval["excludes_zero"] is True
+    decided = {
+        True: "excludes zero",
+        False: "includes zero",
+        None: "decides nothing: the windows span too few days for it",
+    }
     best = NAMES.get(c["best_baseline"], c["best_baseline"])
     below = m["coverage_below"]
     return "\n".join(
@@ -60,7 +65,7 @@ def verdict(report: dict[str, Any]) -> str:
             f"- The TFT ({c['tft_mean_pinball']:.4f}) is {pct(abs(gain), 2)} "
             f"{'ahead of' if gain > 0 else 'behind'} the best baseline, {best} "
             f"({c['best_baseline_mean_pinball']:.4f}); the difference's 95 % interval "
-            f"{'excludes' if interval['excludes_zero'] else 'includes'} zero.",
+            f"{decided[interval['excludes_zero']]}.",
             f"- The TFT's 80 % interval covers {m['coverage_interval']:.3f} (below q10 "
             f"{below['0.1']:.3f}, below q90 {below['0.9']:.3f}).",
             f"- Model id `{e['model_id']}`, trained and evaluated at "

@@ -75,13 +75,16 @@ def markdown_table(report: dict[str, Any]) -> str:
             f"{r['coverage_interval']:.3f} |"
         )
     c = evaluation["comparison"]
-    gain, (lo, hi) = c["gain_bootstrap"]["mean"], c["gain_bootstrap"]["ci95"]
+    boot = c["gain_bootstrap"]
+    gain, (lo, hi) = boot["mean"], boot["ci95"]
+    method = boot.get("method", "moving-block")  # results from before the blocks wrapped
     lines += [
         "",
         f"TFT vs the best baseline ({NAMES.get(c['best_baseline'], c['best_baseline'])}): "
-        f"{c['relative_gain']:+.2%} mean pinball; difference {gain:+.4f} bp, moving-block "
+        f"{c['relative_gain']:+.2%} mean pinball; difference {gain:+.4f} bp, {method} "
         f"bootstrap 95 % interval [{lo:+.4f}, {hi:+.4f}] over {evaluation['n_windows']:,} "
-        "windows.",
+        "windows"
+        + (": too few days of them to decide anything." if boot.get("too_short") else "."),
     ]
     return "\n".join(lines)
 

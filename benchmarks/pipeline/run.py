@@ -367,8 +367,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.minutes < 140:
         parser.error("--minutes must be >= 140: the first forecast needs ~133 bars")
-    if args.pairs < 3:
-        parser.error(f"--pairs {args.pairs}: a paired cost needs at least 3 pairs to tell a median")
     result = run(args)
     print()
     print(table(result, table_rows(result["encoders"])))

@@ -161,18 +161,19 @@ def test_rolling_quantiles_need_a_quarter_window_of_history() -> None:
 def test_block_bootstrap_sees_a_real_difference_and_not_a_spurious_one() -> None:
     rng = np.random.default_rng(2)
     noise = np.repeat(rng.normal(0, 1, 200), 50)  # strongly dependent: blocks of 50 equal values
-    assert block_bootstrap(noise + 0.5)["excludes_zero"]
-    null = block_bootstrap(noise - noise.mean())
-    assert not null["excludes_zero"] and null["ci95"][0] < 0 < null["ci95"][1]
+    assert block_bootstrap(noise + 0.5, block=100)["excludes_zero"]
+    null = block_bootstrap(noise - noise.mean(), block=100)
+    assert null["excludes_zero"] is False and null["ci95"][0] < 0 < null["ci95"][1]
 
 
 def test_block_bootstrap_resamples_whole_blocks_cut_at_n() -> None:
     """Its interval is that of the replicates written out: k blocks drawn from the same
-    generator, joined, cut to n windows, averaged."""
+    generator, each wrapping round past the last window, joined, cut to n windows, averaged."""
     diff = np.random.default_rng(4).normal(0.001, 0.01, 23)
     block, replicates = 5, 300
-    starts = np.random.default_rng(0).integers(0, 23 - block + 1, size=(replicates, 5))
-    means = [np.concatenate([diff[s : s + block] for s in row])[:23].mean() for row in starts]
+    starts = np.random.default_rng(0).integers(0, 23, size=(replicates, 5))
+    blocks = [[diff.take(range(s, s + block), mode="wrap") for s in row] for row in starts]
+    means = [np.concatenate(row)[:23].mean() for row in blocks]
     result = block_bootstrap(diff, block=block, replicates=replicates, seed=0)
     assert np.allclose(result["ci95"], np.quantile(means, [0.025, 0.975]), rtol=0, atol=1e-15)
 

@@ -8,6 +8,9 @@ import math
 import numpy as np
 
 from model.significance import (
+    MIN_BLOCKS,
+    block_bootstrap,
+    block_means,
     diebold_mariano,
     model_confidence_set,
     newey_west_variance,
@@ -79,3 +82,24 @@ def test_the_model_confidence_set_drops_a_clearly_worse_forecaster_only() -> Non
     assert mcs["p_values"]["worse"] < 0.01 and mcs["statistic"] == "T_max"
     assert min(mcs["p_values"]["best"], mcs["p_values"]["twin"]) > 0.1
     assert max(mcs["p_values"].values()) == 1.0
+
+
+def test_the_bootstrap_weighs_every_window_alike() -> None:
+    """Only the last day differs: a replicate draws its windows as often as any others (the
+    blocks wrap round), so the replicates centre on the sample mean."""
+    diff = np.zeros(40 * 100)
+    diff[-100:] = 1.0
+    means = block_means(diff[:, None], 100, 4000, seed=0)[:, 0]
+    assert math.isclose(means.mean(), diff.mean(), rel_tol=0.05)
+
+
+def test_too_few_days_of_windows_decide_nothing() -> None:
+    """Under MIN_BLOCKS blocks, the interval and the test are too narrow to trust: reported,
+    flagged, and the interval's verdict is None."""
+    rng = np.random.default_rng(2)
+    short, long = (rng.normal(1.0, 1.0, days * 50) for days in (MIN_BLOCKS - 1, MIN_BLOCKS))
+    assert block_bootstrap(short, block=50)["excludes_zero"] is None
+    assert block_bootstrap(short, block=50)["too_short"] is True
+    assert block_bootstrap(long, block=50)["excludes_zero"] is True
+    assert diebold_mariano(short, lags=49)["too_short"] is True
+    assert diebold_mariano(long, lags=49)["too_short"] is False
