@@ -45,7 +45,7 @@ def clear(*gauges: Gauge) -> None:
 
 class SkillMetrics:
     """`barcast_forecast_skill{horizon,baseline}`: 1 - pinball(model) / pinball(baseline) over
-    the rolling window of the symbols the worker holds, and its moving-block bootstrap interval
+    the rolling window of the symbols the worker holds, and its circular block bootstrap interval
     (`_lower`, `_upper`; model.serving.skill); `barcast_forecast_source_symbols{source}`: how
     many symbols serve the model's forecasts, how many a baseline's."""
 

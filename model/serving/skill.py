@@ -2,9 +2,11 @@
 
 skill = 1 - pinball(model) / pinball(baseline) over the same scored forecasts (their mean
 pinball over quantiles and horizons, or at one horizon): 0.05 is a model 5 % better, -0.1 one
-10 % worse. Its interval is a moving-block bootstrap's (Künsch 1989): consecutive forecasts'
-labels share bars (a 10-minute label overlaps the next nine), so the losses are resampled in
-blocks of `BLOCK` consecutive forecasts, the blocks' starts drawn with replacement, and the
+10 % worse. Its interval is a circular block bootstrap's (Politis & Romano 1992): consecutive
+forecasts' labels share bars (a 10-minute label overlaps the next nine), so the losses are
+resampled in blocks of `BLOCK` consecutive forecasts, the blocks' starts drawn with replacement
+and a block wrapping round past the newest forecast to the oldest (so that the newest weigh in a
+resample as much as the others, not less: they are what "now" is), and the
 `LEVEL` interval is the resampled ratios' central quantiles. The draws are a fixed function of
 the number of forecasts (a seeded generator), so an interval is a function of the losses alone:
 a restarted worker computes the same one. Block sums come from prefix sums, so a resample costs
@@ -65,16 +67,18 @@ class Skill(NamedTuple):
 
 @functools.lru_cache(maxsize=64)
 def block_starts(n: int) -> np.ndarray:
-    """`(RESAMPLES, ceil(n / BLOCK))` block starts in [0, n - BLOCK]: the same for every n."""
+    """`(RESAMPLES, ceil(n / BLOCK))` block starts in [0, n): the same for every n."""
     rng = np.random.default_rng([SEED, n])
-    starts = rng.integers(0, n - BLOCK + 1, size=(RESAMPLES, -(-n // BLOCK)))
+    starts = rng.integers(0, n, size=(RESAMPLES, -(-n // BLOCK)))
     starts.flags.writeable = False
     return starts
 
 
 def block_sums(losses: np.ndarray) -> np.ndarray:
-    """`(..., n - BLOCK + 1)` sums of every BLOCK consecutive losses along the last axis."""
-    prefix = np.concatenate([np.zeros((*losses.shape[:-1], 1)), np.cumsum(losses, -1)], -1)
+    """`(..., n)` sums of the BLOCK consecutive losses from each one along the last axis, the
+    last ones wrapping round to the first."""
+    wrapped = np.concatenate([losses, losses[..., : BLOCK - 1]], -1)
+    prefix = np.concatenate([np.zeros((*losses.shape[:-1], 1)), np.cumsum(wrapped, -1)], -1)
     return prefix[..., BLOCK:] - prefix[..., :-BLOCK]
 
 

@@ -53,7 +53,7 @@ class Fan(TypedDict):
 
 class SkillFigure(TypedDict):
     skill: float  # 1 - pinball(model) / pinball(baseline) over `forecasts` scored forecasts
-    lower: float  # its 90 % moving-block bootstrap interval (model.serving.skill)
+    lower: float  # its 90 % circular block bootstrap interval (model.serving.skill)
     upper: float
     forecasts: int
 

@@ -1,7 +1,7 @@
 """The backtest's skill figures: the model's forecasts against the shadow baselines the worker
 scored beside each (model.serving.shadow), read from its `forecasts.scores` records. Over the
 whole run, all symbols' scored forecasts in time order: skill (1 - pinball(model) /
-pinball(baseline)) with its moving-block bootstrap interval (model.serving.skill), overall and
+pinball(baseline)) with its circular block bootstrap interval (model.serving.skill), overall and
 per horizon and per symbol; and how many forecasts each source published."""
 
 from __future__ import annotations

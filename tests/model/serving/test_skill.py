@@ -40,12 +40,14 @@ def losses(n: int, seed: int, worse: float = 0.0) -> tuple[np.ndarray, np.ndarra
     return baseline * (1 + worse) * rng.uniform(0.9, 1.1, n), baseline
 
 
-def test_block_sums_are_the_sums_of_every_block() -> None:
+def test_block_sums_are_the_sums_of_every_block_wrapping_round() -> None:
+    """The newest forecasts start blocks as often as any (wrapping round to the oldest): in a
+    resample they weigh as much as the others."""
     x = np.random.default_rng(0).normal(size=97)
-    expected = [x[i : i + BLOCK].sum() for i in range(97 - BLOCK + 1)]
+    expected = [x.take(range(i, i + BLOCK), mode="wrap").sum() for i in range(97)]
     assert np.allclose(block_sums(x), expected)
     starts = block_starts(97)
-    assert starts.shape[1] == -(-97 // BLOCK) and starts.max() <= 97 - BLOCK
+    assert starts.shape[1] == -(-97 // BLOCK) and starts.max() > 97 - BLOCK
     assert np.array_equal(starts, block_starts(97)) and not starts.flags.writeable
 
 
