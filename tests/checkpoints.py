@@ -41,6 +41,7 @@ def make_checkpoint(
     median_shift: float | None = None,
     encoder: str = "window",
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9),
+    horizon: int = 10,
 ) -> str:
     """Write a randomly initialised TFT checkpoint; returns its model id. With `median_shift`,
     its head is a new model's instead (Gaussian quantiles of its volatility scale whatever the
@@ -57,6 +58,7 @@ def make_checkpoint(
         zero_median=median_shift is None or median_shift == 0,
         encoder=encoder,
         quantiles=quantiles,
+        horizon=horizon,
     )
     if median_shift is None:
         model = untrained_model(config)

@@ -103,12 +103,17 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
 
 
 def load_engine(
-    path: Path, settings: ServingSettings, engine: ForecastEngine | None, lookback: int | None
+    path: Path,
+    settings: ServingSettings,
+    engine: ForecastEngine | None,
+    lookback: int | None,
+    horizon: int | None = None,
 ) -> tuple[ForecastEngine, Served]:
     """The checkpoint at `path` validated and on the device (blocking), with the engine to
     swap it into (`engine`, or a new one); one of another lookback than the worker's windows
-    (`lookback`, None before any), or of other quantiles than it publishes, refused:
-    CheckpointError."""
+    (`lookback`, None before any), of other quantiles than it publishes, or of another horizon
+    than the model it would forecast beside (`horizon`: a canary's forecasts are scored
+    against the serving model's, horizon by horizon), refused: CheckpointError."""
     from model.serving.forecast_engine import ForecastEngine
 
     if engine is None:
@@ -122,5 +127,12 @@ def load_engine(
         raise CheckpointError(
             f"it looks back {served_lookback} bars and this worker's windows hold {lookback}: "
             "restart the worker to serve it"
+        )
+    served_horizon = served.forecaster.config.horizon
+    if horizon is not None and served_horizon != horizon:
+        raise CheckpointError(
+            f"it forecasts {served_horizon} minutes ahead and the model serving {horizon}: a "
+            "canary is scored against the model horizon by horizon; serve it with "
+            "BARCAST_CANARY=off (swapped in at once)"
         )
     return engine, served

@@ -361,10 +361,11 @@ class Forecasting:
             return
         first = self.engine is None
         canary = self.serving.canaries and not first
+        beside = self.engine.horizon if canary and self.engine is not None else None
         try:
-            engine, served = await asyncio.to_thread(
-                load_engine, path, self.settings, None if canary else self.engine, self.lookback
-            )
+            into = None if canary else self.engine
+            args = (path, self.settings, into, self.lookback, beside)
+            engine, served = await asyncio.to_thread(load_engine, *args)
         except (CheckpointError, OSError) as exc:  # OSError: files removed or unreadable
             watcher.reject(path)
             serving = watcher.current or "none (bars are not forecast until one is valid)"

@@ -168,6 +168,16 @@ def test_a_checkpoint_of_other_quantiles_is_refused(
         load_engine(tmp_path / "other", Settings(), None, None)
 
 
+def test_a_canary_of_another_horizon_is_refused(tmp_path: Path) -> None:
+    """A canary's forecasts are scored against the serving model's horizon by horizon: one of
+    another horizon beside it would fail the scoring stage on its first score, again at every
+    restart. Alone (BARCAST_CANARY=off, or the first checkpoint) it serves."""
+    make_checkpoint(tmp_path / "longer", horizon=12)
+    with pytest.raises(CheckpointError, match="12 minutes ahead and the model serving 10"):
+        load_engine(tmp_path / "longer", Settings(), None, None, horizon=10)
+    assert load_engine(tmp_path / "longer", Settings(), None, None)[0].horizon == 12
+
+
 @pytest.mark.parametrize("count", [180, 230])  # behind and ahead of the cached window's 200
 def test_a_window_that_restarted_over_other_bars_is_not_served_from_the_cache(
     tmp_path: Path, feature_rows, count: int

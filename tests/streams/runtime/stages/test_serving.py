@@ -211,3 +211,16 @@ def test_a_promote_of_a_checkpoint_not_in_the_directory_is_tried_again() -> None
 
     asyncio.run(promote_twice())
     assert loads == ["m", "m"] and serving.forced == set()
+
+
+def test_a_checkpoint_of_another_horizon_is_not_proposed_as_a_canary(tmp_path: Path) -> None:
+    """Its forecasts would be scored against the serving model's horizon by horizon, and the
+    scoring stage would fail on the first of them, at every restart: it is refused, named."""
+    make_checkpoint(tmp_path / "serving")
+    forecasting, _ = stage(tmp_path)
+    watcher = CheckpointWatcher(tmp_path)
+    watcher.accept(tmp_path / "serving")
+    longer = make_checkpoint(tmp_path / "longer", seed=1, horizon=12)
+    asyncio.run(forecasting.reload(watcher))
+    assert forecasting.serving.candidate is None and longer not in forecasting.serving.engines
+    assert watcher.current == tmp_path / "serving"
