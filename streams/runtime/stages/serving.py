@@ -268,16 +268,18 @@ class Serving:
         self.shadows.write(key, row.partition, row.offset, shadow)
 
     def _tidy(self) -> None:
-        """Once no partition whose state this worker holds runs the canary any more, it is
-        done; once they all serve one checkpoint, that one is the worker's default. A
+        """Once every partition whose state this worker holds has decided the canary (or serves
+        it), it is done: one proposed just as a partition decided the canary before it is not
+        taken up yet, and stays; once they all serve one checkpoint, that one is the worker's default. A
         checkpoint none of them serves or runs is let go: its weights and per-symbol caches
         would otherwise stay for as long as the worker runs, one more with each rollout (a
         partition that names it later loads it again, `_loaded`)."""
         assert self.store is not None
         # Those in memory only: reading one not restored yet would make it a blank state
         states = [self.store.states[key] for key in sorted(self.store.states)]
-        if self.candidate is not None and all(
-            s.candidate != self.candidate.model_id for s in states
+        proposed = None if self.candidate is None else self.candidate.model_id
+        if proposed is not None and all(
+            proposed in s.verdicts or s.serving == proposed for s in states
         ):
             self.candidate = None
             self.metrics.set_canary(None)

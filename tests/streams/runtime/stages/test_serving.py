@@ -224,3 +224,31 @@ def test_a_checkpoint_of_another_horizon_is_not_proposed_as_a_canary(tmp_path: P
     asyncio.run(forecasting.reload(watcher))
     assert forecasting.serving.candidate is None and longer not in forecasting.serving.engines
     assert watcher.current == tmp_path / "serving"
+
+
+def test_a_checkpoint_proposed_just_before_a_verdict_is_the_next_canary(tmp_path: Path) -> None:
+    """A checkpoint lands in the quiet before the minute the running canary is decided at:
+    the partitions take it up after that verdict, as a restarted worker would, not drop it."""
+    make_checkpoint(tmp_path / "serving")
+    first = make_checkpoint(tmp_path / "canary", seed=1)
+    newer = make_checkpoint(tmp_path / "newer", seed=2)
+
+    async def run(newer_at: int | None) -> tuple[int | None, Forecasting]:
+        forecasting, _ = stage(tmp_path)
+        decided_at = None
+        for minute in range(END):
+            for at, name in ((CANARY_AT, "canary"), (newer_at, "newer")):
+                if minute == at:
+                    engine = ForecastEngine.from_settings(tmp_path / name, forecasting.settings)
+                    forecasting.serving.propose(engine)
+            await forecasting.add(rows(minute))
+            await forecasting.drain()
+            if decided_at is None and all(first in s.verdicts for s in states(forecasting)):
+                decided_at = minute
+        return decided_at, forecasting
+
+    decided_at, _ = asyncio.run(run(None))
+    assert decided_at is not None
+    _, forecasting = asyncio.run(run(decided_at))
+    assert all(s.candidate == newer for s in states(forecasting))
+    assert newer in forecasting.serving.engines
