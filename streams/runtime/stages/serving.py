@@ -270,10 +270,10 @@ class Serving:
     def _tidy(self) -> None:
         """Once every partition whose state this worker holds has decided the canary (or serves
         it), it is done: one proposed just as a partition decided the canary before it is not
-        taken up yet, and stays; once they all serve one checkpoint, that one is the worker's default. A
-        checkpoint none of them serves or runs is let go: its weights and per-symbol caches
-        would otherwise stay for as long as the worker runs, one more with each rollout (a
-        partition that names it later loads it again, `_loaded`)."""
+        taken up yet, and stays. Once they all serve one checkpoint, that one is the worker's
+        default. A checkpoint none of them serves or runs is let go: its weights and per-symbol
+        caches would otherwise stay for as long as the worker runs, one more with each rollout
+        (a partition that names it later loads it again, `_loaded`)."""
         assert self.store is not None
         # Those in memory only: reading one not restored yet would make it a blank state
         states = [self.store.states[key] for key in sorted(self.store.states)]
