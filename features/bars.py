@@ -18,7 +18,6 @@ import zstandard
 
 TS_MIN = 946_684_800 * 10**9  # 2000-01-01: no CME bar in DBN is older
 TS_MAX = 4_102_444_800 * 10**9  # 2100-01-01
-TS_RANGE = "ts_event {ts} is outside 2000-01-01..2100-01-01; it must be UTC nanoseconds"
 PRICE_SCALE = 1e-9
 UNDEF_PRICE = 2**63 - 1
 FIXED_PER_UNIT = round(1 / PRICE_SCALE)
@@ -40,18 +39,27 @@ def is_control(value: Any) -> bool:
     return isinstance(value, dict) and "control" in value
 
 
+def key_problem(symbol: str, ts: int) -> str | None:
+    """What keeps a record's symbol or time from keying a state (None: nothing): a NUL in the
+    symbol (the stores key a symbol's parts as symbol, NUL, part), a time outside 2000-2100
+    (the calendars and the datetime types hold no other)."""
+    if "\0" in symbol:
+        return f"symbol {symbol!r} holds a NUL character; no symbol does"
+    if not TS_MIN <= ts < TS_MAX:
+        return f"ts_event {ts} is outside 2000-01-01..2100-01-01; it must be UTC nanoseconds"
+    return None
+
+
 def valid_control(value: dict[str, Any]) -> bool:
     """Whether a control record has every field its kind needs (the topics' schema): the
     corrections take no other, a bar with a `control` field is malformed."""
     kind, ts, end = value.get("control"), value.get("ts_event"), value.get("end")
     if not isinstance(kind, str) or kind not in CONTROL_KINDS or type(ts) is not int:
         return False
-    if not TS_MIN <= ts < TS_MAX:
+    if key_problem(str(value.get("symbol", "")), ts) is not None:
         return False
     if kind == ControlKind.OUTAGE:
         return type(end) is int and end > ts
-    if "\0" in str(value.get("symbol", "")):  # it keys the symbol's states (its parts after a NUL)
-        return False
     if kind == ControlKind.ROLL:
         raws, ratio = value.get("raw_symbols"), value.get("ratio")
         return (

@@ -18,15 +18,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import numpy as np
 import orjson
 
-from features.bars import (
-    CONTROL_FORMS,
-    PRICE_FIELDS,
-    TS_MAX,
-    TS_MIN,
-    TS_RANGE,
-    ControlKind,
-    valid_control,
-)
+from features.bars import CONTROL_FORMS, PRICE_FIELDS, ControlKind, key_problem, valid_control
 
 CONTROL_KEY = b"__control__"
 KIND_HEADER = "barcast-kind"
@@ -263,12 +255,10 @@ def _wrong_fields(value: dict[str, Any], fields: Mapping[str, tuple[type, ...]])
 
 
 def _check_symbol_and_time(value: dict[str, Any]) -> None:
-    """ValueError unless the symbol can key a state (no NUL: the stores key a symbol's parts
-    as symbol, NUL, part) and ts_event is a time the bars and the calendars can hold."""
-    if "\0" in value["symbol"]:
-        raise ValueError(f"symbol {value['symbol']!r} holds a NUL character; no symbol does")
-    if not TS_MIN <= value["ts_event"] < TS_MAX:
-        raise ValueError(TS_RANGE.format(ts=value["ts_event"]))
+    """ValueError unless the symbol and ts_event can key a state (`key_problem`)."""
+    problem = key_problem(value["symbol"], value["ts_event"])
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def encode_control(record: ControlRecord) -> bytes:

@@ -13,11 +13,9 @@ from databento_dbn import RType
 from features.bars import (
     CONTROL_FORMS,
     PRICE_FIELDS,
-    TS_MAX,
-    TS_MIN,
-    TS_RANGE,
     UNDEF_PRICE,
     ControlKind,
+    key_problem,
     valid_control,
 )
 from features.corrections.config import CorrectionConfig
@@ -163,8 +161,6 @@ def _field_problem(
         return f"field {name!r} must be {FIELD_TYPES[name].__name__}, got {got}"
     if not symbol:
         return "field 'symbol' is empty; it must hold the raw symbol (e.g. 'ESH4')"
-    if "\0" in symbol:  # the stores key a symbol's parts as symbol, NUL, part
-        return f"field 'symbol' {symbol!r} holds a NUL character; no symbol does"
     if len(symbol) > STR_LIMITS["symbol"] or len(source) > STR_LIMITS["source"]:
         name = "symbol" if len(symbol) > STR_LIMITS["symbol"] else "source"
         return f"field {name!r} has {len(data[name])} characters; at most {STR_LIMITS[name]}"
@@ -177,8 +173,9 @@ def _field_problem(
         return f"field {name!r}={data[name]} is outside its range [0, {UINT_LIMITS[name]})"
     if rtype not in OHLCV_RTYPES:
         return f"rtype {rtype} is not an OHLCV record type ({sorted(OHLCV_RTYPES)})"
-    if not TS_MIN <= ts < TS_MAX:
-        return TS_RANGE.format(ts=ts)
+    problem = key_problem(symbol, ts)
+    if problem is not None:
+        return problem
     if now_ns is not None and ts > now_ns + config.max_future_ns:
         return f"ts_event {ts} is {(ts - now_ns) / 3.6e12:.1f} h in the future"
     interval = INTERVAL_NS.get(rtype)
