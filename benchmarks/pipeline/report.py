@@ -143,41 +143,37 @@ def results(
 ) -> dict[str, Any]:
     head = headline(args, measured, anchor)
     nobatch_engine = anchor["inference_1000_nobatch_ms"], anchor["inference_1000_nobatch_padded_ms"]
-    return (
-        head
-        | {
-            "goals": GOALS,
-            "goals_met": goals_met(head),
-            "order": "alternating",  # the paired variants forward in one pair, reversed in the next
-            "secondary": {
-                "burst_1000_random_ms": Bursts(measured.bursts).median("random"),
-                "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
-                "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
-                "engine_batching_speedup_padded": ratio(
-                    nobatch_engine[1], anchor["inference_1000_ms"]
-                ),
-            },
-            "worker_memory": measured.memory,
-            "throughput": measured.e2e,
-            "latency": measured.live,
-            "bursts": measured.bursts,
-            "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
-            "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
-            "errors": measured.errors,
-            "encoders": measured.encoders,
-            "duplicate_forecasts": len(duplicates),
-            "duplicate_examples": duplicates[:10],
-            "reference_statuses": ref.statuses,
-            "model": {
-                "hidden": config.hidden,
-                "heads": config.heads,
-                "lstm_layers": config.lstm_layers,
-                "var_dim": config.var_dim,
-                "lookback": config.lookback,
-            }
-            | weights,
+    return head | {
+        "goals": GOALS,
+        "goals_met": goals_met(head),
+        # the paired variants forward in one pair, reversed in the next
+        "order": "alternating",
+        "secondary": {
+            "burst_1000_random_ms": Bursts(measured.bursts).median("random"),
+            "random_model": {"hidden": args.random_hidden, "heads": args.random_heads},
+            "engine_batching_speedup": ratio(nobatch_engine[0], anchor["inference_1000_ms"]),
+            "engine_batching_speedup_padded": ratio(nobatch_engine[1], anchor["inference_1000_ms"]),
+        },
+        "worker_memory": measured.memory,
+        "throughput": measured.e2e,
+        "latency": measured.live,
+        "bursts": measured.bursts,
+        "inference_anchor": {k: round(v, 1) for k, v in anchor.items()},
+        "restarts": {k: round(v, 1) for k, v in measured.restarts.items()},
+        "errors": measured.errors,
+        "encoders": measured.encoders,
+        "duplicate_forecasts": len(duplicates),
+        "duplicate_examples": duplicates[:10],
+        "reference_statuses": ref.statuses,
+        "model": {
+            "hidden": config.hidden,
+            "heads": config.heads,
+            "lstm_layers": config.lstm_layers,
+            "var_dim": config.var_dim,
+            "lookback": config.lookback,
         }
-    )
+        | weights,
+    }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
